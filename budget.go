@@ -1,0 +1,94 @@
+package damper
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Budget admits retries for every call through one Damper. The in-memory
+// implementation is [NewWindowBudget]; a store shared by a fleet (Redis,
+// say) can implement the same interface and be given with [WithBudget].
+// Implementations must be safe for concurrent use and cheap: Damper calls
+// them on every attempt.
+type Budget interface {
+	// FirstAttemptSucceeded records a logical request whose first attempt
+	// succeeded; it grows the capacity of the window holding now.
+	FirstAttemptSucceeded(now time.Time)
+	// TryAcquire takes one unit for a retry, reporting whether one was
+	// available. A refused retry takes nothing.
+	TryAcquire(now time.Time) bool
+	// Balance returns the units still available in the window holding now.
+	Balance(now time.Time) float64
+}
+
+// WindowBudget is a fixed-window retry budget: within one window the
+// retries it authorizes are at most minTokens + ratio × the first attempts
+// that succeeded in that window. Unused units do not carry over. It is
+// lock-free and safe for concurrent use.
+type WindowBudget struct {
+	ratio     float64
+	minTokens float64
+	window    time.Duration
+	cur       atomic.Pointer[budgetWindow]
+}
+
+type budgetWindow struct {
+	id        int64 // now.UnixNano() / window
+	successes atomic.Int64
+	used      atomic.Int64
+}
+
+// NewWindowBudget returns a budget with the given ratio, window and
+// starting units; p must hold valid values (see [Policy]).
+func NewWindowBudget(ratio float64, window time.Duration, minTokens int) *WindowBudget {
+	return &WindowBudget{ratio: ratio, minTokens: float64(minTokens), window: window}
+}
+
+// windowAt returns the window holding now, starting a new one when now has
+// moved past the current one. A late caller whose now is in an older window
+// is counted in the current one.
+func (b *WindowBudget) windowAt(now time.Time) *budgetWindow {
+	id := now.UnixNano() / int64(b.window)
+	for {
+		w := b.cur.Load()
+		if w != nil && w.id >= id {
+			return w
+		}
+		next := &budgetWindow{id: id}
+		if b.cur.CompareAndSwap(w, next) {
+			return next
+		}
+	}
+}
+
+// capacity is the number of retries the window may authorize. The small
+// epsilon keeps 0.1 × 10 from falling a hair short of 1.
+func (b *WindowBudget) capacity(w *budgetWindow) float64 {
+	return b.minTokens + b.ratio*float64(w.successes.Load()) + 1e-9
+}
+
+// FirstAttemptSucceeded implements [Budget].
+func (b *WindowBudget) FirstAttemptSucceeded(now time.Time) {
+	b.windowAt(now).successes.Add(1)
+}
+
+// TryAcquire implements [Budget].
+func (b *WindowBudget) TryAcquire(now time.Time) bool {
+	w := b.windowAt(now)
+	for {
+		used := w.used.Load()
+		if float64(used+1) > b.capacity(w) {
+			return false
+		}
+		if w.used.CompareAndSwap(used, used+1) {
+			return true
+		}
+	}
+}
+
+// Balance implements [Budget].
+func (b *WindowBudget) Balance(now time.Time) float64 {
+	w := b.windowAt(now)
+	return math.Max(0, math.Floor((b.capacity(w)-float64(w.used.Load()))*1e6)/1e6)
+}

@@ -1,0 +1,375 @@
+package damper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/tidwall/gjson"
+)
+
+const (
+	// minAttempt is the least time worth giving another attempt: a retry
+	// whose wait leaves less than this before the deadline is not started.
+	minAttempt = 500 * time.Millisecond
+	// maxErrorBody bounds what Damper reads of an error response.
+	maxErrorBody = 1 << 20
+)
+
+// callKey marks the context of each attempt with its logical call.
+type callKey struct{}
+
+// call is one logical request: the state of Damper's retry loop for it.
+// The loop runs in one goroutine; mu guards only what a stream read or
+// ReportInto may touch from elsewhere.
+type call struct {
+	d     *Damper
+	ctx   context.Context
+	req   *http.Request
+	body  []byte
+	start time.Time
+
+	stream      bool
+	inputTokens int
+	maxTokens   int
+	price       Price
+
+	mu     sync.Mutex
+	report Report
+	sink   *Report
+}
+
+func (d *Damper) newCall(req *http.Request) (*call, error) {
+	body, err := requestBody(req)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{d: d, ctx: req.Context(), req: req, body: body, start: d.clock.Now()}
+	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
+		c.sink = sink
+	}
+	fields := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
+	c.report.Provider = providerOf(req)
+	c.report.Model = fields[0].Str
+	c.maxTokens = int(fields[1].Int())
+	c.stream = fields[2].Bool()
+	c.report.Stream = c.stream
+	c.inputTokens = EstimateInputTokens(body)
+	if p, ok := d.policy.PriceTable.Lookup(c.report.Model); ok {
+		c.price = p
+		c.report.Priced = true
+		c.report.EstimatedCostUSD = attemptCost(p, c.inputTokens, c.maxTokens)
+	}
+	return c, nil
+}
+
+// requestBody reads the body of req without consuming it: every attempt
+// sends its own copy.
+func requestBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	if req.GetBody == nil {
+		return nil, errors.New("damper: the Messages request body cannot be resent (no GetBody)")
+	}
+	rc, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("damper: copying the request body: %w", err)
+	}
+	defer rc.Close()
+	_ = req.Body.Close()
+	return io.ReadAll(rc)
+}
+
+// run is the retry loop of one logical request.
+func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
+	p := &c.d.policy
+	c.d.tel.requestStart(c)
+	var retryCost float64
+	for n := 1; ; n++ {
+		a := c.attempt(next, n)
+		if a.failure == nil {
+			c.logSuccess(a)
+			if n == 1 {
+				c.d.budget.FirstAttemptSucceeded(c.d.clock.Now())
+			}
+			if a.res != nil && a.res.Header != nil {
+				a.res.Header.Set("X-Should-Retry", "false")
+			}
+			return a.res, c.finish(OutcomeSuccess, nil)
+		}
+		cls := Classify(*a.failure)
+		if p.Classifier != nil {
+			cls = p.Classifier(*a.failure, cls)
+		}
+		c.logAttempt(a, cls)
+
+		if c.ctx.Err() != nil {
+			return c.surface(a, OutcomeCanceled, nil)
+		}
+		if cls.Class == Ambiguous {
+			return c.surface(a, OutcomeAmbiguous, nil)
+		}
+		if cls.Class != Retryable {
+			return c.surface(a, OutcomeError, nil)
+		}
+		if n >= p.MaxAttempts {
+			return c.surface(a, OutcomeAttemptsExhausted, nil)
+		}
+
+		now := c.d.clock.Now()
+		var hint time.Duration
+		hasHint := false
+		if !p.IgnoreRetryAfter && a.failure.Header != nil {
+			hint, hasHint = ParseRetryAfter(a.failure.Header, now)
+		}
+		wait := backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, c.d.rand())
+		if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
+			return c.surface(a, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint})
+		}
+		if hasHint && hint > p.MaxRetryAfter {
+			return c.surface(a, OutcomeRetryAfterTooLong, &Error{Reason: ErrRetryAfterTooLong, RetryAfter: hint})
+		}
+		if p.MaxRetryCostUSD > 0 {
+			cost := c.report.EstimatedCostUSD
+			if !c.report.Priced || retryCost+cost > p.MaxRetryCostUSD {
+				return c.surface(a, OutcomeCostCeiling, &Error{Reason: ErrRetryCostCeiling})
+			}
+		}
+		if !c.d.budget.TryAcquire(now) {
+			if p.OnBudgetExhausted == PassthroughBudgetExhausted {
+				return c.surface(a, OutcomeBudgetExhausted, nil)
+			}
+			return c.surface(a, OutcomeBudgetExhausted, &Error{Reason: ErrRetryBudgetExhausted})
+		}
+		retryCost += c.report.EstimatedCostUSD
+		c.mu.Lock()
+		c.report.RetryCostUSD = retryCost
+		c.report.AttemptLog[len(c.report.AttemptLog)-1].Backoff = wait
+		c.mu.Unlock()
+		c.d.tel.retry(c, n, cls, wait)
+		closeBody(a.res)
+
+		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
+			return c.surface(a, OutcomeCanceled, nil)
+		}
+	}
+}
+
+// attemptResult is the end of one attempt: a response to hand to the SDK,
+// a failure to classify, or both (an error status).
+type attemptResult struct {
+	res      *http.Response
+	err      error // the transport error, as the SDK would return it
+	failure  *Failure
+	start    time.Time
+	duration time.Duration
+}
+
+// attempt sends one attempt and, for a plain call, reads its whole body
+// inside the attempt's timeout, so that a connection that drops part-way
+// through the body is a retryable failure rather than the caller's problem.
+func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
+	p := &c.d.policy
+	start := c.d.clock.Now()
+	actx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
+	actx = c.d.tel.attemptStart(actx, c, n)
+	timeout := attemptTimeoutError{d: p.PerAttemptTimeout}
+	stop := c.d.clock.AfterFunc(p.PerAttemptTimeout, func() { cancel(timeout) })
+	// cause turns the transport's "context canceled" into a timeout when
+	// it was this attempt's timer, not the caller, that ended it.
+	cause := func(err error) error {
+		if err != nil && c.ctx.Err() == nil && errors.Is(context.Cause(actx), ErrAttemptTimeout) {
+			return timeout
+		}
+		return err
+	}
+	done := func(a attemptResult) attemptResult {
+		a.start = start
+		a.duration = c.d.clock.Now().Sub(start)
+		return a
+	}
+
+	areq := c.req.Clone(actx)
+	if c.body != nil {
+		areq.Body = io.NopCloser(bytes.NewReader(c.body))
+		areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
+		areq.ContentLength = int64(len(c.body))
+	}
+	res, err := next(areq)
+	if err != nil {
+		stop()
+		err = cause(err)
+		cancel(nil)
+		closeBody(res)
+		return done(attemptResult{err: err, failure: &Failure{Err: err}})
+	}
+	if c.stream && res.StatusCode < 400 {
+		return done(c.streamAttempt(res, stop, cancel, cause))
+	}
+
+	limit := int64(-1)
+	if res.StatusCode >= 400 {
+		limit = maxErrorBody
+	}
+	body, readErr := readAll(res.Body, limit)
+	stop()
+	cancel(nil)
+	if readErr != nil {
+		readErr = cause(readErr)
+		return done(attemptResult{err: readErr, failure: &Failure{Header: res.Header, Err: readErr}})
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	if res.StatusCode >= 400 {
+		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}})
+	}
+	return done(attemptResult{res: res})
+}
+
+// readAll reads body to its end (or limit bytes, when limit >= 0) and
+// closes it.
+func readAll(body io.ReadCloser, limit int64) ([]byte, error) {
+	defer body.Close()
+	if limit >= 0 {
+		return io.ReadAll(io.LimitReader(body, limit))
+	}
+	return io.ReadAll(body)
+}
+
+func closeBody(res *http.Response) {
+	if res != nil && res.Body != nil {
+		_ = res.Body.Close()
+	}
+}
+
+// logAttempt adds a failed attempt to the report.
+func (c *call) logAttempt(a attemptResult, cls Classification) {
+	ar := AttemptReport{Class: cls.Class, Kind: cls.Kind, Duration: a.duration}
+	if a.failure.StatusCode > 0 {
+		ar.StatusCode = a.failure.StatusCode
+	}
+	if a.failure.Header != nil {
+		ar.RequestID = a.failure.Header.Get("request-id")
+	}
+	if a.failure.Err != nil {
+		ar.Err = a.failure.Err.Error()
+	}
+	c.mu.Lock()
+	c.report.AttemptLog = append(c.report.AttemptLog, ar)
+	c.report.Attempts = len(c.report.AttemptLog)
+	c.mu.Unlock()
+	c.d.tel.attemptEnd(c, len(c.report.AttemptLog), ar)
+}
+
+// logSuccess adds a successful attempt to the report.
+func (c *call) logSuccess(a attemptResult) {
+	ar := AttemptReport{Duration: a.duration}
+	if a.res != nil {
+		ar.StatusCode = a.res.StatusCode
+		ar.RequestID = a.res.Header.Get("request-id")
+	}
+	c.mu.Lock()
+	c.report.AttemptLog = append(c.report.AttemptLog, ar)
+	c.report.Attempts = len(c.report.AttemptLog)
+	c.mu.Unlock()
+	c.d.tel.attemptEnd(c, len(c.report.AttemptLog), ar)
+}
+
+// surface ends the call with the failure of attempt a. With refusal nil the
+// caller gets exactly what the SDK alone would give for that attempt; else
+// an *Error with the refusal's reason, wrapping the attempt's error.
+func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.Response, error) {
+	var err error
+	switch {
+	case outcome == OutcomeCanceled:
+		err = c.ctx.Err()
+	case refusal != nil:
+		refusal.Last = a.providerError(c.req)
+		err = refusal
+	default:
+		err = a.err
+	}
+	err = c.finish(outcome, err)
+	if refusal != nil {
+		refusal.Report = c.snapshot()
+	}
+	if err != nil || a.res == nil {
+		closeBody(a.res)
+		return noRetry(c.req), err
+	}
+	// An error status: the SDK turns it into its own *anthropic.Error.
+	a.res.Header.Set("X-Should-Retry", "false")
+	return a.res, nil
+}
+
+// noRetry is the response that goes with an error Damper returns: the SDK
+// does not retry an attempt whose response says x-should-retry: false, and
+// returns the error as it is.
+func noRetry(req *http.Request) *http.Response {
+	return &http.Response{
+		Status:  "damper: no response",
+		Header:  http.Header{"X-Should-Retry": {"false"}},
+		Request: req,
+	}
+}
+
+// providerError is the error the SDK would have returned for a.
+func (a attemptResult) providerError(req *http.Request) error {
+	if a.failure == nil || a.failure.StatusCode == 0 {
+		return a.err
+	}
+	apiErr := &anthropic.Error{
+		Request:     req,
+		Response:    a.res,
+		StatusCode:  a.failure.StatusCode,
+		RequestID:   a.failure.Header.Get("request-id"),
+		WorkspaceID: a.failure.Header.Get("anthropic-workspace-id"),
+	}
+	_ = apiErr.UnmarshalJSON(a.failure.Body)
+	return apiErr
+}
+
+// finish records how the call ended, writes the report to the caller's
+// sink and ends the request span. err is returned for convenience.
+func (c *call) finish(outcome Outcome, err error) error {
+	c.mu.Lock()
+	c.report.Outcome = outcome
+	c.report.Duration = c.d.clock.Now().Sub(c.start)
+	c.report.BudgetBalance = c.d.budget.Balance(c.d.clock.Now())
+	c.mu.Unlock()
+	c.publish()
+	c.d.tel.requestEnd(c, err)
+	return err
+}
+
+// publish copies the report to the ReportInto destination, if any.
+func (c *call) publish() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sink != nil {
+		*c.sink = c.report
+		c.sink.AttemptLog = append([]AttemptReport(nil), c.report.AttemptLog...)
+	}
+}
+
+// snapshot returns a copy of the report.
+func (c *call) snapshot() *Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.report
+	r.AttemptLog = append([]AttemptReport(nil), c.report.AttemptLog...)
+	return &r
+}
+
+func (c *call) setSink(dst *Report) {
+	c.mu.Lock()
+	c.sink = dst
+	c.mu.Unlock()
+}

@@ -1,0 +1,233 @@
+package damper
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+
+	"github.com/tidwall/gjson"
+)
+
+// Class is what Damper does with a failed attempt.
+type Class int
+
+const (
+	// Retryable failures are retried, subject to every admission gate.
+	Retryable Class = iota + 1
+	// NotRetryable failures are returned to the caller at once.
+	NotRetryable
+	// Ambiguous failures happened after content reached the caller: they
+	// are returned, never retried.
+	Ambiguous
+)
+
+func (c Class) String() string {
+	switch c {
+	case Retryable:
+		return "retryable"
+	case NotRetryable:
+		return "not_retryable"
+	case Ambiguous:
+		return "ambiguous"
+	}
+	return "none"
+}
+
+// Signal says whose health a failure speaks of. A circuit breaker listens
+// to provider signals only; a rate limiter to caller traffic.
+type Signal int
+
+const (
+	// NoSignal: the failure says nothing about load (a bad request, a
+	// cancelled context).
+	NoSignal Signal = iota
+	// ProviderHealth: 5xx, 529 and transport failures.
+	ProviderHealth
+	// CallerTraffic: 429, the caller's own rate or spend.
+	CallerTraffic
+)
+
+func (s Signal) String() string {
+	switch s {
+	case ProviderHealth:
+		return "provider_health"
+	case CallerTraffic:
+		return "caller_traffic"
+	}
+	return "none"
+}
+
+// Classification is the verdict on one failed attempt.
+type Classification struct {
+	Class  Class
+	Signal Signal
+	// Kind is a short, low-cardinality name for the failure, used in
+	// reports, span attributes and metrics: "rate_limited", "spend_limit",
+	// "overloaded", "server_error", "client_error", "should_retry_false",
+	// "should_retry_true", "transport", "timeout", "canceled", "sse_error",
+	// "truncated", "stall", "hold_back_exceeded" or "other".
+	Kind string
+}
+
+// Failure describes one failed attempt, for classification.
+type Failure struct {
+	// StatusCode is the HTTP status, or 0 when no response arrived (or a
+	// stream failed after its 200 header).
+	StatusCode int
+	// Header holds the response headers, when a response arrived.
+	Header http.Header
+	// Body is the start of the error body (at most 64 KiB), or the data of
+	// an SSE error event.
+	Body []byte
+	// Err is the transport or stream error, when there is one.
+	Err error
+	// AfterContent is true when content had already reached the caller.
+	AfterContent bool
+}
+
+// Classifier decides what to do with a failed attempt. It is given
+// Damper's own verdict and returns the one to act on, so it can override
+// any decision or keep it. It is called once per failed attempt, without
+// any Damper lock held, and must be safe for concurrent use.
+type Classifier func(f Failure, builtin Classification) Classification
+
+// Spend-limit codes: a 429 that waiting cannot clear.
+const (
+	errorCodeEnforcedSpendLimit = "enforced_spend_limit_reached"
+	errorCodeContractSpendLimit = "contract_spend_limit_reached"
+)
+
+// Classify is Damper's built-in classification, as SPEC'd for the
+// Anthropic API: an explicit x-should-retry header wins (retrying even a
+// 400 when true), spend-limit 429s are final, other 429s and every 5xx are
+// retried, other 4xx are not; transport failures are retried unless content
+// already reached the caller, when they are ambiguous.
+func Classify(f Failure) Classification {
+	if f.AfterContent {
+		return Classification{Class: Ambiguous, Signal: signalOf(f), Kind: kindOf(f)}
+	}
+	if errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, ErrAttemptTimeout) {
+		return Classification{Class: NotRetryable, Kind: "canceled"}
+	}
+	if f.Header != nil {
+		switch f.Header.Get("x-should-retry") {
+		case "false":
+			return Classification{Class: NotRetryable, Signal: signalOf(f), Kind: "should_retry_false"}
+		case "true":
+			return Classification{Class: Retryable, Signal: signalOf(f), Kind: "should_retry_true"}
+		}
+	}
+	switch code := f.StatusCode; {
+	case code == http.StatusTooManyRequests:
+		switch gjson.GetBytes(f.Body, "error.details.error_code").Str {
+		case errorCodeEnforcedSpendLimit, errorCodeContractSpendLimit:
+			return Classification{Class: NotRetryable, Signal: CallerTraffic, Kind: "spend_limit"}
+		}
+		return Classification{Class: Retryable, Signal: CallerTraffic, Kind: "rate_limited"}
+	case code == 529:
+		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "overloaded"}
+	case code >= 500:
+		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "server_error"}
+	case code >= 400:
+		return Classification{Class: NotRetryable, Kind: "client_error"}
+	case code > 0:
+		return Classification{Class: NotRetryable, Kind: "other"}
+	}
+	if f.Body != nil {
+		// An SSE error event on a 200 stream.
+		switch gjson.GetBytes(f.Body, "error.type").Str {
+		case "overloaded_error", "api_error", "rate_limit_error":
+			return Classification{Class: Retryable, Signal: signalOfSSE(f.Body), Kind: "sse_error"}
+		}
+		return Classification{Class: NotRetryable, Kind: "sse_error"}
+	}
+	switch {
+	case errors.Is(f.Err, ErrAttemptTimeout):
+		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "timeout"}
+	case errors.Is(f.Err, errTruncated):
+		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "truncated"}
+	case errors.Is(f.Err, ErrHoldBackExceeded):
+		return Classification{Class: NotRetryable, Kind: "hold_back_exceeded"}
+	case isTransportError(f.Err):
+		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "transport"}
+	}
+	return Classification{Class: NotRetryable, Kind: "other"}
+}
+
+func signalOf(f Failure) Signal {
+	switch {
+	case f.StatusCode == http.StatusTooManyRequests:
+		return CallerTraffic
+	case f.StatusCode >= 500 || (f.StatusCode == 0 && f.Err != nil):
+		return ProviderHealth
+	case f.StatusCode == 0 && f.Body != nil:
+		return signalOfSSE(f.Body)
+	}
+	return NoSignal
+}
+
+func signalOfSSE(body []byte) Signal {
+	switch gjson.GetBytes(body, "error.type").Str {
+	case "rate_limit_error":
+		return CallerTraffic
+	case "overloaded_error", "api_error":
+		return ProviderHealth
+	}
+	return NoSignal
+}
+
+func kindOf(f Failure) string {
+	switch {
+	case f.StatusCode > 0:
+		return "client_error"
+	case f.Body != nil:
+		return "sse_error"
+	case errors.Is(f.Err, errStalled):
+		return "stall"
+	case errors.Is(f.Err, errTruncated):
+		return "truncated"
+	case errors.Is(f.Err, context.Canceled):
+		return "canceled"
+	}
+	return "transport"
+}
+
+// isTransportError reports whether err is a failure of the connection to
+// the API (refused, reset, closed early, a network timeout, a TLS alert)
+// rather than of the caller's configuration (a bad URL, an untrusted
+// certificate).
+func isTransportError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+		return false
+	}
+	var netErr net.Error
+	var alert tls.AlertError
+	var recordHeader tls.RecordHeaderError
+	return errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &netErr) ||
+		errors.As(err, &alert) ||
+		errors.As(err, &recordHeader)
+}
+
+// Stream failures that are not transport errors of their own.
+var (
+	errTruncated = errors.New("damper: stream ended without message_stop")
+	errStalled   = errors.New("damper: stream stalled between events")
+)

@@ -1,0 +1,83 @@
+package damper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinels for the refusals a call can end with. Every error Damper
+// returns for one of them is an [*Error], which matches the sentinel with
+// errors.Is and wraps the last provider error.
+var (
+	// ErrRetryBudgetExhausted: the shared retry budget had no unit left.
+	ErrRetryBudgetExhausted = errors.New("damper: retry budget exhausted")
+	// ErrRetryCostCeiling: the retry would cross Policy.MaxRetryCostUSD,
+	// or the model has no price while a ceiling is set.
+	ErrRetryCostCeiling = errors.New("damper: retry cost ceiling reached")
+	// ErrRetryAfterTooLong: the provider asked for a longer delay than
+	// Policy.MaxRetryAfter. [Error.RetryAfter] holds the delay.
+	ErrRetryAfterTooLong = errors.New("damper: provider retry delay exceeds MaxRetryAfter")
+	// ErrDeadline: the backoff and another attempt cannot finish before the
+	// caller's deadline, so no retry was started.
+	ErrDeadline = errors.New("damper: retry would not finish before the deadline")
+	// ErrAmbiguous: a stream failed after content reached the caller; it is
+	// not retried because the caller may already hold part of the answer.
+	ErrAmbiguous = errors.New("damper: stream failed after content was delivered")
+	// ErrHoldBackExceeded: a stream sent more data before its first content
+	// than Damper holds back.
+	ErrHoldBackExceeded = errors.New("damper: stream sent too much before its first content")
+	// ErrAttemptTimeout: one attempt took longer than
+	// Policy.PerAttemptTimeout. It is what a timed-out attempt's error wraps.
+	ErrAttemptTimeout = errors.New("damper: attempt timed out")
+)
+
+// Error is a call that Damper ended. Reason is one of the sentinels of this
+// package; Last is the provider error of the final attempt (an
+// *anthropic.Error for an error status, a transport error otherwise), so
+// errors.As(err, &apiErr) and errors.Is(err, context.DeadlineExceeded) reach
+// it through the Error.
+type Error struct {
+	Reason     error
+	Last       error
+	RetryAfter time.Duration // the provider's delay, for ErrRetryAfterTooLong
+	Report     *Report
+}
+
+func (e *Error) Error() string {
+	msg := e.Reason.Error()
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	}
+	if e.Report != nil {
+		msg += fmt.Sprintf(" after %d attempt(s)", e.Report.Attempts)
+	}
+	if e.Last != nil {
+		msg += ": " + e.Last.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the reason and the last provider error.
+func (e *Error) Unwrap() []error {
+	if e.Last == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Last}
+}
+
+// attemptTimeoutError is a per-attempt timeout: it is ErrAttemptTimeout and,
+// like the SDK's own timeouts, context.DeadlineExceeded.
+type attemptTimeoutError struct{ d time.Duration }
+
+func (e attemptTimeoutError) Error() string {
+	return fmt.Sprintf("damper: attempt timed out after %v", e.d)
+}
+
+func (e attemptTimeoutError) Is(target error) bool {
+	return target == ErrAttemptTimeout || target == context.DeadlineExceeded
+}
+
+// Timeout reports true, as net.Error timeouts do.
+func (attemptTimeoutError) Timeout() bool { return true }

@@ -1,0 +1,163 @@
+package damper
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Policy says when Damper retries a Messages call. It is a plain value: the
+// zero value of every field means the default written beside it, and [New]
+// validates it and copies it, so changing a Policy after New has no effect.
+type Policy struct {
+	// MaxAttempts is the number of provider attempts per logical request,
+	// the first one included. Default 3; 1 turns retries off.
+	MaxAttempts int
+
+	// PerAttemptTimeout bounds one attempt: for a plain call, the whole
+	// response; for a stream, the time to its first content. Default 60 s.
+	PerAttemptTimeout time.Duration
+
+	// MaxRetryCostUSD is a ceiling on the summed estimated cost of the retries
+	// of one logical request (see [EstimateInputTokens] for the estimate).
+	// Zero means no ceiling.
+	MaxRetryCostUSD float64
+
+	// RetryBudgetRatio is the number of budget units that each successful
+	// first attempt adds to the current window. Default 0.1.
+	RetryBudgetRatio float64
+
+	// RetryBudgetWindow is the length of the budget's fixed window; units
+	// left at its end do not carry over. Default 60 s.
+	RetryBudgetWindow time.Duration
+
+	// RetryBudgetMinTokens is the number of units every window starts with.
+	// Default 10.
+	RetryBudgetMinTokens int
+
+	// BackoffBase and BackoffMax shape the full-jitter backoff used when the
+	// provider gives no delay: retry n waits a uniform random time in
+	// [0, min(BackoffMax, BackoffBase·2^(n-1))]. Defaults 1 s and 30 s.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+
+	// IgnoreRetryAfter makes Damper disregard retry-after and retry-after-ms.
+	// By default a provider delay is honoured, up to MaxRetryAfter.
+	IgnoreRetryAfter bool
+
+	// MaxRetryAfter is the longest provider delay Damper waits. A longer one
+	// fails the call at once with [ErrRetryAfterTooLong], and the error
+	// carries the delay so that a queue can reschedule. Default 60 s.
+	MaxRetryAfter time.Duration
+
+	// OnBudgetExhausted says what a caller gets when the retry budget refuses
+	// a retry. Default [RaiseBudgetExhausted].
+	OnBudgetExhausted BudgetExhaustedAction
+
+	// PriceTable prices models for the cost ceiling and the report. Nil
+	// means [DefaultPriceTable]; a table given here replaces it entirely.
+	PriceTable *PriceTable
+
+	// Classifier, when set, sees every failed attempt with Damper's own
+	// classification and returns the one to act on.
+	Classifier Classifier
+}
+
+// BudgetExhaustedAction is what a call returns when the retry budget
+// refuses a retry.
+type BudgetExhaustedAction int
+
+const (
+	// RaiseBudgetExhausted returns an [*Error] that matches
+	// [ErrRetryBudgetExhausted] and wraps the last provider error.
+	RaiseBudgetExhausted BudgetExhaustedAction = iota
+	// PassthroughBudgetExhausted returns the last provider error exactly as
+	// the SDK would have returned it without Damper.
+	PassthroughBudgetExhausted
+)
+
+func (a BudgetExhaustedAction) String() string {
+	switch a {
+	case RaiseBudgetExhausted:
+		return "raise"
+	case PassthroughBudgetExhausted:
+		return "passthrough"
+	}
+	return fmt.Sprintf("BudgetExhaustedAction(%d)", int(a))
+}
+
+// Defaults of the Policy fields.
+const (
+	DefaultMaxAttempts          = 3
+	DefaultPerAttemptTimeout    = 60 * time.Second
+	DefaultRetryBudgetRatio     = 0.1
+	DefaultRetryBudgetWindow    = 60 * time.Second
+	DefaultRetryBudgetMinTokens = 10
+	DefaultBackoffBase          = time.Second
+	DefaultBackoffMax           = 30 * time.Second
+	DefaultMaxRetryAfter        = 60 * time.Second
+)
+
+// withDefaults returns p with every zero field set to its default, or an
+// error naming the first field whose value cannot be used.
+func (p Policy) withDefaults() (Policy, error) {
+	if p.MaxAttempts < 0 {
+		return p, fieldError("MaxAttempts", p.MaxAttempts, "must be at least 1 (0 means the default, 3)")
+	}
+	if p.PerAttemptTimeout < 0 {
+		return p, fieldError("PerAttemptTimeout", p.PerAttemptTimeout, "must be positive (0 means the default, 60s)")
+	}
+	if math.IsNaN(p.MaxRetryCostUSD) || math.IsInf(p.MaxRetryCostUSD, 0) || p.MaxRetryCostUSD < 0 {
+		return p, fieldError("MaxRetryCostUSD", p.MaxRetryCostUSD, "must be a finite number of dollars, at least 0 (0 means no ceiling)")
+	}
+	if math.IsNaN(p.RetryBudgetRatio) || math.IsInf(p.RetryBudgetRatio, 0) || p.RetryBudgetRatio < 0 {
+		return p, fieldError("RetryBudgetRatio", p.RetryBudgetRatio, "must be a finite number, at least 0 (0 means the default, 0.1)")
+	}
+	if p.RetryBudgetWindow < 0 {
+		return p, fieldError("RetryBudgetWindow", p.RetryBudgetWindow, "must be positive (0 means the default, 1m0s)")
+	}
+	if p.RetryBudgetMinTokens < 0 {
+		return p, fieldError("RetryBudgetMinTokens", p.RetryBudgetMinTokens, "must be at least 0 (0 means the default, 10)")
+	}
+	if p.BackoffBase < 0 {
+		return p, fieldError("BackoffBase", p.BackoffBase, "must be positive (0 means the default, 1s)")
+	}
+	if p.BackoffMax < 0 {
+		return p, fieldError("BackoffMax", p.BackoffMax, "must be positive (0 means the default, 30s)")
+	}
+	if p.MaxRetryAfter < 0 {
+		return p, fieldError("MaxRetryAfter", p.MaxRetryAfter, "must be positive (0 means the default, 1m0s)")
+	}
+	if p.OnBudgetExhausted != RaiseBudgetExhausted && p.OnBudgetExhausted != PassthroughBudgetExhausted {
+		return p, fieldError("OnBudgetExhausted", int(p.OnBudgetExhausted), "must be RaiseBudgetExhausted or PassthroughBudgetExhausted")
+	}
+
+	p.MaxAttempts = orDefault(p.MaxAttempts, DefaultMaxAttempts)
+	p.PerAttemptTimeout = orDefault(p.PerAttemptTimeout, DefaultPerAttemptTimeout)
+	p.RetryBudgetRatio = orDefault(p.RetryBudgetRatio, DefaultRetryBudgetRatio)
+	p.RetryBudgetWindow = orDefault(p.RetryBudgetWindow, DefaultRetryBudgetWindow)
+	p.RetryBudgetMinTokens = orDefault(p.RetryBudgetMinTokens, DefaultRetryBudgetMinTokens)
+	p.BackoffBase = orDefault(p.BackoffBase, DefaultBackoffBase)
+	p.BackoffMax = orDefault(p.BackoffMax, DefaultBackoffMax)
+	p.MaxRetryAfter = orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
+	if p.PriceTable == nil {
+		p.PriceTable = DefaultPriceTable()
+	}
+
+	if p.BackoffBase > p.BackoffMax {
+		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
+	}
+	return p, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func fieldError(field string, value any, why string) error {
+	return fmt.Errorf("damper: Policy.%s = %v: %s", field, value, why)
+}
