@@ -103,6 +103,12 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			if a.res != nil && a.res.Header != nil {
 				a.res.Header.Set("X-Should-Retry", "false")
 			}
+			if _, ok := a.res.Body.(*streamBody); ok {
+				// The stream's end finishes the call (streamBody.end): the
+				// report is written now and again then.
+				c.settle(OutcomeSuccess)
+				return a.res, nil
+			}
 			return a.res, c.finish(OutcomeSuccess, nil)
 		}
 		cls := Classify(*a.failure)
@@ -299,6 +305,8 @@ func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.
 	err = c.finish(outcome, err)
 	if refusal != nil {
 		refusal.Report = c.snapshot()
+	} else if e, ok := err.(*Error); ok && e.Report == nil {
+		e.Report = c.snapshot() // an *Error of the attempt, such as ErrHoldBackExceeded
 	}
 	if err != nil || a.res == nil {
 		closeBody(a.res)
@@ -339,14 +347,21 @@ func (a attemptResult) providerError(req *http.Request) error {
 // finish records how the call ended, writes the report to the caller's
 // sink and ends the request span. err is returned for convenience.
 func (c *call) finish(outcome Outcome, err error) error {
+	c.settle(outcome)
+	c.d.tel.requestEnd(c, err)
+	return err
+}
+
+// settle records the outcome so far and writes the report to the caller's
+// sink. It may be called again: a stream settles when its first content is
+// released and finishes when it ends.
+func (c *call) settle(outcome Outcome) {
 	c.mu.Lock()
 	c.report.Outcome = outcome
 	c.report.Duration = c.d.clock.Now().Sub(c.start)
 	c.report.BudgetBalance = c.d.budget.Balance(c.d.clock.Now())
 	c.mu.Unlock()
 	c.publish()
-	c.d.tel.requestEnd(c, err)
-	return err
 }
 
 // publish copies the report to the ReportInto destination, if any.

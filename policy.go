@@ -61,6 +61,20 @@ type Policy struct {
 	// Classifier, when set, sees every failed attempt with Damper's own
 	// classification and returns the one to act on.
 	Classifier Classifier
+
+	// MaxHoldBack is the most bytes of a stream Damper holds back before
+	// its first content (see the package's Streams section); a stream that
+	// sends more fails with [ErrHoldBackExceeded], not retried. Default
+	// 1 MiB, far above the few hundred bytes the API sends.
+	MaxHoldBack int
+
+	// StreamIdleTimeout, when set, fails a stream after its first content
+	// whose body sends nothing for this long while the caller waits for the
+	// next event: a stall becomes an [ErrAmbiguous] error instead of a
+	// hang. Zero means no limit (the caller's context still bounds the
+	// stream). Pings count as data: choose a limit well above the longest
+	// pause you expect between events, such as a minute.
+	StreamIdleTimeout time.Duration
 }
 
 // BudgetExhaustedAction is what a call returns when the retry budget
@@ -96,6 +110,7 @@ const (
 	DefaultBackoffBase          = time.Second
 	DefaultBackoffMax           = 30 * time.Second
 	DefaultMaxRetryAfter        = 60 * time.Second
+	DefaultMaxHoldBack          = 1 << 20
 )
 
 // withDefaults returns p with every zero field set to its default, or an
@@ -128,6 +143,12 @@ func (p Policy) withDefaults() (Policy, error) {
 	if p.MaxRetryAfter < 0 {
 		return p, fieldError("MaxRetryAfter", p.MaxRetryAfter, "must be positive (0 means the default, 1m0s)")
 	}
+	if p.MaxHoldBack < 0 {
+		return p, fieldError("MaxHoldBack", p.MaxHoldBack, "must be a positive number of bytes (0 means the default, 1048576)")
+	}
+	if p.StreamIdleTimeout < 0 {
+		return p, fieldError("StreamIdleTimeout", p.StreamIdleTimeout, "must be positive (0 means no idle limit)")
+	}
 	if p.OnBudgetExhausted != RaiseBudgetExhausted && p.OnBudgetExhausted != PassthroughBudgetExhausted {
 		return p, fieldError("OnBudgetExhausted", int(p.OnBudgetExhausted), "must be RaiseBudgetExhausted or PassthroughBudgetExhausted")
 	}
@@ -140,6 +161,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	p.BackoffBase = orDefault(p.BackoffBase, DefaultBackoffBase)
 	p.BackoffMax = orDefault(p.BackoffMax, DefaultBackoffMax)
 	p.MaxRetryAfter = orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
+	p.MaxHoldBack = orDefault(p.MaxHoldBack, DefaultMaxHoldBack)
 	if p.PriceTable == nil {
 		p.PriceTable = DefaultPriceTable()
 	}

@@ -2,25 +2,460 @@ package damper
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
 )
 
-// streamAttempt takes a stream's response once its headers have arrived.
+// Streams (client.Messages.NewStreaming and its Beta twin) are retried only
+// while nothing the caller can use has reached it.
+//
+// The first content of a stream is its first content_block_delta, or a
+// content_block_start whose block already carries something: any block but
+// a text or thinking block with empty text, or a tool call (tool_use,
+// server_tool_use, mcp_tool_use) whose input is still empty. Until it
+// arrives, an attempt's events (message_start, ping, empty blocks, and any
+// other event) are held back, at most Policy.MaxHoldBack bytes of them; a
+// failure of the attempt drops them, so the caller's one ssestream.Stream
+// shows exactly one attempt's events. Before content these are retried
+// under every gate of a plain call: an error status, an SSE error event of
+// a transient type, a reset or EOF, an end without message_stop, and no
+// first content within Policy.PerAttemptTimeout. The held bytes reach the
+// caller together with the first content, so its time to first content
+// does not grow; a stream that ends with message_stop and no content is
+// released whole.
+//
+// After the first content, the body's bytes go to the caller as they
+// arrive, read straight into the caller's buffer. A failure from then on is
+// never retried: the body's Read returns an [*Error] whose Reason is
+// [ErrAmbiguous] and whose Last is the cause, an *anthropic.Error built from
+// an SSE error event (which the SDK's decoder never sees) or the transport
+// error, so stream.Err() matches both. An end without message_stop is such
+// a failure, where the SDK alone would report none, and so is a Read that
+// waits longer than Policy.StreamIdleTimeout, when set. The stream ends at
+// message_stop: whatever the server sends after it is not read.
+//
+// The call's report is written again when the stream ends, with its
+// outcome: success at message_stop, ambiguous after a failure, canceled
+// when the caller's context ends or the caller closes the stream first.
+
+// initialHold is the first size of the hold-back buffer; it doubles, up to
+// Policy.MaxHoldBack, while no content has come.
+const initialHold = 4 << 10
+
+// streamAttempt takes a stream's response once its headers have arrived and
+// reads it until its first content, which it releases to the caller with
+// every event held before it; or until the attempt fails, whose failure it
+// returns, the response closed.
 func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel context.CancelCauseFunc, cause func(error) error) attemptResult {
-	stop()
-	res.Body = &cancelOnClose{ReadCloser: res.Body, cancel: cancel}
-	return attemptResult{res: res}
+	p := &c.d.policy
+	b := &streamBody{c: c, res: res, rc: res.Body, cancel: cancel, idle: p.StreamIdleTimeout}
+	fail := func(err error, f Failure) attemptResult {
+		stop()
+		cancel(nil)
+		_ = b.rc.Close()
+		f.Header, f.Err = res.Header, err
+		return attemptResult{err: err, failure: &f}
+	}
+	held := make([]byte, 0, min(initialHold, p.MaxHoldBack))
+	for {
+		if len(held) == cap(held) {
+			if len(held) >= p.MaxHoldBack {
+				return fail(&Error{Reason: ErrHoldBackExceeded}, Failure{})
+			}
+			grown := make([]byte, len(held), min(2*cap(held), p.MaxHoldBack))
+			copy(grown, held)
+			held = grown
+		}
+		n, err := b.rc.Read(held[len(held):cap(held)])
+		from := len(held)
+		held = held[:from+n]
+		for from < len(held) {
+			k, kind := b.sc.scan(held[from:])
+			from += k
+			switch kind {
+			case sseContent, sseMessageStop:
+				if kind == sseMessageStop {
+					held = held[:from] // nothing after message_stop is read
+				}
+				return c.release(b, held, from, kind == sseMessageStop, stop, fail)
+			case sseError:
+				data, _ := b.sc.eventData()
+				return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if err != io.EOF {
+			return fail(cause(err), Failure{})
+		}
+		// A last line without "\n" may still dispatch an event, as it
+		// does for the SDK's decoder.
+		switch b.sc.eof() {
+		case sseContent:
+			b.srcDone = true
+			return c.release(b, held, len(held), false, stop, fail)
+		case sseMessageStop:
+			return c.release(b, held, len(held), true, stop, fail)
+		case sseError:
+			data, _ := b.sc.eventData()
+			return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
+		}
+		return fail(errTruncated, Failure{})
+	}
 }
 
-// cancelOnClose ends the attempt's context when the caller closes the body.
-type cancelOnClose struct {
-	io.ReadCloser
+// release hands the stream to the caller: the held bytes, of which the
+// first scanned have been scanned already, then the rest of the body.
+func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, stop func() bool, fail func(error, Failure) attemptResult) attemptResult {
+	if !stop() {
+		// The attempt's timer fired as the content came: the attempt is
+		// over, and nothing has reached the caller yet.
+		var err error = attemptTimeoutError{d: c.d.policy.PerAttemptTimeout}
+		if c.ctx.Err() != nil {
+			err = c.ctx.Err()
+		}
+		return fail(err, Failure{})
+	}
+	c.mu.Lock()
+	c.report.FirstContent = c.d.clock.Now().Sub(c.start)
+	c.mu.Unlock()
+	b.held, b.skip = held, scanned
+	b.complete.Store(complete)
+	b.res.Body = b
+	return attemptResult{res: b.res}
+}
+
+// sseEventError is the error the SDK builds from an SSE error event.
+func sseEventError(res *http.Response, data []byte) error {
+	apiErr := &anthropic.Error{
+		Request:     res.Request,
+		Response:    res,
+		StatusCode:  res.StatusCode,
+		RequestID:   res.Header.Get("request-id"),
+		WorkspaceID: res.Header.Get("anthropic-workspace-id"),
+	}
+	if apiErr.UnmarshalJSON(data) != nil {
+		return fmt.Errorf("received error while streaming: %s", data)
+	}
+	return apiErr
+}
+
+// stallError is a stream that sent nothing for the idle limit.
+type stallError struct{ d time.Duration }
+
+func (e stallError) Error() string {
+	return fmt.Sprintf("damper: stream stalled: no data for %v", e.d)
+}
+
+func (e stallError) Is(target error) bool { return target == errStalled }
+
+// Timeout reports true, as net.Error timeouts do.
+func (stallError) Timeout() bool { return true }
+
+// maxErrorEvent bounds what Damper reads of an SSE error event after content
+// before it gives up on the rest of it.
+const maxErrorEvent = maxEventData + 64<<10
+
+// streamBody is the body of a stream whose first content has come. Read is
+// called by one goroutine at a time (the SDK's decoder); Close may be called
+// from any, and the idle timer runs on the clock's.
+type streamBody struct {
+	c      *call
+	res    *http.Response
+	rc     io.ReadCloser
 	cancel context.CancelCauseFunc
+	sc     sseScanner
+
+	// Used by Read only.
+	held     []byte // bytes read before content, still to be returned
+	skip     int    // bytes at the start of held scanned already
+	errEvent bool   // an event named error is being read: it is withheld
+	errRead  int    // bytes of it read so far
+	scratch  []byte // buffer for the withheld error event
+	srcDone  bool   // the source has returned io.EOF
+	err      error  // the end of the stream, returned by every later Read
+
+	complete atomic.Bool // message_stop has been dispatched
+	closed   atomic.Bool
+	ended    atomic.Bool // the call is finished
+
+	// The idle limit: a Read that waits on the source longer than idle
+	// fails the stream.
+	idle      time.Duration
+	readSince atomic.Int64 // when the current Read began to wait (UnixNano); 0 when none waits
+	stalled   atomic.Bool
+	idleMu    sync.Mutex
+	idleArmed bool // requires idleMu
+	idleOff   bool // requires idleMu
+	idleStop  func() bool
 }
 
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
+// Read returns the held bytes, then the body's, scanning them for the end
+// of the message and for error events.
+func (b *streamBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, b.err
+	}
+	for b.err == nil {
+		switch {
+		case b.errEvent:
+			b.readErrorEvent()
+		case len(b.held) > 0:
+			n := copy(p, b.held)
+			skip := min(b.skip, n)
+			b.skip -= skip
+			b.held = b.held[n:]
+			m := b.pass(p[:n], skip)
+			if b.complete.Load() || len(b.held) == 0 {
+				b.held = nil // what follows message_stop is not read
+			}
+			if m > 0 {
+				return m, nil
+			}
+		case b.complete.Load() || b.srcDone:
+			b.sourceEnd(io.EOF)
+		default:
+			n, err := b.readSource(p)
+			m := b.pass(p[:n], 0)
+			switch {
+			case err == nil || b.complete.Load() || b.err != nil:
+			case err == io.EOF:
+				b.srcDone = true
+			case b.errEvent:
+				b.failErrorEvent()
+			default:
+				b.sourceEnd(err)
+			}
+			if m > 0 {
+				return m, nil
+			}
+		}
+	}
+	return 0, b.err
+}
+
+// readSource reads the body, under the idle limit when one is set.
+func (b *streamBody) readSource(p []byte) (int, error) {
+	if b.idle <= 0 {
+		return b.rc.Read(p)
+	}
+	b.readSince.Store(b.c.d.clock.Now().UnixNano())
+	b.armIdle()
+	n, err := b.rc.Read(p)
+	b.readSince.Store(0)
+	return n, err
+}
+
+// pass scans p[from:], which is about to reach the caller, and returns how
+// much of p may: all of it, unless the message ends or an error event
+// starts within it.
+func (b *streamBody) pass(p []byte, from int) int {
+	for off := from; off < len(p); {
+		k, kind := b.sc.scan(p[off:])
+		off += k
+		switch kind {
+		case sseMessageStop:
+			b.complete.Store(true)
+			return off
+		case sseErrorStarted:
+			// The SDK has the line naming the event, but never gets the
+			// empty line that would dispatch it.
+			b.errEvent = true
+			b.scanErrorEvent(p[off:])
+			return off
+		case sseError:
+			// A dispatch with no name line before it cannot happen;
+			// withhold the event all the same.
+			b.errEvent = true
+			b.failErrorEvent()
+			return from
+		}
+	}
+	return len(p)
+}
+
+// scanErrorEvent reads q as part of a withheld error event and, once the
+// event is dispatched, fails the stream with it.
+func (b *streamBody) scanErrorEvent(q []byte) bool {
+	b.errRead += len(q)
+	for off := 0; off < len(q); {
+		k, kind := b.sc.scan(q[off:])
+		off += k
+		if kind != sseNone && kind != sseErrorStarted {
+			b.failErrorEvent()
+			return true
+		}
+	}
+	return false
+}
+
+// failErrorEvent fails the stream with the withheld error event, as far as
+// it came.
+func (b *streamBody) failErrorEvent() {
+	data, _ := b.sc.eventData()
+	data = append([]byte(nil), data...)
+	b.fail(sseEventError(b.res, data), Failure{Body: data})
+}
+
+// readErrorEvent reads the rest of a withheld error event, from held and
+// then from the source, and fails the stream with it.
+func (b *streamBody) readErrorEvent() {
+	if len(b.held) > 0 {
+		held := b.held
+		b.held = nil
+		if b.scanErrorEvent(held) {
+			return
+		}
+	}
+	if b.scratch == nil {
+		b.scratch = make([]byte, 4<<10)
+	}
+	for b.err == nil {
+		if b.srcDone || b.errRead > maxErrorEvent {
+			b.sc.eof()
+			if data, _ := b.sc.eventData(); len(data) == 0 {
+				b.fail(errTruncated, Failure{})
+				return
+			}
+			b.failErrorEvent()
+			return
+		}
+		n, err := b.readSource(b.scratch)
+		if b.scanErrorEvent(b.scratch[:n]) {
+			return
+		}
+		switch {
+		case err == io.EOF:
+			b.srcDone = true
+		case err != nil && (b.closed.Load() || b.c.ctx.Err() != nil || b.stalled.Load()):
+			b.sourceEnd(err)
+		case err != nil:
+			b.failErrorEvent()
+		}
+	}
+}
+
+// sourceEnd ends the stream when the source has ended or failed.
+func (b *streamBody) sourceEnd(err error) {
+	switch {
+	case b.complete.Load():
+		b.err = io.EOF
+		b.end(OutcomeSuccess, nil, nil)
+	case err == io.EOF:
+		switch b.sc.eof() {
+		case sseMessageStop:
+			b.complete.Store(true)
+			b.err = io.EOF
+			b.end(OutcomeSuccess, nil, nil)
+			return
+		}
+		b.fail(errTruncated, Failure{})
+	case b.closed.Load():
+		b.err = err
+	case b.c.ctx.Err() != nil:
+		b.err = err
+		b.end(OutcomeCanceled, err, nil)
+	case b.stalled.Load():
+		b.fail(stallError{d: b.idle}, Failure{})
+	default:
+		b.fail(err, Failure{})
+	}
+}
+
+// fail ends the stream with a failure after content: ambiguous.
+func (b *streamBody) fail(last error, f Failure) {
+	e := &Error{Reason: ErrAmbiguous, Last: last}
+	b.err = e
+	f.Header, f.Err, f.AfterContent = b.res.Header, last, true
+	if f.Body != nil {
+		f.Err = nil
+	}
+	b.end(OutcomeAmbiguous, e, &f)
+}
+
+// end finishes the call once: the first of the stream's end and Close.
+func (b *streamBody) end(outcome Outcome, err error, f *Failure) {
+	if !b.ended.CompareAndSwap(false, true) {
+		return
+	}
+	b.idleMu.Lock()
+	b.idleOff = true
+	if b.idleStop != nil {
+		b.idleStop()
+	}
+	b.idleMu.Unlock()
 	b.cancel(nil)
+	_ = b.rc.Close()
+
+	c := b.c
+	if f != nil {
+		cls := Classify(*f)
+		c.mu.Lock()
+		if n := len(c.report.AttemptLog); n > 0 {
+			ar := &c.report.AttemptLog[n-1]
+			ar.Class, ar.Kind = cls.Class, cls.Kind
+			if f.Err != nil {
+				ar.Err = f.Err.Error()
+			} else {
+				ar.Err = err.Error()
+			}
+		}
+		c.mu.Unlock()
+	}
+	c.finish(outcome, err)
+	if e, ok := err.(*Error); ok {
+		e.Report = c.snapshot()
+	}
+}
+
+// Close closes the body. Closed before its end, the stream's call ends as
+// canceled.
+func (b *streamBody) Close() error {
+	b.closed.Store(true)
+	err := b.rc.Close()
+	if b.complete.Load() {
+		b.end(OutcomeSuccess, nil, nil)
+	} else {
+		b.end(OutcomeCanceled, nil, nil)
+	}
 	return err
+}
+
+// armIdle starts the idle timer unless it runs.
+func (b *streamBody) armIdle() {
+	b.idleMu.Lock()
+	defer b.idleMu.Unlock()
+	if !b.idleArmed && !b.idleOff {
+		b.idleArmed = true
+		b.idleStop = b.c.d.clock.AfterFunc(b.idle, b.checkIdle)
+	}
+}
+
+// checkIdle runs when the idle timer fires: it fails a Read that has waited
+// the whole limit, and otherwise waits for what is left of it. A timer that
+// finds no Read waiting stops; the next Read starts it again.
+func (b *streamBody) checkIdle() {
+	now := b.c.d.clock.Now()
+	b.idleMu.Lock()
+	defer b.idleMu.Unlock()
+	b.idleArmed = false
+	since := b.readSince.Load()
+	if b.idleOff || since == 0 {
+		return
+	}
+	waited := now.Sub(time.Unix(0, since))
+	if waited >= b.idle {
+		b.stalled.Store(true)
+		b.cancel(stallError{d: b.idle})
+		return
+	}
+	b.idleArmed = true
+	b.idleStop = b.c.d.clock.AfterFunc(b.idle-waited, b.checkIdle)
 }
