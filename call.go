@@ -44,6 +44,8 @@ type call struct {
 	mu     sync.Mutex
 	report Report
 	sink   *Report
+
+	tel callTelemetry // spans and timings of this call, see telemetry.go
 }
 
 func (d *Damper) newCall(req *http.Request) (*call, error) {

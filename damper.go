@@ -95,9 +95,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if d.budget == nil {
 		d.budget = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
 	}
-	if d.tel == nil {
-		d.tel = newTelemetry(nil, nil)
-	}
+	d.tel = newTelemetry(d)
 	return d, nil
 }
 

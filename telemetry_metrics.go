@@ -1,0 +1,132 @@
+package damper
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Metric names. Like the span attributes, they never change.
+const (
+	metricAttempts        = "damper.attempts"
+	metricRetries         = "damper.retries"
+	metricDenials         = "damper.retry.denials"
+	metricBackoff         = "damper.retry.backoff"
+	metricRetryCost       = "damper.retry.cost"
+	metricBudgetBalance   = "damper.retry_budget.balance"
+	metricRequestDuration = "damper.request.duration"
+)
+
+// metrics are the instruments of one Damper, created once by New. Every
+// attribute they record has a handful of values: provider, outcome, failure
+// kind, gate. The model is left out, as a caller can name any model.
+type metrics struct {
+	attempts  metric.Int64Counter
+	retries   metric.Int64Counter
+	denials   metric.Int64Counter
+	backoff   metric.Float64Histogram
+	retryCost metric.Float64Counter
+	duration  metric.Float64Histogram
+}
+
+// newMetrics creates d's instruments on meter. An instrument the meter
+// refuses is replaced by a no-op one and the error goes to otel.Handle, as
+// telemetry must never fail a call.
+func newMetrics(d *Damper, meter metric.Meter) metrics {
+	var none noop.Meter
+	m := metrics{
+		attempts: instrument(meter.Int64Counter(metricAttempts, metric.WithUnit("{attempt}"),
+			metric.WithDescription("Provider attempts made for Messages calls, first attempts included.")))(none.Int64Counter(metricAttempts)),
+		retries: instrument(meter.Int64Counter(metricRetries, metric.WithUnit("{retry}"),
+			metric.WithDescription("Retries authorized by every admission gate.")))(none.Int64Counter(metricRetries)),
+		denials: instrument(meter.Int64Counter(metricDenials, metric.WithUnit("{retry}"),
+			metric.WithDescription("Retries refused, by the admission gate that refused them.")))(none.Int64Counter(metricDenials)),
+		backoff: instrument(meter.Float64Histogram(metricBackoff, metric.WithUnit("s"),
+			metric.WithDescription("Time waited before a retry, on the Damper's clock."),
+			metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricBackoff)),
+		retryCost: instrument(meter.Float64Counter(metricRetryCost, metric.WithUnit("USD"),
+			metric.WithDescription("Estimated cost of the retries authorized, for priced models.")))(none.Float64Counter(metricRetryCost)),
+		duration: instrument(meter.Float64Histogram(metricRequestDuration, metric.WithUnit("s"),
+			metric.WithDescription("Duration of logical Messages requests, retries and waits included."),
+			metric.WithExplicitBucketBoundaries(0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)))(none.Float64Histogram(metricRequestDuration)),
+	}
+
+	// The gauge's callback holds the budget and the clock, not d, so that a
+	// Damper nobody uses any more can be collected; its cleanup then
+	// unregisters the callback.
+	budget, clock := d.budget, d.clock
+	gauge, err := meter.Float64ObservableGauge(metricBudgetBalance, metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries the retry budget can still authorize in its current window."))
+	if err != nil {
+		otel.Handle(err)
+		return m
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(gauge, budget.Balance(clock.Now()))
+		return nil
+	}, gauge)
+	if err != nil {
+		otel.Handle(err)
+		return m
+	}
+	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	return m
+}
+
+// attempt counts one attempt of c.
+func (m *metrics) attempt(c *call, a AttemptReport) {
+	if !m.attempts.Enabled(c.ctx) {
+		return
+	}
+	if a.Class == 0 {
+		m.attempts.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider)))
+		return
+	}
+	m.attempts.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider), keyErrorClass.String(a.Kind)))
+}
+
+// retry counts a retry authorized for c after a failure classified cls,
+// and its estimated cost.
+func (m *metrics) retry(c *call, cls Classification) {
+	if m.retries.Enabled(c.ctx) {
+		m.retries.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider), keyErrorClass.String(cls.Kind)))
+	}
+	if c.report.Priced && m.retryCost.Enabled(c.ctx) {
+		m.retryCost.Add(c.ctx, c.report.EstimatedCostUSD, metric.WithAttributes(keyProvider.String(c.report.Provider)))
+	}
+}
+
+// backoffWaited records a wait before a retry of c.
+func (m *metrics) backoffWaited(ctx context.Context, c *call, d time.Duration) {
+	if m.backoff.Enabled(ctx) {
+		m.backoff.Record(ctx, d.Seconds(), metric.WithAttributes(keyProvider.String(c.report.Provider)))
+	}
+}
+
+// request records the end of c, whose report is rep: its duration and,
+// when a gate refused a retry, the denial.
+func (m *metrics) request(c *call, rep *Report) {
+	if isDenial(rep.Outcome) && m.denials.Enabled(c.ctx) {
+		m.denials.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
+	}
+	if m.duration.Enabled(c.ctx) {
+		m.duration.Record(c.ctx, rep.Duration.Seconds(), metric.WithAttributes(
+			keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)))
+	}
+}
+
+// instrument returns the instrument a meter created or, when the meter
+// refused it, hands the error to otel.Handle and returns the fallback.
+func instrument[T any](inst T, err error) func(fallback T, _ error) T {
+	return func(fallback T, _ error) T {
+		if err != nil {
+			otel.Handle(err)
+			return fallback
+		}
+		return inst
+	}
+}

@@ -1,0 +1,709 @@
+package damper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// Models of the telemetry tests: one with a price, one without.
+const (
+	pricedModel   = "claude-sonnet-4-5"
+	unpricedModel = dampertest.DefaultModel
+)
+
+// telRig is a Damper on a virtual clock in front of the fake API, whose
+// spans, metrics and log lines are kept in memory.
+type telRig struct {
+	start  time.Time
+	clock  *dampertest.Clock
+	srv    *dampertest.Server
+	d      *damper.Damper
+	client anthropic.Client
+	tp     *sdktrace.TracerProvider
+	spans  *tracetest.InMemoryExporter
+	reader *sdkmetric.ManualReader
+	logs   *bytes.Buffer
+}
+
+// newTelRig builds a rig; clientOpts go to the client after Damper's
+// option and the fake server's.
+func newTelRig(t *testing.T, p damper.Policy, settings []damper.Setting, clientOpts ...option.RequestOption) *telRig {
+	t.Helper()
+	// The virtual clock starts at the real time: the SDK's request timeout
+	// is a real deadline, and Damper checks its waits against it.
+	r := &telRig{start: time.Now(), spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader(), logs: &bytes.Buffer{}}
+	r.clock = dampertest.NewClock(r.start)
+	r.srv = dampertest.NewServer(dampertest.WithClock(r.clock))
+	t.Cleanup(r.srv.Close)
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(r.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	t.Cleanup(func() {
+		_ = r.tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	logger := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // real time: not part of what is asserted
+			}
+			return a
+		},
+	}))
+	all := append([]damper.Setting{
+		damper.WithClock(r.clock), damper.WithRand(func() float64 { return 0.5 }),
+		damper.WithTracerProvider(r.tp), damper.WithMeterProvider(mp), damper.WithLogger(logger),
+	}, settings...)
+	d, err := damper.New(p, all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.d = d
+	opts := append(append([]option.RequestOption{d.Option()}, r.srv.Options()...), clientOpts...)
+	r.client = anthropic.NewClient(opts...)
+	return r
+}
+
+func telParams(model string) anthropic.MessageNewParams {
+	return anthropic.MessageNewParams{
+		Model:     anthropic.Model(model),
+		MaxTokens: 1024,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Explain retry storms"))},
+	}
+}
+
+// call makes one Messages.New call in scenario, returning its report.
+func (r *telRig) call(t *testing.T, scenario, model string, steps ...dampertest.Step) (damper.Report, error) {
+	t.Helper()
+	r.srv.Script(scenario, steps...)
+	var rep damper.Report
+	_, err := r.client.Messages.New(context.Background(), telParams(model), dampertest.Scenario(scenario), damper.ReportInto(&rep))
+	return rep, err
+}
+
+// wantSpan is an exported span as a test expects it. Start and End are
+// offsets from the rig's start on the virtual clock.
+type wantSpan struct {
+	Name       string
+	Parent     string // the parent's name, "" for a root
+	Start, End time.Duration
+	Status     codes.Code
+	Attrs      map[attribute.Key]attribute.Value
+}
+
+func attrs(kvs ...attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value, len(kvs))
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// checkSpans asserts the exported spans, in the order they ended, with
+// every attribute, their parents, times and statuses, and that they form
+// one trace.
+func (r *telRig) checkSpans(t *testing.T, want []wantSpan) {
+	t.Helper()
+	got := r.spans.GetSpans()
+	names := map[[8]byte]string{}
+	for _, s := range got {
+		names[s.SpanContext.SpanID()] = s.Name
+	}
+	if len(got) != len(want) {
+		var gotNames []string
+		for _, s := range got {
+			gotNames = append(gotNames, s.Name)
+		}
+		t.Fatalf("spans: got %d %v, want %d", len(got), gotNames, len(want))
+	}
+	for i, w := range want {
+		s := got[i]
+		if s.Name != w.Name {
+			t.Errorf("span %d: name %q, want %q", i, s.Name, w.Name)
+		}
+		parent := ""
+		if s.Parent.IsValid() {
+			parent = names[s.Parent.SpanID()]
+			if parent == "" {
+				parent = "<unknown>"
+			}
+		}
+		if parent != w.Parent {
+			t.Errorf("span %d %s: parent %q, want %q", i, w.Name, parent, w.Parent)
+		}
+		if s.SpanContext.TraceID() != got[0].SpanContext.TraceID() {
+			t.Errorf("span %d %s: not in the trace of the others", i, w.Name)
+		}
+		if start, end := s.StartTime.Sub(r.start), s.EndTime.Sub(r.start); start != w.Start || end != w.End {
+			t.Errorf("span %d %s: from %v to %v, want %v to %v", i, w.Name, start, end, w.Start, w.End)
+		}
+		if s.Status.Code != w.Status {
+			t.Errorf("span %d %s: status %v, want %v", i, w.Name, s.Status.Code, w.Status)
+		}
+		if s.SpanKind != trace.SpanKindInternal {
+			t.Errorf("span %d %s: kind %v, want internal", i, w.Name, s.SpanKind)
+		}
+		if ga := attrs(s.Attributes...); !reflect.DeepEqual(ga, w.Attrs) {
+			t.Errorf("span %d %s: attributes\n got %v\nwant %v", i, w.Name, sortedAttrs(ga), sortedAttrs(w.Attrs))
+		}
+	}
+}
+
+func sortedAttrs(m map[attribute.Key]attribute.Value) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%s(%s)", k, v.Emit(), v.Type()))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// metricValues collects the rig's metrics as name{attributes} → value;
+// a histogram gives name{attributes}.count and .sum.
+func (r *telRig) metricValues(t *testing.T) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			key := func(s attribute.Set) string {
+				return m.Name + "{" + s.Encoded(attribute.DefaultEncoder()) + "}"
+			}
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range data.DataPoints {
+					out[key(p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Sum[float64]:
+				for _, p := range data.DataPoints {
+					out[key(p.Attributes)] = p.Value
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range data.DataPoints {
+					out[key(p.Attributes)] = p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range data.DataPoints {
+					out[key(p.Attributes)+".count"] = float64(p.Count)
+					out[key(p.Attributes)+".sum"] = p.Sum
+				}
+			default:
+				t.Fatalf("metric %s: unexpected data %T", m.Name, m.Data)
+			}
+		}
+	}
+	return out
+}
+
+func checkMetrics(t *testing.T, got, want map[string]float64) {
+	t.Helper()
+	if !maps.Equal(got, want) {
+		t.Errorf("metrics:\n got %v\nwant %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if got[k] != want[k] {
+				t.Errorf("  %s = %v, want %v", k, got[k], want[k])
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(got)) {
+			if _, ok := want[k]; !ok {
+				t.Errorf("  %s = %v, not wanted", k, got[k])
+			}
+		}
+	}
+}
+
+// logLines returns the rig's log lines, decoded.
+func (r *telRig) logLines(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(r.logs.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func checkLogs(t *testing.T, got, want []map[string]any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("log lines:\n got %v\nwant %v", got, want)
+	}
+}
+
+const (
+	ms       = time.Millisecond
+	anth     = "damper.provider=anthropic"
+	reqSpan  = "damper.request"
+	tryoSpan = "damper.attempt"
+)
+
+// durKey is the key of the request duration histogram's count or sum.
+func durKey(outcome string, stream bool, field string) string {
+	return fmt.Sprintf("damper.request.duration{damper.outcome=%s,%s,damper.stream=%t}.%s", outcome, anth, stream, field)
+}
+
+// requestAttrs are the attributes of a damper.request span.
+func requestAttrs(rep damper.Report, extra ...attribute.KeyValue) map[attribute.Key]attribute.Value {
+	kvs := []attribute.KeyValue{
+		attribute.String("damper.provider", "anthropic"),
+		attribute.String("damper.model", rep.Model),
+		attribute.Float64("damper.retry_budget.ratio", 0.1),
+		attribute.Int("damper.attempts", rep.Attempts),
+		attribute.String("damper.outcome", string(rep.Outcome)),
+		attribute.Float64("damper.retry_budget.balance", rep.BudgetBalance),
+	}
+	if rep.Priced {
+		kvs = append(kvs,
+			attribute.Float64("damper.cost.estimate_usd", rep.EstimatedCostUSD),
+			attribute.Float64("damper.cost.retry_usd", rep.RetryCostUSD))
+	}
+	return attrs(append(kvs, extra...)...)
+}
+
+func TestTelemetryFirstTrySuccess(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	rep, err := r.call(t, "ok", pricedModel, dampertest.OK())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeSuccess || !rep.Priced || rep.EstimatedCostUSD <= 0 || rep.BudgetBalance != 10.1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Attrs: attrs(attribute.Int("http.response.status_code", 200))},
+		{Name: reqSpan, Attrs: requestAttrs(rep)},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{" + anth + "}":   1,
+		durKey("success", false, "count"): 1,
+		durKey("success", false, "sum"):   0,
+		"damper.retry_budget.balance{}":   10.1,
+	})
+	checkLogs(t, r.logLines(t), nil)
+}
+
+func TestTelemetryRetryThenSuccess(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	rep, err := r.call(t, "busy", pricedModel, dampertest.Status(529), dampertest.OK())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Attempts != 2 || rep.RetryCostUSD != rep.EstimatedCostUSD || rep.BudgetBalance != 9 {
+		t.Fatalf("report: %+v", rep)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 529),
+			attribute.String("damper.attempt.error_class", "overloaded"),
+			attribute.String("error.type", "529"),
+			attribute.Float64("damper.attempt.backoff_s", 0.5),
+		)},
+		{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: 500 * ms, Attrs: attrs(
+			attribute.Int("http.response.status_code", 200),
+			attribute.Int("http.request.resend_count", 1),
+		)},
+		{Name: reqSpan, End: 500 * ms, Attrs: requestAttrs(rep)},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{" + anth + "}":                                       1,
+		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}": 1,
+		"damper.retries{damper.attempt.error_class=overloaded," + anth + "}":  1,
+		"damper.retry.cost{" + anth + "}":                                     rep.EstimatedCostUSD,
+		"damper.retry.backoff{" + anth + "}.count":                            1,
+		"damper.retry.backoff{" + anth + "}.sum":                              0.5,
+		durKey("success", false, "count"):                                     1,
+		durKey("success", false, "sum"):                                       0.5,
+		"damper.retry_budget.balance{}":                                       9,
+	})
+	checkLogs(t, r.logLines(t), []map[string]any{{
+		"level": "INFO", "msg": "damper: retrying", "decision": "retry",
+		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
+		"class": "retryable", "kind": "overloaded", "signal": "provider_health",
+		"attempt_duration": 0.0, "request_id": "req_dampertest_busy_1",
+		"backoff": float64(500 * ms), "retry_cost_usd": rep.EstimatedCostUSD,
+	}})
+}
+
+// denyBudget is a retry budget with nothing left.
+type denyBudget struct{}
+
+func (denyBudget) FirstAttemptSucceeded(time.Time) {}
+func (denyBudget) TryAcquire(time.Time) bool       { return false }
+func (denyBudget) Balance(time.Time) float64       { return 0 }
+
+func TestTelemetryBudgetDenial(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, []damper.Setting{damper.WithBudget(denyBudget{})})
+	rep, err := r.call(t, "busy", pricedModel, dampertest.Status(529))
+	if !errors.Is(err, damper.ErrRetryBudgetExhausted) {
+		t.Fatalf("err = %v, want ErrRetryBudgetExhausted", err)
+	}
+	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeBudgetExhausted || rep.RetryCostUSD != 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 529),
+			attribute.String("damper.attempt.error_class", "overloaded"),
+			attribute.String("error.type", "529"),
+		)},
+		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "budget_exhausted"))},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":      1,
+		"damper.retry.denials{damper.denial.reason=budget_exhausted," + anth + "}": 1,
+		durKey("budget_exhausted", false, "count"):                                 1,
+		durKey("budget_exhausted", false, "sum"):                                   0,
+		"damper.retry_budget.balance{}":                                            0,
+	})
+	checkLogs(t, r.logLines(t), []map[string]any{{
+		"level": "WARN", "msg": "damper: not retrying", "decision": "no_retry", "reason": "budget_exhausted",
+		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
+		"class": "retryable", "kind": "overloaded", "attempt_duration": 0.0,
+		"request_id": "req_dampertest_busy_1", "budget_balance": 0.0,
+	}})
+}
+
+func TestTelemetryCostCeilingDenial(t *testing.T) {
+	// A model with no price, under a ceiling: the retry is refused, and the
+	// spans carry no cost at all.
+	r := newTelRig(t, damper.Policy{MaxRetryCostUSD: 0.05}, nil)
+	rep, err := r.call(t, "busy", unpricedModel, dampertest.Status(500))
+	if !errors.Is(err, damper.ErrRetryCostCeiling) {
+		t.Fatalf("err = %v, want ErrRetryCostCeiling", err)
+	}
+	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeCostCeiling || rep.Priced {
+		t.Fatalf("report: %+v", rep)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 500),
+			attribute.String("damper.attempt.error_class", "server_error"),
+			attribute.String("error.type", "500"),
+		)},
+		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "cost_ceiling"))},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{damper.attempt.error_class=server_error," + anth + "}": 1,
+		"damper.retry.denials{damper.denial.reason=cost_ceiling," + anth + "}":  1,
+		durKey("cost_ceiling", false, "count"):                                  1,
+		durKey("cost_ceiling", false, "sum"):                                    0,
+		"damper.retry_budget.balance{}":                                         10,
+	})
+	lines := r.logLines(t)
+	if len(lines) != 1 || lines[0]["reason"] != "cost_ceiling" || lines[0]["level"] != "WARN" {
+		t.Errorf("log lines: %v", lines)
+	}
+}
+
+func TestTelemetryRetryAfterTooLong(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	rep, err := r.call(t, "later", pricedModel, dampertest.Status(429).RetryAfter("120"), dampertest.OK())
+	var de *damper.Error
+	if !errors.As(err, &de) || !errors.Is(err, damper.ErrRetryAfterTooLong) || de.RetryAfter != 120*time.Second {
+		t.Fatalf("err = %v, want ErrRetryAfterTooLong with the delay", err)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 429),
+			attribute.String("damper.attempt.error_class", "rate_limited"),
+			attribute.String("error.type", "429"),
+		)},
+		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "retry_after_too_long"))},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{damper.attempt.error_class=rate_limited," + anth + "}":        1,
+		"damper.retry.denials{damper.denial.reason=retry_after_too_long," + anth + "}": 1,
+		durKey("retry_after_too_long", false, "count"):                                 1,
+		durKey("retry_after_too_long", false, "sum"):                                   0,
+		"damper.retry_budget.balance{}":                                                10,
+	})
+	lines := r.logLines(t)
+	if len(lines) != 1 || lines[0]["reason"] != "retry_after_too_long" || lines[0]["status"] != 429.0 {
+		t.Errorf("log lines: %v", lines)
+	}
+}
+
+// TestTelemetryNotRetryable: a failure that is not retried is an error on
+// both spans, with the attempt's own error.type, and is no denial.
+func TestTelemetryNotRetryable(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	rep, err := r.call(t, "bad", pricedModel, dampertest.Status(400))
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("err = %v, want a 400", err)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 400),
+			attribute.String("damper.attempt.error_class", "client_error"),
+			attribute.String("error.type", "400"),
+		)},
+		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "400"))},
+	})
+	got := r.metricValues(t)
+	for k := range got {
+		if strings.HasPrefix(k, "damper.retry.denials") || strings.HasPrefix(k, "damper.retries") {
+			t.Errorf("unexpected %s = %v", k, got[k])
+		}
+	}
+	lines := r.logLines(t)
+	if len(lines) != 1 || lines[0]["reason"] != "error" || lines[0]["level"] != "INFO" {
+		t.Errorf("log lines: %v", lines)
+	}
+}
+
+// TestTelemetryAmbiguousStream: a stream that fails after its first
+// content is surfaced as ambiguous, never retried, and is no denial.
+func TestTelemetryAmbiguousStream(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	st := dampertest.Stream{Text: "a long enough answer to span several deltas", Fault: dampertest.FaultReset}
+	st.At = st.ContentIndex() + 1
+	r.srv.Script("cut", dampertest.Step{Stream: &st})
+	var rep damper.Report
+	stream := r.client.Messages.NewStreaming(context.Background(), telParams(pricedModel), dampertest.Scenario("cut"), damper.ReportInto(&rep))
+	for stream.Next() {
+	}
+	err := stream.Err()
+	_ = stream.Close()
+	if !errors.Is(err, damper.ErrAmbiguous) {
+		t.Fatalf("err = %v, want ErrAmbiguous", err)
+	}
+	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeAmbiguous {
+		t.Fatalf("report: %+v", rep)
+	}
+	// The connection reset after content is a transport failure, surfaced
+	// as ambiguous; the attempt span stays open while the caller reads.
+	const kind = "transport"
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.Int("http.response.status_code", 200),
+			attribute.String("damper.attempt.error_class", kind),
+			attribute.String("error.type", kind),
+		)},
+		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "ambiguous"))},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{damper.attempt.error_class=" + kind + "," + anth + "}": 1,
+		durKey("ambiguous", true, "count"):                                      1,
+		durKey("ambiguous", true, "sum"):                                        0,
+		// The first attempt delivered content: a first-attempt success
+		// for the budget.
+		"damper.retry_budget.balance{}": 10.1,
+	})
+	checkLogs(t, r.logLines(t), []map[string]any{{
+		"level": "INFO", "msg": "damper: not retrying", "decision": "no_retry", "reason": "ambiguous",
+		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 200.0,
+		"class": "ambiguous", "kind": kind, "attempt_duration": 0.0,
+		"request_id": "req_dampertest_cut_1", "budget_balance": 10.1,
+	}})
+}
+
+// TestTelemetrySDKSpanTree runs a retried call with the SDK's own tracing
+// on the same provider: the SDK's anthropic.messages.create span is the
+// root, damper.request its child, one damper.attempt per attempt under
+// that, and the SDK counts no attempt of its own.
+func TestTelemetrySDKSpanTree(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	r.srv.Script("busy", dampertest.Status(529), dampertest.Status(503), dampertest.OK())
+	var rep damper.Report
+	_, err := r.client.Messages.New(context.Background(), telParams(pricedModel),
+		dampertest.Scenario("busy"), option.WithTracerProvider(r.tp), damper.ReportInto(&rep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Attempts != 3 || r.srv.Count("busy") != 3 {
+		t.Fatalf("attempts: report %d, server %d, want 3", rep.Attempts, r.srv.Count("busy"))
+	}
+	spans := r.spans.GetSpans()
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name)
+	}
+	want := []string{tryoSpan, tryoSpan, tryoSpan, reqSpan, "anthropic.messages.create"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("spans, in the order they ended: %v, want %v", names, want)
+	}
+	sdk, request := spans[4], spans[3]
+	if sdk.Parent.IsValid() || sdk.SpanKind != trace.SpanKindClient {
+		t.Errorf("SDK span: parent %v, kind %v; want a root client span", sdk.Parent, sdk.SpanKind)
+	}
+	// The SDK saw three requests go out, Damper's attempts, and made one
+	// call of its own loop: its resend count is Damper's retries.
+	if resent := attrs(sdk.Attributes...)["http.request.resend_count"]; resent.AsInt64() != 2 {
+		t.Errorf("SDK span http.request.resend_count = %v, want 2", resent.Emit())
+	}
+	if sdk.Status.Code != codes.Ok {
+		t.Errorf("SDK span status %v, want Ok", sdk.Status.Code)
+	}
+	if request.Parent.SpanID() != sdk.SpanContext.SpanID() {
+		t.Errorf("damper.request's parent is %v, want the SDK span %v", request.Parent.SpanID(), sdk.SpanContext.SpanID())
+	}
+	if got := attrs(request.Attributes...)["damper.attempts"].AsInt64(); got != 3 {
+		t.Errorf("damper.attempts = %d, want 3", got)
+	}
+	for i, s := range spans[:3] {
+		if s.Parent.SpanID() != request.SpanContext.SpanID() {
+			t.Errorf("attempt span %d: parent %v, want damper.request", i, s.Parent.SpanID())
+		}
+		resend, ok := attrs(s.Attributes...)["http.request.resend_count"]
+		if (i == 0) == ok || (ok && resend.AsInt64() != int64(i)) {
+			t.Errorf("attempt span %d: resend count %v (set %v)", i, resend.Emit(), ok)
+		}
+	}
+	for _, s := range spans {
+		if s.SpanContext.TraceID() != sdk.SpanContext.TraceID() {
+			t.Errorf("span %q is in another trace", s.Name)
+		}
+	}
+}
+
+// TestTelemetryNoSecrets runs calls that retry, fail and succeed with an
+// API key and an auth token set, with every kind of telemetry on, and
+// checks that neither appears in any span, metric, log line or error.
+func TestTelemetryNoSecrets(t *testing.T) {
+	const apiKey = "sk-ant-secret-api03-abcdefghijklmnop"
+	const token = "secret-auth-token-qrstuvwxyz"
+	var sent []string
+	seen := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		sent = append(sent, req.Header.Get("Authorization"))
+		return next(req)
+	})
+	r := newTelRig(t, damper.Policy{}, nil)
+	sdk := []option.RequestOption{option.WithTracerProvider(r.tp), option.WithOpenTelemetryTracesContentMode(option.OpenTelemetryContentModeContent)}
+
+	// A client has one credential, so each secret gets its own client.
+	var errs []error
+	for _, cred := range []option.RequestOption{option.WithAPIKey(apiKey), option.WithAuthToken(token)} {
+		client := anthropic.NewClient(r.d.Option(), option.WithBaseURL(r.srv.URL()), cred, seen)
+		for _, sc := range []struct {
+			name  string
+			steps []dampertest.Step
+		}{
+			{"retried", []dampertest.Step{dampertest.Status(529), dampertest.OK()}},
+			{"denied", []dampertest.Step{dampertest.Status(429).RetryAfter("600")}},
+			{"failed", []dampertest.Step{dampertest.Status(401)}},
+			{"exhausted", []dampertest.Step{dampertest.Status(500)}},
+		} {
+			r.srv.Script(sc.name, sc.steps...)
+			_, err := client.Messages.New(context.Background(), telParams(pricedModel), append(sdk, dampertest.Scenario(sc.name))...)
+			if (err == nil) != (sc.name == "retried") {
+				t.Fatalf("%s: err = %v", sc.name, err)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(sent) != 2*(2+1+1+3) || !slices.Contains(sent, "Bearer "+apiKey) || !slices.Contains(sent, "Bearer "+token) {
+		t.Fatalf("the secrets did not reach the transport: %q", sent)
+	}
+
+	var all strings.Builder
+	spans := r.spans.GetSpans()
+	if len(spans) == 0 {
+		t.Fatal("no spans")
+	}
+	for _, s := range spans {
+		fmt.Fprintf(&all, "%+v\n", s)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&all, "%+v\n", rm)
+	if r.logs.Len() == 0 {
+		t.Fatal("no log lines")
+	}
+	all.WriteString(r.logs.String())
+	for _, err := range errs {
+		fmt.Fprintf(&all, "%v\n%+v\n%#v\n", err, err, err)
+		var de *damper.Error
+		if errors.As(err, &de) && de.Report != nil {
+			fmt.Fprintf(&all, "%+v\n", *de.Report)
+		}
+	}
+	for _, secret := range []string{apiKey, token, "sk-ant-secret", "secret-auth-token"} {
+		if strings.Contains(all.String(), secret) {
+			t.Errorf("%q appears in the telemetry or errors", secret)
+		}
+	}
+}
+
+// TestTelemetrySettingsRefuseNil: each telemetry Setting names itself
+// when given nil.
+func TestTelemetrySettingsRefuseNil(t *testing.T) {
+	for _, tc := range []struct {
+		s    damper.Setting
+		name string
+	}{
+		{damper.WithTracerProvider(nil), "WithTracerProvider(nil)"},
+		{damper.WithMeterProvider(nil), "WithMeterProvider(nil)"},
+		{damper.WithLogger(nil), "WithLogger(nil)"},
+	} {
+		_, err := damper.New(damper.Policy{}, tc.s)
+		if err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("New with %s: err = %v", tc.name, err)
+		}
+	}
+}
+
+// TestTelemetrySilentByDefault: without WithLogger, Damper writes nothing
+// to the default logger, even for decisions.
+func TestTelemetrySilentByDefault(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(prev)
+
+	clk := dampertest.NewClock(time.Now())
+	srv := dampertest.NewServer(dampertest.WithClock(clk))
+	defer srv.Close()
+	d, err := damper.New(damper.Policy{}, damper.WithClock(clk), damper.WithRand(func() float64 { return 0.5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	srv.Script("busy", dampertest.Status(529), dampertest.Status(400))
+	if _, err := client.Messages.New(context.Background(), telParams(pricedModel), dampertest.Scenario("busy")); err == nil {
+		t.Fatal("want the 400")
+	}
+	if srv.Count("busy") != 2 {
+		t.Fatalf("attempts = %d, want 2", srv.Count("busy"))
+	}
+	if buf.Len() != 0 {
+		t.Errorf("default logger got %q", buf.String())
+	}
+}
