@@ -1,0 +1,245 @@
+package brownout
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+
+	"github.com/damper-ai/damper-go"
+)
+
+// Contender is one way a Go service calls the Messages API with retries,
+// configured as its users would by default.
+type Contender struct {
+	Name string
+	// Path says, for the docs, which code runs for real and what is a
+	// re-implementation.
+	Path string
+	// newReplica builds the client of one replica (one process with its
+	// own retry state) over the simulated transport.
+	newReplica func(env replicaEnv) (call, error)
+}
+
+// call makes one logical request and returns its error.
+type call func(ctx context.Context) error
+
+// replicaEnv is what a replica runs on.
+type replicaEnv struct {
+	transport http.RoundTripper
+	clock     simClock
+	rng       *rand.Rand
+}
+
+// newSDKClient returns a real SDK client over the simulated transport.
+func newSDKClient(rt http.RoundTripper, opts ...option.RequestOption) anthropic.Client {
+	base := []option.RequestOption{
+		option.WithBaseURL("http://provider.sim/"),
+		option.WithAPIKey("sim-key"),
+		option.WithHTTPClient(&http.Client{Transport: rt}),
+	}
+	return anthropic.NewClient(append(base, opts...)...)
+}
+
+var messageParams = anthropic.MessageNewParams{
+	Model:     "claude-sonnet-4-5",
+	MaxTokens: 64,
+	Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+}
+
+// Contenders returns the five contenders, in table order.
+func Contenders() []Contender {
+	return []Contender{SDKDefault(), Naive(), Failsafe(), GRPCThrottle(), Damper()}
+}
+
+// Damper is the real Damper engine with its default policy, one Damper
+// (and so one retry budget) per replica, on the simulation's clock.
+func Damper() Contender {
+	return Contender{
+		Name: "damper",
+		Path: "real code: SDK v2 client + damper.New(damper.Policy{}) middleware (budget, classification, backoff, deadline gate) on the virtual clock",
+		newReplica: func(env replicaEnv) (call, error) {
+			d, err := damper.New(damper.Policy{}, damper.WithClock(env.clock), damper.WithRand(env.rng.Float64))
+			if err != nil {
+				return nil, err
+			}
+			client := newSDKClient(env.transport, d.Option())
+			return func(ctx context.Context) error {
+				_, err := client.Messages.New(ctx, messageParams)
+				return err
+			}, nil
+		},
+	}
+}
+
+// SDKDefault is the SDK's own retry loop: 2 retries, 0.5 s·2^n capped at
+// 8 s less up to 25 % jitter, retry-after honoured. The SDK sleeps on the
+// wall clock, so its loop is re-implemented here on the virtual clock; each
+// attempt is a real SDK call with its own retries off.
+func SDKDefault() Contender {
+	return Contender{
+		Name: "sdk-default",
+		Path: "SDK v2 client for each attempt (WithMaxRetries(0)); its retry loop (shouldRetry, retryDelay, 2 retries) re-implemented on the virtual clock",
+		newReplica: func(env replicaEnv) (call, error) {
+			client := newSDKClient(env.transport, option.WithMaxRetries(0))
+			return func(ctx context.Context) error {
+				for retry := 0; ; retry++ {
+					_, err := client.Messages.New(ctx, messageParams)
+					if err == nil || ctx.Err() != nil {
+						return err
+					}
+					res := responseOf(err)
+					if retry >= 2 || !sdkShouldRetry(err, res) {
+						return err
+					}
+					if err := env.clock.Sleep(ctx, sdkRetryDelay(res, retry, env.rng, env.clock.Now())); err != nil {
+						return err
+					}
+				}
+			}, nil
+		},
+	}
+}
+
+// Naive is a hand-written loop of 3 attempts around the SDK (its retries
+// off), retrying 429, 5xx and transport errors, with full-jitter backoff of
+// the same shape as Damper's (1 s base, 30 s cap) and no budget.
+func Naive() Contender {
+	return Contender{
+		Name: "naive-3x",
+		Path: "SDK v2 client for each attempt (WithMaxRetries(0)) in a 3-attempt loop with full jitter (1 s base, 30 s cap)",
+		newReplica: func(env replicaEnv) (call, error) {
+			client := newSDKClient(env.transport, option.WithMaxRetries(0))
+			return func(ctx context.Context) error {
+				return jitterLoop(ctx, env, client, nil)
+			}, nil
+		},
+	}
+}
+
+// GRPCThrottle is the naive loop with gRPC's retry throttling in front of
+// every retry (max tokens 10, ratio 0.1, one throttler per replica).
+func GRPCThrottle() Contender {
+	return Contender{
+		Name: "grpc-throttle",
+		Path: "SDK v2 client for each attempt (WithMaxRetries(0)) in the naive loop, gated by a gRPC retry throttler (gRFC A6, written here: max tokens 10, ratio 0.1)",
+		newReplica: func(env replicaEnv) (call, error) {
+			client := newSDKClient(env.transport, option.WithMaxRetries(0))
+			rt := newRetryThrottler(10, 0.1)
+			return func(ctx context.Context) error {
+				return jitterLoop(ctx, env, client, rt)
+			}, nil
+		},
+	}
+}
+
+// jitterLoop makes up to 3 attempts with full jitter; a non-nil throttler
+// is told of every attempt and may refuse a retry, as gRPC's is.
+func jitterLoop(ctx context.Context, env replicaEnv, client anthropic.Client, rt *retryThrottler) error {
+	const attempts = 3
+	for n := 1; ; n++ {
+		_, err := client.Messages.New(ctx, messageParams)
+		if err == nil {
+			rt.successfulRPC()
+			return nil
+		}
+		if ctx.Err() != nil || !retryableStatus(err) {
+			return err
+		}
+		// gRPC counts the failure before it checks the attempts left.
+		if rt.throttle() || n >= attempts {
+			return err
+		}
+		ceiling := min(30*time.Second, time.Second<<(n-1))
+		if err := env.clock.Sleep(ctx, time.Duration(env.rng.Float64()*float64(ceiling))); err != nil {
+			return err
+		}
+	}
+}
+
+// Failsafe is failsafe-go's HTTP retry policy with its retry budget, both
+// with their defaults (2 retries, no delay unless Retry-After; budget max
+// rate 0.2, min concurrency 3), as a RoundTripper under the SDK (its own
+// retries off), one budget per replica.
+func Failsafe() Contender {
+	return Contender{
+		Name: "failsafe-go",
+		Path: "real code: failsafe-go v0.9.8 failsafehttp.NewRoundTripper with failsafehttp.NewRetryPolicyBuilder().WithBudget(budget.New()) under the SDK v2 client (WithMaxRetries(0))",
+		newReplica: func(env replicaEnv) (call, error) {
+			policy := failsafehttp.NewRetryPolicyBuilder().WithBudget(budget.New()).Build()
+			rt := failsafehttp.NewRoundTripper(env.transport, policy)
+			client := newSDKClient(rt, option.WithMaxRetries(0))
+			return func(ctx context.Context) error {
+				_, err := client.Messages.New(ctx, messageParams)
+				return err
+			}, nil
+		},
+	}
+}
+
+// responseOf returns the HTTP response behind an SDK error, if any.
+func responseOf(err error) *http.Response {
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Response
+	}
+	return nil
+}
+
+// retryableStatus is what a hand-written loop retries: 429, 5xx, and
+// failures with no response at all.
+func retryableStatus(err error) bool {
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// sdkShouldRetry is the SDK's shouldRetry: no response (a connection
+// error), x-should-retry, else 408, 409, 429 and 5xx.
+func sdkShouldRetry(err error, res *http.Response) bool {
+	if res == nil {
+		var apiErr *anthropic.Error
+		return !errors.As(err, &apiErr)
+	}
+	switch res.Header.Get("x-should-retry") {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	c := res.StatusCode
+	return c == http.StatusRequestTimeout || c == http.StatusConflict || c == http.StatusTooManyRequests || c >= 500
+}
+
+// sdkRetryDelay is the SDK's retryDelay: the provider's retry-after-ms or
+// retry-after if present, else 0.5 s·2^retry capped at 8 s, less a uniform
+// jitter of up to a quarter.
+func sdkRetryDelay(res *http.Response, retry int, rng *rand.Rand, now time.Time) time.Duration {
+	if res != nil {
+		if v := res.Header.Get("Retry-After-Ms"); v != "" {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return max(0, time.Duration(f*float64(time.Millisecond)))
+			}
+		}
+		if v := res.Header.Get("Retry-After"); v != "" {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return max(0, time.Duration(f*float64(time.Second)))
+			}
+			if t, err := time.Parse(time.RFC1123, v); err == nil {
+				return max(0, t.Sub(now))
+			}
+		}
+	}
+	delay := min(time.Duration(0.5*float64(time.Second)*math.Pow(2, float64(retry))), 8*time.Second)
+	return delay - time.Duration(rng.Int64N(int64(delay/4)))
+}

@@ -1,0 +1,155 @@
+package brownout
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// epoch is where virtual time starts: a whole minute, so that budget
+// windows line up with the scenario's minutes, and far enough in the past
+// that the SDK never mistakes a virtual deadline for a later wall-clock one.
+var epoch = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Scenario is one simulated run: a provider with an incident, and the
+// offered load of many replicas.
+type Scenario struct {
+	Name  string // used in file names
+	Title string
+	// Provider is the simulated API and its incident.
+	Provider Provider
+	// Replicas is the number of client processes, each with its own retry
+	// state (a Damper, a throttler, a failsafe budget).
+	Replicas int
+	// Rate is the offered load: new logical requests per second, over all
+	// replicas (Poisson arrivals, each sent to a random replica).
+	Rate float64
+	// Duration is how long new requests arrive; the run goes on until the
+	// last of them ends.
+	Duration time.Duration
+	// Deadline is every logical request's deadline: the caller's context.
+	Deadline time.Duration
+	// Seed makes the run repeatable: arrivals, the provider's draws and
+	// each replica's jitter are all drawn from it.
+	Seed uint64
+}
+
+// Request is the record of one logical request.
+type Request struct {
+	Issued, Ended time.Duration // from the start of the run
+	OK            bool
+	TimedOut      bool // ended by its deadline
+	Attempts      int  // provider attempts it made
+}
+
+// Result is one contender's run of one scenario.
+type Result struct {
+	Scenario  Scenario
+	Contender string
+	Requests  []Request
+	// AttemptsPerSecond and GoodputPerSecond are per whole second of the
+	// run: provider attempts by the time they arrived, successful logical
+	// requests by the time they ended.
+	AttemptsPerSecond []int
+	GoodputPerSecond  []int
+}
+
+// runState is a run in progress.
+type runState struct {
+	s        *sched
+	provider *providerState
+	res      *Result
+}
+
+func (r *runState) recordAttempt(now time.Time) {
+	if sec := int(now.Sub(epoch) / time.Second); sec < len(r.res.AttemptsPerSecond) {
+		r.res.AttemptsPerSecond[sec]++
+	}
+}
+
+// Run simulates sc with contender c.
+func Run(sc Scenario, c Contender) (*Result, error) {
+	if sc.Replicas < 1 || sc.Rate <= 0 || sc.Duration <= 0 || sc.Deadline <= 0 {
+		return nil, fmt.Errorf("brownout: scenario %q: Replicas, Rate, Duration and Deadline must be positive", sc.Name)
+	}
+	seconds := int(math.Ceil((sc.Duration + sc.Deadline + time.Minute).Seconds()))
+	res := &Result{
+		Scenario:          sc,
+		Contender:         c.Name,
+		AttemptsPerSecond: make([]int, seconds),
+		GoodputPerSecond:  make([]int, seconds),
+	}
+	s := newSched(epoch)
+	ps := &providerState{
+		Provider: sc.Provider,
+		start:    epoch,
+		rng:      rand.New(rand.NewPCG(sc.Seed, 1)),
+		last:     epoch,
+		left:     sc.Provider.Capacity,
+	}
+	run := &runState{s: s, provider: ps, res: res}
+
+	replicas := make([]call, sc.Replicas)
+	for i := range replicas {
+		env := replicaEnv{
+			transport: simTransport{run: run},
+			clock:     simClock{s: s},
+			rng:       rand.New(rand.NewPCG(sc.Seed, uint64(100+i))),
+		}
+		r, err := c.newReplica(env)
+		if err != nil {
+			return nil, fmt.Errorf("brownout: %s replica %d: %w", c.Name, i, err)
+		}
+		replicas[i] = r
+	}
+
+	arrivals := rand.New(rand.NewPCG(sc.Seed, 2))
+	end := epoch.Add(sc.Duration)
+	var arrive func()
+	arrive = func() {
+		replica := replicas[arrivals.IntN(len(replicas))]
+		run.start(replica, sc.Deadline)
+		next := s.now.Add(time.Duration(arrivals.ExpFloat64() / sc.Rate * float64(time.Second)))
+		if next.Before(end) {
+			s.at(next, nil, arrive)
+		}
+	}
+	s.at(epoch, nil, arrive)
+	// Run until every request has ended: each is bounded by its deadline.
+	s.run(epoch.Add(100 * 365 * 24 * time.Hour))
+	return res, nil
+}
+
+// start issues one logical request on replica.
+func (r *runState) start(replica call, deadline time.Duration) {
+	s := r.s
+	issued := s.now
+	ctx, cancel := newDeadlineCtx(issued.Add(deadline))
+	idx := len(r.res.Requests)
+	r.res.Requests = append(r.res.Requests, Request{Issued: issued.Sub(epoch)})
+	var expire *event
+	done := false
+	p := s.spawn(ctx, func(p *proc) {
+		err := replica(ctx)
+		rec := &r.res.Requests[idx]
+		rec.Ended = s.now.Sub(epoch)
+		rec.OK = err == nil
+		rec.TimedOut = ctx.expired
+		rec.Attempts = p.attempt
+		if rec.OK {
+			if sec := int(rec.Ended / time.Second); sec < len(r.res.GoodputPerSecond) {
+				r.res.GoodputPerSecond[sec]++
+			}
+		}
+		s.cancel(expire)
+		cancel()
+		done = true
+	})
+	if !done {
+		expire = s.at(ctx.deadline, p, func() {
+			ctx.expired = true
+			cancel()
+		})
+	}
+}

@@ -1,0 +1,66 @@
+// Command brownout runs the brownout simulation with every contender and
+// writes the "Brownout simulation" section of docs/BENCHMARKS.md and the
+// charts docs/brownout-*.svg. Run it from the bench module:
+//
+//	cd bench && go run ./cmd/brownout
+//
+// It exits non-zero if a target is not shown, after writing the results.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/damper-ai/damper-go/bench/brownout"
+)
+
+func main() {
+	docs := flag.String("docs", "../docs", "directory holding BENCHMARKS.md and the charts")
+	replicas := flag.Int("replicas", brownout.DefaultReplicas, "client replicas, each with its own retry state")
+	flag.Parse()
+	if err := run(*docs, *replicas); err != nil {
+		fmt.Fprintln(os.Stderr, "brownout:", err)
+		os.Exit(1)
+	}
+}
+
+func run(docs string, replicas int) error {
+	contenders := brownout.Contenders()
+	suite, err := brownout.RunSuite(brownout.Scenarios(replicas), contenders)
+	if err != nil {
+		return err
+	}
+	chart := func(sc brownout.Scenario) string { return "brownout-" + sc.Name + ".svg" }
+	for _, sc := range suite.Scenarios {
+		f, err := os.Create(filepath.Join(docs, chart(sc)))
+		if err != nil {
+			return err
+		}
+		err = brownout.WriteSVG(f, suite.Results[sc.Name])
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	md := suite.Markdown(contenders, chart)
+	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
+		return err
+	}
+	missed := 0
+	for _, c := range suite.Checks() {
+		status := "shown"
+		if !c.Pass {
+			status = "MISSED"
+			missed++
+		}
+		fmt.Printf("%-7s %s: %s\n", status, c.Target, c.Detail)
+	}
+	if missed > 0 {
+		return fmt.Errorf("%d target(s) missed; see docs/BENCHMARKS.md", missed)
+	}
+	return nil
+}
