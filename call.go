@@ -133,23 +133,9 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		}
 
 		now := c.d.clock.Now()
-		var hint time.Duration
-		hasHint := false
-		if !p.IgnoreRetryAfter && a.failure.Header != nil {
-			hint, hasHint = ParseRetryAfter(a.failure.Header, now)
-		}
-		wait := backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, c.d.rand())
-		if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
-			return c.surface(a, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint})
-		}
-		if hasHint && hint > p.MaxRetryAfter {
-			return c.surface(a, OutcomeRetryAfterTooLong, &Error{Reason: ErrRetryAfterTooLong, RetryAfter: hint})
-		}
-		if p.MaxRetryCostUSD > 0 {
-			cost := c.report.EstimatedCostUSD
-			if !c.report.Priced || retryCost+cost > p.MaxRetryCostUSD {
-				return c.surface(a, OutcomeCostCeiling, &Error{Reason: ErrRetryCostCeiling})
-			}
+		wait, outcome, refusal := c.plan(n, a.failure, now, retryCost, c.d.rand())
+		if refusal != nil {
+			return c.surface(a, outcome, refusal)
 		}
 		if !c.d.budget.TryAcquire(now) {
 			if p.OnBudgetExhausted == PassthroughBudgetExhausted {
@@ -169,6 +155,30 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			return c.surface(a, OutcomeCanceled, nil)
 		}
 	}
+}
+
+// plan returns the wait before the retry that follows failed attempt n,
+// or the outcome and error of the gate that refuses it. It runs every gate
+// but the budget, which goes last so that no unit is spent on a retry that
+// another gate refuses.
+func (c *call) plan(n int, f *Failure, now time.Time, retryCost, rnd float64) (time.Duration, Outcome, *Error) {
+	p := &c.d.policy
+	var hint time.Duration
+	hasHint := false
+	if !p.IgnoreRetryAfter && f.Header != nil {
+		hint, hasHint = ParseRetryAfter(f.Header, now)
+	}
+	wait := backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
+	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
+		return 0, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint}
+	}
+	if hasHint && hint > p.MaxRetryAfter {
+		return 0, OutcomeRetryAfterTooLong, &Error{Reason: ErrRetryAfterTooLong, RetryAfter: hint}
+	}
+	if p.MaxRetryCostUSD > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD) {
+		return 0, OutcomeCostCeiling, &Error{Reason: ErrRetryCostCeiling}
+	}
+	return wait, "", nil
 }
 
 // attemptResult is the end of one attempt: a response to hand to the SDK,

@@ -25,7 +25,10 @@ type rig struct {
 
 func newRig(t *testing.T, p damper.Policy, settings ...damper.Setting) *rig {
 	t.Helper()
-	clk := dampertest.NewClock(time.Now())
+	// The clock starts at the next whole minute, so that a test's virtual
+	// time falls in one budget window, and in the future, so that deadlines
+	// taken from it have not passed in real time.
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
 	srv := dampertest.NewServer(dampertest.WithClock(clk))
 	t.Cleanup(srv.Close)
 	d, err := damper.New(p, append([]damper.Setting{damper.WithClock(clk), damper.WithRand(half)}, settings...)...)

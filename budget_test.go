@@ -1,0 +1,135 @@
+package damper_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func TestWindowBudgetArithmetic(t *testing.T) {
+	b := damper.NewWindowBudget(0.1, time.Minute, 10)
+	for i := range 10 {
+		if !b.TryAcquire(t0) {
+			t.Fatalf("retry %d refused; the window starts with 10 units", i+1)
+		}
+	}
+	if b.TryAcquire(t0) {
+		t.Fatal("11th retry admitted with no success in the window")
+	}
+	for range 9 {
+		b.FirstAttemptSucceeded(t0)
+	}
+	if b.TryAcquire(t0) {
+		t.Fatal("0.9 units made a whole retry")
+	}
+	b.FirstAttemptSucceeded(t0)
+	if !b.TryAcquire(t0) {
+		t.Fatal("10 successes at ratio 0.1 did not add a unit")
+	}
+	if got := b.Balance(t0); got != 0 {
+		t.Errorf("balance = %v, want 0", got)
+	}
+	// A new window starts afresh; the old one's successes do not carry.
+	next := t0.Add(time.Minute)
+	if got := b.Balance(next); got != 10 {
+		t.Errorf("balance in the next window = %v, want 10", got)
+	}
+}
+
+// TestBudgetBoundAllFailing: with the default policy and a provider that
+// always fails, N logical requests make exactly N + 10 attempts in one
+// window.
+func TestBudgetBoundAllFailing(t *testing.T) {
+	const n = 200
+	r := newRig(t, damper.Policy{})
+	r.srv.Script("", dampertest.Status(529))
+	exhausted := 0
+	for range n {
+		var rep damper.Report
+		_, _ = r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+		if rep.Outcome == damper.OutcomeBudgetExhausted {
+			exhausted++
+		}
+	}
+	if got := r.srv.Count(""); got != n+10 {
+		t.Errorf("provider attempts = %d, want %d", got, n+10)
+	}
+	// Five requests take two units each and use up their attempts.
+	if exhausted != n-5 {
+		t.Errorf("budget-exhausted requests = %d, want %d", exhausted, n-5)
+	}
+}
+
+// TestBudgetBoundConcurrent: under 1,000 goroutines with first-attempt
+// successes interleaved, the retries authorized are exactly
+// 10 + 0.1 × successes when demand exceeds it.
+func TestBudgetBoundConcurrent(t *testing.T) {
+	const goroutines = 1000
+	b := damper.NewWindowBudget(0.1, time.Hour, 10)
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			if i%2 == 0 {
+				b.FirstAttemptSucceeded(t0)
+			}
+			for range 3 {
+				if b.TryAcquire(t0) {
+					granted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Units granted before all successes landed can only be fewer; top up
+	// with one pass now that the window holds all 500 successes.
+	for b.TryAcquire(t0) {
+		granted.Add(1)
+	}
+	if got, want := granted.Load(), int64(10+0.1*goroutines/2); got != want {
+		t.Errorf("retries authorized = %d, want %d", got, want)
+	}
+}
+
+// TestBudgetSharedAcrossCalls: calls through one Damper share its budget,
+// through another Damper they do not.
+func TestBudgetSharedAcrossCalls(t *testing.T) {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	srv.Script("", dampertest.Status(529))
+	newClient := func(d *damper.Damper) anthropic.Client {
+		return anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	}
+	clk := dampertest.NewClock(time.Now())
+	d1, _ := damper.New(damper.Policy{RetryBudgetMinTokens: 1}, damper.WithClock(clk))
+	d2, _ := damper.New(damper.Policy{RetryBudgetMinTokens: 1}, damper.WithClock(clk))
+	a, b, c := newClient(d1), newClient(d1), newClient(d2)
+	for _, client := range []anthropic.Client{a, b, c} {
+		_, _ = client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
+	}
+	// d1's one unit serves one of its two clients; d2 has its own.
+	if got := srv.Count(""); got != 3+2 {
+		t.Errorf("provider attempts = %d, want 5", got)
+	}
+}
+
+func BenchmarkBudgetTryAcquireParallel(b *testing.B) {
+	budget := damper.NewWindowBudget(0.1, time.Minute, 10)
+	now := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			budget.FirstAttemptSucceeded(now)
+			budget.TryAcquire(now)
+		}
+	})
+}
