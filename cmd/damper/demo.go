@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/outage"
+)
+
+// defaultMaxAmplification is the demo's pass/fail line, as in the Python
+// Damper's demo.
+const defaultMaxAmplification = 1.10
+
+// demoFlags are the demo's settings, as parsed from the command line.
+type demoFlags struct {
+	cfg              outage.Config
+	maxAmplification float64
+	json             bool
+	svg              string
+}
+
+func parseDemo(args []string, stderr io.Writer) (demoFlags, error) {
+	def := outage.DefaultConfig()
+	var f demoFlags
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&f.cfg.Requests, "requests", def.Requests, "logical requests to make")
+	fs.IntVar(&f.cfg.Failures, "failures", def.Failures, "attempts of each request that fail (529 overloaded) before one succeeds")
+	fs.IntVar(&f.cfg.Concurrency, "concurrency", def.Concurrency,
+		"requests in flight at once. At 1 the run is exact and repeatable. Above 1 Damper still spends\n"+
+			"exactly its window's units (1,010 attempts by default), but which requests get them depends on\n"+
+			"scheduling: ten requests may each get one retry and then be refused, so the budget-exhausted\n"+
+			"count can rise from 995 up to 1,000 and the successes fall to 0")
+	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed of the backoff jitter")
+	maxAttempts := fs.Int("max-attempts", damper.DefaultMaxAttempts, "attempts per logical request, the first included, for both strategies")
+	ratio := fs.Float64("budget-ratio", damper.DefaultRetryBudgetRatio, "retry budget units added per successful first attempt")
+	minTokens := fs.Int("budget-min", damper.DefaultRetryBudgetMinTokens, "retry budget units each window starts with")
+	window := fs.Duration("budget-window", damper.DefaultRetryBudgetWindow, "length of the retry budget's fixed window")
+	fs.Float64Var(&f.maxAmplification, "max-amplification", defaultMaxAmplification, "exit with status 1 when Damper's attempts per logical request exceed this")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
+	fs.StringVar(&f.svg, "svg", "", "also write a chart of provider attempts over virtual time to this `file`")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: damper demo [flags]
+
+The outage demo. Every logical request fails with 529 overloaded a set
+number of times before it succeeds. The same requests go, through the
+official Go SDK, to a fake Messages API served in memory, twice:
+
+  naive   a plain loop of up to --max-attempts SDK calls per request, with
+          the SDK's own retries off and full-jitter backoff between them
+  damper  one SDK call per request, retries owned by Damper
+
+Backoffs sleep on a virtual clock, so the run takes about a second of real
+time and nothing touches the network. With the defaults the result is exact:
+naive 3,000 attempts (3.00x); Damper 1,010 attempts (1.01x) and 995
+budget-exhausted events, because each budget window starts with 10 units and
+grows only with first attempts that succeed, which an outage has none of.
+
+The command exits with status 1 when Damper's amplification is above
+--max-amplification, 2 on a bad flag.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return f, fmt.Errorf("demo takes no arguments, got %q", fs.Args())
+	}
+	// Policy reads 0 as "the default", so 0 on the command line would
+	// silently mean something else: refuse it.
+	switch {
+	case *maxAttempts < 1:
+		return f, fmt.Errorf("--max-attempts = %d: must be at least 1", *maxAttempts)
+	case *ratio <= 0:
+		return f, fmt.Errorf("--budget-ratio = %v: must be above 0", *ratio)
+	case *minTokens < 1:
+		return f, fmt.Errorf("--budget-min = %d: must be at least 1", *minTokens)
+	case *window <= 0:
+		return f, fmt.Errorf("--budget-window = %v: must be above 0", *window)
+	case f.maxAmplification <= 0:
+		return f, fmt.Errorf("--max-amplification = %v: must be above 0", f.maxAmplification)
+	}
+	f.cfg.Policy = damper.Policy{
+		MaxAttempts:          *maxAttempts,
+		RetryBudgetRatio:     *ratio,
+		RetryBudgetMinTokens: *minTokens,
+		RetryBudgetWindow:    *window,
+	}
+	if err := f.cfg.Validate(); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	f, err := parseDemo(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "damper demo:", err)
+		return exitUsage
+	}
+	res, err := outage.Simulate(context.Background(), f.cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "damper demo:", err)
+		return exitFail
+	}
+	pass := res.Damper.Amplification <= f.maxAmplification
+
+	if f.svg != "" {
+		if err := writeChart(f.svg, res, f.maxAmplification); err != nil {
+			fmt.Fprintln(stderr, "damper demo:", err)
+			return exitFail
+		}
+	}
+	if f.json {
+		out := struct {
+			outage.Result
+			MaxAmplification float64 `json:"max_amplification"`
+			Pass             bool    `json:"pass"`
+		}{res, f.maxAmplification, pass}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintln(stderr, "damper demo:", err)
+			return exitFail
+		}
+	} else {
+		printDemo(stdout, res, f.maxAmplification, pass)
+		if f.svg != "" {
+			fmt.Fprintf(stdout, "Chart written to %s\n", f.svg)
+		}
+	}
+	if !pass {
+		return exitFail
+	}
+	return exitOK
+}
+
+func writeChart(path string, res outage.Result, maxAmplification float64) error {
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := outage.WriteSVG(file, res, maxAmplification); err != nil {
+		file.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return file.Close()
+}
+
+func printDemo(w io.Writer, res outage.Result, maxAmplification float64, pass bool) {
+	p := res.Policy
+	times := "times"
+	if res.Failures == 1 {
+		times = "time"
+	}
+	fmt.Fprintf(w, "Outage demo: %s logical requests, each failing %d %s (529 overloaded) before it succeeds.\n",
+		thousands(res.Requests), res.Failures, times)
+	fmt.Fprintf(w, "Official Go SDK against a fake Messages API in memory, on a virtual clock: no network, no waiting.\n")
+	fmt.Fprintf(w, "Concurrency %d, seed %d.\n\n", res.Concurrency, res.Seed)
+
+	fmt.Fprintf(w, "Naive per-request retries (%d attempts, SDK retries off):\n", p.MaxAttempts)
+	printRun(w, res.Naive, false)
+	fmt.Fprintf(w, "\nDamper (%d attempts; budget of %d units + %g per first-attempt success, per %v window):\n",
+		p.MaxAttempts, p.RetryBudgetMinTokens, p.RetryBudgetRatio, p.RetryBudgetWindow)
+	printRun(w, res.Damper, true)
+
+	verdict := "PASS"
+	relation := "is within"
+	if !pass {
+		verdict, relation = "FAIL", "is above"
+	}
+	fmt.Fprintf(w, "\n%s: Damper's amplification %.2fx %s the %.2fx limit (naive: %.2fx).\n",
+		verdict, res.Damper.Amplification, relation, maxAmplification, res.Naive.Amplification)
+}
+
+func printRun(w io.Writer, r outage.Run, budget bool) {
+	line := func(label, value string) { fmt.Fprintf(w, "  %-26s%s\n", label+":", value) }
+	line("logical requests", thousands(r.Requests))
+	line("provider attempts", thousands(r.Attempts))
+	line("amplification", fmt.Sprintf("%.2fx", r.Amplification))
+	if budget {
+		line("budget exhausted events", thousands(r.BudgetExhausted))
+	}
+	line("succeeded", thousands(r.Succeeded))
+	line("virtual time", r.Elapsed.Round(100*time.Millisecond).String())
+}
+
+// thousands formats n with comma separators: 1,010.
+func thousands(n int) string {
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

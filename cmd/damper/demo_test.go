@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The README's first command, exactly as a newcomer sees it.
+func TestDemoDefault(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo"}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	naive, dmp, ok := strings.Cut(out.String(), "Damper (")
+	if !ok {
+		t.Fatalf("no Damper section in:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"logical requests:         1,000\n",
+		"provider attempts:        3,000\n",
+		"amplification:            3.00x\n",
+	} {
+		if !strings.Contains(naive, want) {
+			t.Errorf("naive section lacks %q:\n%s", want, naive)
+		}
+	}
+	for _, want := range []string{
+		"logical requests:         1,000\n",
+		"provider attempts:        1,010\n",
+		"amplification:            1.01x\n",
+		"budget exhausted events:  995\n",
+		"PASS: Damper's amplification 1.01x is within the 1.10x limit",
+	} {
+		if !strings.Contains(dmp, want) {
+			t.Errorf("Damper section lacks %q:\n%s", want, dmp)
+		}
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"demo", "--json", "--requests", "400", "--failures", "1", "--budget-min", "30"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	var got struct {
+		Pass  bool `json:"pass"`
+		Naive struct {
+			Attempts int     `json:"provider_attempts"`
+			Amp      float64 `json:"amplification"`
+		} `json:"naive"`
+		Damper struct {
+			Requests  int `json:"logical_requests"`
+			Attempts  int `json:"provider_attempts"`
+			Exhausted int `json:"budget_exhausted_events"`
+			Succeeded int `json:"succeeded"`
+		} `json:"damper"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	// One failure each: 30 units buy 30 retries, all succeed; the other
+	// 370 requests are refused. Naive: two attempts each.
+	if !got.Pass || got.Naive.Attempts != 800 || got.Naive.Amp != 2 ||
+		got.Damper.Requests != 400 || got.Damper.Attempts != 430 || got.Damper.Exhausted != 370 || got.Damper.Succeeded != 30 {
+		t.Errorf("got %+v, want pass, naive 800 attempts (2x), Damper 400 requests, 430 attempts, 370 exhausted, 30 succeeded", got)
+	}
+}
+
+// Above the limit, the demo fails: 50 requests with 10 retries is 1.20x.
+func TestDemoFailsAboveLimit(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo", "--requests", "50"}, &out, &errb); code != exitFail {
+		t.Errorf("exit %d, want %d", code, exitFail)
+	}
+	if !strings.Contains(out.String(), "FAIL: Damper's amplification 1.20x is above the 1.10x limit") {
+		t.Errorf("no FAIL line in:\n%s", out.String())
+	}
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--requests", "0"}, "Config.Requests = 0"},
+		{[]string{"--failures", "-2"}, "Config.Failures = -2"},
+		{[]string{"--concurrency", "0"}, "Config.Concurrency = 0"},
+		{[]string{"--budget-min", "0"}, "--budget-min = 0"},
+		{[]string{"--budget-ratio", "0"}, "--budget-ratio = 0"},
+		{[]string{"--budget-window", "0s"}, "--budget-window = 0s"},
+		{[]string{"--max-attempts", "0"}, "--max-attempts = 0"},
+		{[]string{"--max-amplification", "-1"}, "--max-amplification = -1"},
+		{[]string{"--requests", "many"}, `invalid value "many" for flag -requests`},
+		{[]string{"extra"}, `demo takes no arguments, got ["extra"]`},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"demo"}, tt.args...), &out, &errb); code != exitUsage {
+			t.Errorf("demo %q: exit %d, want %d", tt.args, code, exitUsage)
+		}
+		if !strings.Contains(errb.String(), tt.want) {
+			t.Errorf("demo %q: stderr %q, want it to name %q", tt.args, errb.String(), tt.want)
+		}
+	}
+}
+
+func TestDemoSVG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chart.svg")
+	var out, errb bytes.Buffer
+	if code := run([]string{"demo", "--requests", "200", "--svg", path}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "Chart written to "+path) {
+		t.Errorf("output does not name the chart:\n%s", out.String())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			for _, a := range se.Attr {
+				if a.Name.Local == "id" {
+					ids[a.Value] = true
+				}
+			}
+		}
+	}
+	if !ids["naive"] || !ids["damper"] {
+		t.Errorf("chart series found: %v, want naive and damper", ids)
+	}
+
+	code := run([]string{"demo", "--svg", filepath.Join(t.TempDir(), "missing", "chart.svg")}, &out, &errb)
+	if code != exitFail || !strings.Contains(errb.String(), "no such file or directory") {
+		t.Errorf("unwritable --svg: exit %d, stderr %q; want %d and the file error", code, errb.String(), exitFail)
+	}
+}

@@ -1,0 +1,91 @@
+// Command damper shows, offline, what Damper does for a Go service that
+// calls Claude through the official SDK.
+//
+// Usage:
+//
+//	damper demo [flags]        the outage demo: naive retries vs Damper
+//	damper scenarios [flags]   the SDK failure catalogue, bare SDK vs Damper
+//	damper help [command]      help for a command
+//
+// demo runs in memory on a virtual clock and finishes in about a second;
+// it exits with status 1 when Damper's amplification is above the limit.
+// scenarios runs on a loopback fake API in real time, every row at once,
+// and finishes within its --deadline (10 s by default).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the run worked and its check failed
+	exitUsage = 2 // bad command line, as with the flag package
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "the outage demo: 1,000 requests, naive retries vs Damper (offline, virtual time)", runDemo},
+		{"scenarios", "the SDK failure catalogue, bare SDK vs Damper, side by side (loopback, real time)", runScenarios},
+	}
+}
+
+// run is the command line, separate from main so that tests can drive it.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 {
+			return run([]string{rest[0], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(rest, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "damper: unknown command %q\n\n", name)
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `damper shows what Damper, retry ownership for the Anthropic Go SDK, does.
+Everything runs offline: no API key, no network beyond loopback.
+
+Usage:
+
+	damper <command> [flags]
+
+Commands:
+
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run "damper help <command>" or "damper <command> -h" for a command's flags.
+Start with:
+
+	go run ./cmd/damper demo
+`)
+}
