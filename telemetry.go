@@ -131,6 +131,9 @@ type telemetry struct {
 	m      metrics
 	ratio  float64
 	clock  Clock
+	// virtualTime is whether the clock is not the real one: spans then
+	// take their times from it.
+	virtualTime bool
 }
 
 // newTelemetry builds d's telemetry from the Settings given to New. It
@@ -153,6 +156,8 @@ func newTelemetry(d *Damper) *telemetry {
 	t.log = t.cfg.logger
 	t.ratio = d.policy.RetryBudgetRatio
 	t.clock = d.clock
+	_, real := d.clock.(realClock)
+	t.virtualTime = !real
 	t.m = newMetrics(d, mp.Meter(instrumentationName))
 	return t
 }
@@ -174,8 +179,7 @@ type callTelemetry struct {
 
 // requestStart opens the damper.request span of c.
 func (t *telemetry) requestStart(c *call) {
-	_, span := t.tracer.Start(c.ctx, spanRequest,
-		trace.WithTimestamp(c.start), trace.WithSpanKind(trace.SpanKindInternal))
+	_, span := t.start(c.ctx, spanRequest, c.start)
 	c.tel.request = span
 	if !span.IsRecording() {
 		return
@@ -203,11 +207,12 @@ func (t *telemetry) attemptStart(ctx context.Context, c *call, n int) context.Co
 		t.m.backoffWaited(ctx, c, now.Sub(c.tel.retryAt))
 		c.tel.retryAt = time.Time{}
 	}
-	if c.tel.request != nil {
-		ctx = trace.ContextWithSpan(ctx, c.tel.request)
+	req := c.tel.request
+	if req == nil || !req.IsRecording() && !req.SpanContext().IsValid() {
+		// No tracing at all: an attempt span would be a no-op too.
+		return ctx
 	}
-	ctx, span := t.tracer.Start(ctx, spanAttempt,
-		trace.WithTimestamp(now), trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := t.start(trace.ContextWithSpan(ctx, req), spanAttempt, now)
 	if n > 1 && span.IsRecording() {
 		span.SetAttributes(keyResendCount.Int(n - 1))
 	}
@@ -234,7 +239,7 @@ func (t *telemetry) attemptEnd(c *call, n int, a AttemptReport) {
 	}
 	t.recordAttempt(c, span, a, true)
 	if a.Class == 0 {
-		span.End(trace.WithTimestamp(now))
+		endSpan(span, now)
 		c.tel.attempt = nil
 		return
 	}
@@ -325,7 +330,26 @@ func (t *telemetry) requestEnd(c *call, err error) {
 			span.SetStatus(codes.Error, string(rep.Outcome))
 		}
 	}
-	span.End(trace.WithTimestamp(now))
+	endSpan(span, now)
+}
+
+// start starts a span at the time at. On the real clock the tracer's own
+// time is the same, and passing none saves an allocation per span.
+func (t *telemetry) start(ctx context.Context, name string, at time.Time) (context.Context, trace.Span) {
+	if t.virtualTime {
+		return t.tracer.Start(ctx, name, trace.WithTimestamp(at))
+	}
+	return t.tracer.Start(ctx, name)
+}
+
+// endSpan ends span at the time at; a span that records nothing is ended
+// without the cost of an option.
+func endSpan(span trace.Span, at time.Time) {
+	if span.IsRecording() {
+		span.End(trace.WithTimestamp(at))
+		return
+	}
+	span.End()
 }
 
 // closeAttempt ends c's open attempt span, at the time its attempt ended.
@@ -338,7 +362,7 @@ func (t *telemetry) closeAttempt(c *call, now time.Time) {
 	if end.IsZero() {
 		end = now
 	}
-	span.End(trace.WithTimestamp(end))
+	endSpan(span, end)
 	c.tel.attempt, c.tel.attemptEnd = nil, time.Time{}
 }
 
