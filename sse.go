@@ -47,9 +47,10 @@ const (
 // It keeps nothing of a line but its field name and, when Damper needs it,
 // the event's name and data, and it finds line ends with bytes.IndexByte,
 // so scanning costs little more than the bytes' trip through memory. Data
-// is kept for events whose name is not known yet, for error events and,
-// before content, for content_block_start, whose block says whether it
-// carries content.
+// is kept for every event before content (a content_block_start's block
+// says whether it carries content) and after it only for events whose name
+// is not known yet or is "error"; an error event whose data came before a
+// line naming another event is reported without all of it.
 //
 // The zero value is ready to use, in the before-content mode.
 type sseScanner struct {
@@ -234,7 +235,9 @@ func (s *sseScanner) endLine() sseKind {
 		s.keepData([]byte{'\n'})
 	case fieldEvent:
 		name := s.eventName()
-		want := name == "error" || (!s.afterContent && name == "content_block_start")
+		// Before content every event is held anyway, and kept whole;
+		// after it only an error event's data is needed.
+		want := name == "error" || !s.afterContent
 		if want && s.drop && s.dataN > 0 {
 			s.dataOver = true // data came before this name and was dropped
 		}

@@ -1,0 +1,169 @@
+package damper
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
+)
+
+// scanned is one event as the hold-back sees it.
+type scanned struct {
+	kind sseKind
+	data string // for error events
+}
+
+func (e scanned) String() string { return fmt.Sprintf("%d%q", e.kind, e.data) }
+
+// sdkEvents decodes body with the SDK's own decoder and classifies each
+// event by the documented rule: what Damper's scanner must find.
+func sdkEvents(body []byte) []scanned {
+	res := &http.Response{
+		Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body:   io.NopCloser(bytes.NewReader(body)),
+	}
+	dec := ssestream.NewDecoder(res)
+	var out []scanned
+	after := false
+	for dec.Next() {
+		ev := dec.Event()
+		data := bytes.TrimSuffix(ev.Data, []byte("\n"))
+		kind := sseHeld
+		switch {
+		case ev.Type == "error":
+			out = append(out, scanned{sseError, string(data)})
+			continue
+		case ev.Type == "message_stop":
+			kind = sseMessageStop
+		case after || len(data) == 0:
+		case ev.Type == "content_block_delta",
+			ev.Type == "content_block_start" && blockHasContent(data, true):
+			kind, after = sseContent, true
+		}
+		out = append(out, scanned{kind: kind})
+	}
+	return out
+}
+
+// partial stands for the data of an error event the scanner did not keep.
+const partial = "\x00partial"
+
+// scanEvents runs the scanner over body cut into pieces of size n.
+func scanEvents(body []byte, n int) []scanned {
+	var s sseScanner
+	var out []scanned
+	record := func(kind sseKind) {
+		switch kind {
+		case sseNone, sseErrorStarted:
+		case sseError:
+			data, whole := s.eventData()
+			if !whole {
+				// Data before a line naming another event, after content:
+				// documented as not kept.
+				data = []byte(partial)
+			}
+			out = append(out, scanned{sseError, string(data)})
+		default:
+			out = append(out, scanned{kind: kind})
+		}
+	}
+	for len(body) > 0 {
+		chunk := body[:min(n, len(body))]
+		body = body[len(chunk):]
+		for off := 0; off < len(chunk); {
+			k, kind := s.scan(chunk[off:])
+			if k == 0 {
+				panic("scan consumed nothing")
+			}
+			off += k
+			record(kind)
+		}
+	}
+	record(s.eof())
+	return out
+}
+
+const anthropicStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n" +
+	"event: ping\ndata: {\"type\": \"ping\"}\n\n" +
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n" +
+	"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+// FuzzSSEScanner checks that the scanner sees the same events as the SDK's
+// decoder, whatever the bytes and however they are cut into reads.
+func FuzzSSEScanner(f *testing.F) {
+	f.Add([]byte(anthropicStream), uint8(7))
+	f.Add(bytes.ReplaceAll([]byte(anthropicStream), []byte("\n"), []byte("\r\n")), uint8(1))
+	f.Add([]byte("data: {\"a\":1}\nevent: error\n\n:comment\nevent\ndata\n\n"), uint8(3))
+	f.Add([]byte("event: content_block_start\ndata: {\"content_block\":{\"type\":\"tool_use\",\"input\":{}}}\n\nevent:content_block_start\ndata:{\"content_block\":{\"type\":\"web_search_tool_result\"}}\n\n"), uint8(5))
+	f.Add([]byte("event: message_stop\r\ndata: {}\r\n\r"), uint8(2))
+	f.Add([]byte("event: error\r"), uint8(64))
+	f.Fuzz(func(t *testing.T, body []byte, cut uint8) {
+		want := sdkEvents(body)
+		got := scanEvents(body, int(cut)%64+1)
+		for i := range min(len(got), len(want)) {
+			if got[i].kind == sseError && got[i].data == partial {
+				want[i].data = partial
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("body %q cut every %d:\nscanner %v\nSDK     %v", body, int(cut)%64+1, got, want)
+		}
+	})
+}
+
+// Every cut of a real stream finds the same events.
+func TestSSEScannerEveryCut(t *testing.T) {
+	for _, body := range []string{anthropicStream, string(bytes.ReplaceAll([]byte(anthropicStream), []byte("\n"), []byte("\r\n")))} {
+		want := sdkEvents([]byte(body))
+		if len(want) != 6 || want[3].kind != sseContent || want[4].kind != sseError || want[5].kind != sseMessageStop {
+			t.Fatalf("SDK events %v", want)
+		}
+		for n := 1; n <= len(body); n++ {
+			if got := scanEvents([]byte(body), n); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("cut every %d: %v, want %v", n, got, want)
+			}
+		}
+	}
+}
+
+func TestBlockHasContent(t *testing.T) {
+	tests := map[string]bool{
+		`{"content_block":{"type":"text","text":""}}`:                               false,
+		`{"content_block":{"type":"text","text":"Hi"}}`:                             true,
+		`{"content_block":{"type":"thinking","thinking":"","signature":""}}`:        false,
+		`{"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}`:      false,
+		`{"content_block":{"type":"tool_use","id":"t","name":"f","input":{ }}}`:     false,
+		`{"content_block":{"type":"tool_use","id":"t","name":"f","input":{"a":1}}}`: true,
+		`{"content_block":{"type":"web_search_tool_result","content":[]}}`:          true,
+		`{"content_block":{"type":"redacted_thinking","data":"x"}}`:                 true,
+		`{"type":"content_block_start"}`:                                            false,
+	}
+	for data, want := range tests {
+		if got := blockHasContent([]byte(data), true); got != want {
+			t.Errorf("blockHasContent(%s) = %v, want %v", data, got, want)
+		}
+	}
+}
+
+// BenchmarkSSEScan measures the scan of a long answer's bytes after content.
+func BenchmarkSSEScan(b *testing.B) {
+	var body bytes.Buffer
+	for body.Len() < 1<<20 {
+		body.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"some words of the answer, sixty-four bytes or so, as a delta\"}}\n\n")
+	}
+	p := body.Bytes()
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s := sseScanner{afterContent: true}
+		for off := 0; off < len(p); {
+			k, _ := s.scan(p[off:min(off+32<<10, len(p))])
+			off += k
+		}
+	}
+}
