@@ -84,7 +84,7 @@ func WriteSVG(w io.Writer, r Result, maxAmplification float64) error {
 
 	// Legend, top left of the plot, where both lines start low.
 	lx, ly := float64(padL+16), float64(padT+14)
-	fmt.Fprintf(&b, `<g id="legend"><rect x="%.0f" y="%.0f" width="500" height="54" fill="#ffffff" stroke="#cccccc"/>`+"\n", lx-8, ly-10)
+	fmt.Fprintf(&b, `<g id="legend"><rect x="%.0f" y="%.0f" width="545" height="54" fill="#ffffff" stroke="#cccccc"/>`+"\n", lx-8, ly-10)
 	legend(&b, lx, ly+6, naiveColor, fmt.Sprintf("Naive retries: %s attempts, %.2fx, done at %s",
 		thousands(r.Naive.Attempts), r.Naive.Amplification, short(r.Naive.Elapsed)))
 	legend(&b, lx, ly+28, damperColor, fmt.Sprintf("Damper: %s attempts, %.2fx, %s budget-exhausted, done at %s",
