@@ -1,0 +1,76 @@
+package damper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// Put Damper in charge of a client's Messages calls and read the report of
+// a call that succeeded on its third attempt.
+func Example() {
+	api := dampertest.NewServer() // a fake Anthropic API; use your real key in production
+	defer api.Close()
+	api.Script("", dampertest.Status(529).RetryAfterMs("10"), dampertest.Status(529).RetryAfterMs("10"), dampertest.OK())
+
+	d, err := damper.New(damper.Policy{MaxRetryCostUSD: 0.05})
+	if err != nil {
+		panic(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+
+	var rep damper.Report
+	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
+		Model:     anthropic.ModelClaudeSonnet4_6,
+		MaxTokens: 512,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Explain retry storms"))},
+	}, damper.ReportInto(&rep))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg.Content[0].Text)
+	fmt.Println("attempts:", rep.Attempts, "outcome:", rep.Outcome)
+	fmt.Printf("retry cost: $%.4f\n", rep.RetryCostUSD)
+	// Output:
+	// ok
+	// attempts: 3 outcome: success
+	// retry cost: $0.0156
+}
+
+// A provider delay longer than MaxRetryAfter fails the call at once; the
+// error carries the delay so that a queue can reschedule the work.
+func ExampleError_retryAfter() {
+	api := dampertest.NewServer()
+	defer api.Close()
+	api.Script("", dampertest.Status(429).RetryAfter("120"))
+
+	d, _ := damper.New(damper.Policy{})
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+	_, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
+		Model:     anthropic.ModelClaudeSonnet4_6,
+		MaxTokens: 512,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+	})
+
+	var derr *damper.Error
+	var apiErr *anthropic.Error
+	if errors.Is(err, damper.ErrRetryAfterTooLong) && errors.As(err, &derr) && errors.As(err, &apiErr) {
+		fmt.Println("reschedule in", derr.RetryAfter, "after HTTP", apiErr.StatusCode)
+	}
+	// Output:
+	// reschedule in 2m0s after HTTP 429
+}
+
+// New validates the policy and names the field that is wrong.
+func ExampleNew() {
+	_, err := damper.New(damper.Policy{MaxAttempts: -1})
+	fmt.Println(err)
+	// Output:
+	// damper: Policy.MaxAttempts = -1: must be at least 1 (0 means the default, 3)
+}
