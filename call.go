@@ -169,11 +169,13 @@ func (c *call) plan(n int, f *Failure, now time.Time, retryCost, rnd float64) (t
 		hint, hasHint = ParseRetryAfter(f.Header, now)
 	}
 	wait := backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
-	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
-		return 0, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint}
-	}
+	// A delay past MaxRetryAfter is refused first, whatever the deadline:
+	// it is the more useful reason, since a queue can reschedule on it.
 	if hasHint && hint > p.MaxRetryAfter {
 		return 0, OutcomeRetryAfterTooLong, &Error{Reason: ErrRetryAfterTooLong, RetryAfter: hint}
+	}
+	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
+		return 0, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint}
 	}
 	if p.MaxRetryCostUSD > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD) {
 		return 0, OutcomeCostCeiling, &Error{Reason: ErrRetryCostCeiling}

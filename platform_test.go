@@ -1,0 +1,103 @@
+package damper_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/bedrock"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/damper-ai/damper-go"
+)
+
+// bedrockFake answers Bedrock's invoke path: 529 first, then a message. It
+// records the signature of every attempt.
+type bedrockFake struct {
+	mu    sync.Mutex
+	paths []string
+	auths []string
+}
+
+func (f *bedrockFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.paths = append(f.paths, r.URL.Path)
+	f.auths = append(f.auths, r.Header.Get("Authorization"))
+	n := len(f.paths)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if n == 1 {
+		w.WriteHeader(529)
+		w.Write([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+		return
+	}
+	w.Write([]byte(`{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`))
+}
+
+func bedrockClient(t *testing.T, url string, damperFirst bool, d *damper.Damper) anthropic.Client {
+	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "")
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	opts := []option.RequestOption{bedrock.WithConfig(cfg), option.WithBaseURL(url), option.WithHTTPClient(http.DefaultClient)}
+	if damperFirst {
+		opts = append([]option.RequestOption{d.Option()}, opts...)
+	} else {
+		opts = append(opts, d.Option())
+	}
+	return anthropic.NewClient(opts...)
+}
+
+func TestBedrockEachAttemptSignedAfresh(t *testing.T) {
+	fake := &bedrockFake{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	d, err := damper.New(damper.Policy{BackoffBase: 1, BackoffMax: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep damper.Report
+	client := bedrockClient(t, srv.URL, true, d)
+	msg, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+	if err != nil || msg.Content[0].Text != "ok" {
+		t.Fatalf("err = %v", err)
+	}
+	if len(fake.paths) != 2 || rep.Attempts != 2 {
+		t.Fatalf("server saw %d attempts, report %d; want 2", len(fake.paths), rep.Attempts)
+	}
+	for i, p := range fake.paths {
+		if !strings.HasSuffix(p, "/invoke") {
+			t.Errorf("attempt %d went to %s, want Bedrock's invoke path", i+1, p)
+		}
+		if !strings.HasPrefix(fake.auths[i], "AWS4-HMAC-SHA256") {
+			t.Errorf("attempt %d is not SigV4-signed: %q", i+1, fake.auths[i])
+		}
+	}
+	if rep.Provider != "anthropic" && rep.Provider != "aws.bedrock" {
+		t.Errorf("provider = %q", rep.Provider)
+	}
+}
+
+func TestBedrockWrongOrderIsRefused(t *testing.T) {
+	fake := &bedrockFake{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := bedrockClient(t, srv.URL, false, d)
+	_, err = client.Messages.New(context.Background(), params("claude-sonnet-4-6"), option.WithMaxRetries(0))
+	if err == nil || !strings.Contains(err.Error(), "before bedrock.WithConfig") {
+		t.Fatalf("err = %v, want the option-order error", err)
+	}
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) || len(fake.paths) != 0 {
+		t.Errorf("the request reached the server %d times", len(fake.paths))
+	}
+}
