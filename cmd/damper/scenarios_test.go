@@ -59,7 +59,7 @@ func TestScenarios(t *testing.T) {
 		"429 forever / max retries 5":             {"3", "cut by the 2.5s deadline", "", ""},
 		"429 + retry-after: 2":                    {"2", "ok", "1", "ErrDeadline (retry after 2s), 429 rate_limit"},
 		"429 + retry-after-ms: 300":               {"2", "ok", "2", "ok"},
-		"429 + retry-after: 120":                  {"1", "cut by the 2.5s deadline", "1", "ErrDeadline (retry after 2m0s), 429 rate_limit"},
+		"429 + retry-after: 120":                  {"1", "cut by the 2.5s deadline", "1", "ErrRetryAfterTooLong (retry after 2m0s), 429 rate_limit"},
 		"529 overloaded twice":                    {"3", "ok", "", ""},
 		"400 invalid_request":                     {"1", "400 invalid_request", "1", "400 invalid_request"},
 		"500 + x-should-retry: false":             {"1", "500 api", "1", "500 api"},
