@@ -707,3 +707,56 @@ func TestTelemetrySilentByDefault(t *testing.T) {
 		t.Errorf("default logger got %q", buf.String())
 	}
 }
+
+// TestTelemetryStreamRetriedBeforeContent: a stream that fails before its
+// first content is retried; the retried attempt's span, and the request's,
+// end when the caller has read the stream to its end.
+func TestTelemetryStreamRetriedBeforeContent(t *testing.T) {
+	r := newTelRig(t, damper.Policy{}, nil)
+	bad := dampertest.Stream{Fault: dampertest.FaultErrorEvent, At: 1}
+	r.srv.Script("flaky", dampertest.Step{Stream: &bad}, dampertest.Step{Stream: &dampertest.Stream{Text: "fine"}})
+	var rep damper.Report
+	stream := r.client.Messages.NewStreaming(context.Background(), telParams(pricedModel), dampertest.Scenario("flaky"), damper.ReportInto(&rep))
+	if len(r.spans.GetSpans()) != 1 {
+		t.Errorf("before the stream is read: %d spans ended, want 1 (the failed attempt)", len(r.spans.GetSpans()))
+	}
+	r.clock.Advance(2 * time.Second) // the caller takes its time reading
+	var text strings.Builder
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "content_block_delta" {
+			text.WriteString(ev.Delta.Text)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Close()
+	if text.String() != "fine" || rep.Attempts != 2 || rep.Outcome != damper.OutcomeSuccess {
+		t.Fatalf("text %q, report %+v", text.String(), rep)
+	}
+	end := 500*ms + 2*time.Second
+	r.checkSpans(t, []wantSpan{
+		// A stream that fails after its 200 header has no status of its own.
+		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+			attribute.String("damper.attempt.error_class", "sse_error"),
+			attribute.String("error.type", "sse_error"),
+			attribute.Float64("damper.attempt.backoff_s", 0.5),
+		)},
+		{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: end, Attrs: attrs(
+			attribute.Int("http.response.status_code", 200),
+			attribute.Int("http.request.resend_count", 1),
+		)},
+		{Name: reqSpan, End: end, Attrs: requestAttrs(rep)},
+	})
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{" + anth + "}":                                      1,
+		"damper.attempts{damper.attempt.error_class=sse_error," + anth + "}": 1,
+		"damper.retries{damper.attempt.error_class=sse_error," + anth + "}":  1,
+		"damper.retry.cost{" + anth + "}":                                    rep.EstimatedCostUSD,
+		"damper.retry.backoff{" + anth + "}.count":                           1,
+		"damper.retry.backoff{" + anth + "}.sum":                             0.5,
+		durKey("success", true, "count"):                                     1,
+		durKey("success", true, "sum"):                                       2.5,
+		"damper.retry_budget.balance{}":                                      9,
+	})
+}
