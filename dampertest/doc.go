@@ -1,0 +1,26 @@
+// Package dampertest provides a fake Anthropic Messages API and a fake
+// clock, for testing code that calls the API through the official Go SDK
+// (github.com/anthropics/anthropic-sdk-go/v2), in the spirit of
+// net/http/httptest.
+//
+// A [Server] answers POST /v1/messages from scripts: per scenario, a list of
+// [Step] values, one per request, that set the status, the headers
+// (retry-after, retry-after-ms, x-should-retry, request-id), the error type
+// and error code of an Anthropic error body, a delay, a dropped connection,
+// or an SSE [Stream] that ends cleanly or fails at a chosen event. The
+// request header [ScenarioHeader], set from the SDK with [Scenario], picks
+// the scenario. The server logs what it receives, with secrets redacted.
+//
+//	srv := dampertest.NewServer()
+//	defer srv.Close()
+//	srv.Script("busy", dampertest.Status(529), dampertest.OK())
+//	client := anthropic.NewClient(srv.Options()...)
+//	msg, err := client.Messages.New(ctx, params, dampertest.Scenario("busy"))
+//
+// A [Clock] is a virtual clock whose time moves only when told to, so that
+// waits, backoffs and timeouts are exact and tests never sleep. Given to the
+// server with [WithClock], it also times the server's delays.
+//
+// [Transport] serves any http.Handler, such as [Server.Handler], in memory,
+// for simulations that make thousands of calls without a network.
+package dampertest

@@ -1,0 +1,151 @@
+package dampertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+var params = anthropic.MessageNewParams{
+	Model:     "claude-sonnet-5-5",
+	MaxTokens: 256,
+	Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))},
+}
+
+// A scenario scripts one response per request: here an overloaded API, then
+// a retry-after hint, then success.
+func ExampleServer() {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	srv.Script("busy",
+		dampertest.Status(529),
+		dampertest.Status(429).RetryAfter("2"),
+		dampertest.OK().WithText("Hi!"),
+	)
+
+	// Retries off, to see every response.
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+	ctx := context.Background()
+	for range 3 {
+		msg, err := client.Messages.New(ctx, params, dampertest.Scenario("busy"))
+		var apiErr *anthropic.Error
+		if errors.As(err, &apiErr) {
+			fmt.Println(apiErr.StatusCode, apiErr.Type(), apiErr.RequestID, "retry-after="+apiErr.Response.Header.Get("retry-after"))
+			continue
+		}
+		fmt.Println(msg.Content[0].Text, msg.Model)
+	}
+	fmt.Println(srv.Count("busy"), "requests")
+	// Output:
+	// 529 overloaded_error req_dampertest_busy_1 retry-after=
+	// 429 rate_limit_error req_dampertest_busy_2 retry-after=2
+	// Hi! claude-sonnet-5-5
+	// 3 requests
+}
+
+// A spend-limit 429 carries its cause in error.details.error_code.
+func ExampleSpendLimit() {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	srv.Script("capped", dampertest.SpendLimit())
+
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+	_, err := client.Messages.New(context.Background(), params, dampertest.Scenario("capped"))
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		fmt.Println(apiErr.StatusCode, apiErr.ErrorCode())
+	}
+	// Output:
+	// 429 enforced_spend_limit_reached
+}
+
+// A stream that fails with an error event after some content: the caller
+// holds part of the answer and an error on a 200 response.
+func ExampleStream() {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	st := dampertest.Stream{Text: "The answer is 42.", ChunkSize: 8, Fault: dampertest.FaultErrorEvent}
+	st.At = st.ContentIndex() + 1 // after the first chunk
+	srv.Script("overloaded", dampertest.OK().WithStream(st))
+
+	client := anthropic.NewClient(srv.Options()...)
+	stream := client.Messages.NewStreaming(context.Background(), params, dampertest.Scenario("overloaded"))
+	defer stream.Close()
+	var msg anthropic.Message
+	for stream.Next() {
+		msg.Accumulate(stream.Current())
+	}
+	var apiErr *anthropic.Error
+	if errors.As(stream.Err(), &apiErr) {
+		fmt.Printf("got %q, then %d %s\n", msg.Content[0].Text, apiErr.StatusCode, apiErr.Type())
+	}
+	// Output:
+	// got "The answ", then 200 overloaded_error
+}
+
+// Transport serves the fake API in memory, for simulations without a
+// network.
+func ExampleTransport() {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	client := anthropic.NewClient(
+		option.WithBaseURL("http://dampertest.invalid"),
+		option.WithAPIKey("test-key"),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv.Handler())}),
+	)
+	msg, err := client.Messages.New(context.Background(), params)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg.Content[0].Text, srv.Requests()[0].Header.Get("Authorization"))
+	// Output:
+	// ok REDACTED
+}
+
+// A fake clock fires timers as it is moved, and records every sleep.
+func ExampleClock() {
+	clock := dampertest.NewClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := clock.AfterFunc(10*time.Second, func() {
+		fmt.Println("timeout at", clock.Now().Format(time.TimeOnly))
+		cancel()
+	})
+	defer stop()
+
+	fmt.Println(clock.Sleep(ctx, 4*time.Second))
+	fmt.Println(clock.Sleep(ctx, 30*time.Second)) // cut short by the timeout
+	fmt.Println(clock.Now().Format(time.TimeOnly), clock.Sleeps())
+	// Output:
+	// <nil>
+	// timeout at 00:00:10
+	// context canceled
+	// 00:00:10 [4s 30s]
+}
+
+// With WithClock, a slow response moves the fake clock instead of taking
+// time, and fires a client's timeout set on the same clock: the clock stops
+// when the client gives up.
+func ExampleWithClock() {
+	clock := dampertest.NewClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	srv := dampertest.NewServer(dampertest.WithClock(clock))
+	defer srv.Close()
+	srv.Script("slow", dampertest.OK().WithDelay(2*time.Minute))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer clock.AfterFunc(time.Minute, cancel)() // the caller's per-attempt timeout
+
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+	_, err := client.Messages.New(ctx, params, dampertest.Scenario("slow"))
+	fmt.Println(errors.Is(err, context.Canceled), clock.Now().Format(time.TimeOnly))
+	// Output:
+	// true 00:01:00
+}

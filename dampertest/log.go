@@ -1,0 +1,66 @@
+package dampertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Request is one entry of the server's request log.
+type Request struct {
+	// Scenario is the value of the ScenarioHeader request header ("" if
+	// absent).
+	Scenario string
+	// N is the 1-based index of the request among the Messages requests of
+	// its scenario, the number its step was chosen by. It is 0 for a request
+	// to any other endpoint, which takes no step.
+	N int
+	// Method and Path are the request's method and URL path (no query).
+	Method, Path string
+	// Header is a copy of the request headers with the values of secrets
+	// (x-api-key, authorization and the like) replaced by "REDACTED".
+	Header http.Header
+	// Body is the request body as received.
+	Body []byte
+	// Stream reports whether the body asked for "stream": true.
+	Stream bool
+	// At is when the request arrived, on the server's clock (the fake Clock
+	// given with WithClock, else real time).
+	At time.Time
+}
+
+// clone returns a copy that shares nothing with r.
+func (r Request) clone() Request {
+	r.Header = r.Header.Clone()
+	r.Body = bytes.Clone(r.Body)
+	return r
+}
+
+// Redacted is the value that replaces secrets in the request log.
+const Redacted = "REDACTED"
+
+// secretHeaders are never kept in the log, so that a test that prints it
+// cannot leak a real key.
+var secretHeaders = []string{"X-Api-Key", "Authorization", "Proxy-Authorization", "Api-Key", "X-Amz-Security-Token", "Cookie"}
+
+func redact(h http.Header) http.Header {
+	h = h.Clone()
+	for _, k := range secretHeaders {
+		for i := range h[k] {
+			h[k][i] = Redacted
+		}
+	}
+	return h
+}
+
+// parseBody reads the fields of a Messages request the server echoes. A
+// body that is not JSON leaves them empty.
+func parseBody(body []byte) (model string, stream bool) {
+	var p struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return p.Model, p.Stream
+}

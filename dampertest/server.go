@@ -1,0 +1,214 @@
+package dampertest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+)
+
+// ScenarioHeader is the request header that picks the scenario a request
+// belongs to; a request without it belongs to scenario "". Set it from the
+// SDK with [Scenario].
+const ScenarioHeader = "X-Dampertest-Scenario"
+
+// Scenario returns the SDK request option that sends a request, or every
+// request of a client, in the named scenario:
+//
+//	client.Messages.New(ctx, params, dampertest.Scenario("overloaded"))
+//
+// It is option.WithHeader(ScenarioHeader, name).
+func Scenario(name string) option.RequestOption {
+	return option.WithHeader(ScenarioHeader, name)
+}
+
+// defaultGrace bounds the real time a delayed response waits, after the
+// fake clock fired a timer, for the client to hang up (see Server.hold).
+const defaultGrace = 2 * time.Second
+
+// Server is a fake Anthropic Messages API on a loopback
+// [httptest.Server], for tests and simulations of code that calls the API
+// through the official SDK.
+//
+// It answers POST /v1/messages (any query, such as ?beta=true, is
+// accepted) from scripts of [Step] values, one script per scenario (see
+// [ScenarioHeader] and [Server.Script]). A scenario without a script gets
+// 200 with a default message, or a clean stream if the request asked for
+// one. Any other method or path gets a 404 not_found_error. Every request is
+// logged (see [Server.Requests]), with secrets redacted.
+//
+// Every response carries a request-id header, req_dampertest_<scenario>_<n>,
+// unless its step sets one; error bodies and SSE error events repeat it as
+// request_id.
+//
+// A Server is safe for concurrent use. Close it when done.
+type Server struct {
+	ts      *httptest.Server
+	clock   *Clock                                     // nil: real time
+	sleep   func(context.Context, time.Duration) error // nil: use clock
+	grace   time.Duration
+	closing chan struct{} // closed by Close, to release held responses
+	once    sync.Once
+
+	mu      sync.Mutex
+	scripts map[string]script
+	counts  map[string]int // Messages requests per scenario
+	log     []Request
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithClock puts the server on the fake clock c: the log's At times come
+// from c, and a step's Delay advances c by Delay instead of taking time.
+//
+// A client whose per-attempt timeout is c.AfterFunc(timeout, cancel) on the
+// same clock thus sees a Delay longer than its timeout fire that timeout.
+// The advance stops at the instant the client gives up, as the client's
+// world would, and nothing is sent; so after such a call c reads the
+// timeout's deadline, not the end of the Delay. Over [Transport] the server
+// sees the cancellation at once. Over the loopback connection it sees it
+// only when the closed connection is noticed, so after each timer the
+// advance fires it waits up to 2 s of real time for the request's context
+// to end, and goes on if it does not: an unrelated timer costs that wait, an
+// advance that fires no timer costs none.
+func WithClock(c *Clock) ServerOption {
+	return func(s *Server) { s.clock = c }
+}
+
+// WithSleep makes a step's Delay call sleep(ctx, Delay), with the request's
+// context, for clocks other than [Clock]. If sleep returns an error, or the
+// context has ended when it returns, nothing is sent. It takes precedence
+// over WithClock for delays; WithClock still dates the log.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) ServerOption {
+	return func(s *Server) { s.sleep = sleep }
+}
+
+// NewServer starts a Server on a loopback address.
+//
+// Without WithClock or WithSleep a step's Delay waits on real time, ending
+// early if the request's context ends.
+func NewServer(opts ...ServerOption) *Server {
+	s := &Server{
+		grace:   defaultGrace,
+		closing: make(chan struct{}),
+		scripts: map[string]script{},
+		counts:  map[string]int{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.ts = httptest.NewServer(s.Handler())
+	return s
+}
+
+// URL returns the server's base URL, such as http://127.0.0.1:41234.
+func (s *Server) URL() string { return s.ts.URL }
+
+// Options returns the SDK options that point a client at the server:
+// option.WithBaseURL(s.URL()) and option.WithAPIKey("test-key"), nothing
+// else. Append option.WithMaxRetries(0) to see every response yourself.
+func (s *Server) Options() []option.RequestOption {
+	return []option.RequestOption{option.WithBaseURL(s.URL()), option.WithAPIKey("test-key")}
+}
+
+// Close releases every held response (delays and stalls end by cutting the
+// connection), shuts the server down and waits for its handlers to return.
+// It may be called more than once.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closing) })
+	s.ts.Close()
+}
+
+// Script sets the steps of a scenario: the n-th request of the scenario
+// received after the call gets steps[n-1], and once the steps are used up
+// the last one repeats. Calling Script again replaces the script and starts
+// it over; with no steps, the scenario goes back to the default answer.
+// Counts and the log are not reset.
+func (s *Server) Script(scenario string, steps ...Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(steps) == 0 {
+		delete(s.scripts, scenario)
+		return
+	}
+	sc := script{steps: make([]Step, len(steps)), base: s.counts[scenario]}
+	for i, st := range steps {
+		sc.steps[i] = st.clone()
+	}
+	s.scripts[scenario] = sc
+}
+
+// Requests returns a copy of the request log, in arrival order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.log))
+	for i, r := range s.log {
+		out[i] = r.clone()
+	}
+	return out
+}
+
+// Count returns the number of Messages requests received for a scenario.
+// Requests to other endpoints are logged but not counted.
+func (s *Server) Count(scenario string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[scenario]
+}
+
+// Handler returns the server's behaviour as an http.Handler, sharing its
+// scripts, counts and log. Serve it with [Transport] to run without a
+// network. It cuts connections (drops, resets, Close) by panicking with
+// http.ErrAbortHandler, which net/http and Transport both handle; a
+// middleware around it must let that panic through.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serveHTTP)
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body) // a body cut short is logged as far as it came
+	scenario := r.Header.Get(ScenarioHeader)
+	model, stream := parseBody(body)
+	isMessages := r.Method == http.MethodPost && r.URL.Path == "/v1/messages"
+	entry := Request{
+		Scenario: scenario, Method: r.Method, Path: r.URL.Path,
+		Header: redact(r.Header), Body: body, Stream: stream, At: s.now(),
+	}
+
+	var step Step
+	s.mu.Lock()
+	if isMessages {
+		s.counts[scenario]++
+		entry.N = s.counts[scenario]
+		if sc, ok := s.scripts[scenario]; ok {
+			step = sc.step(entry.N)
+		}
+	}
+	s.log = append(s.log, entry)
+	s.mu.Unlock()
+
+	requestID := "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
+	if !isMessages {
+		w.Header().Set("Request-Id", requestID)
+		writeBody(w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, requestID), DropNone)
+		return
+	}
+	if model == "" {
+		model = DefaultModel
+	}
+	s.respond(w, r, step, call{model: model, stream: stream, requestID: requestID})
+}
+
+func (s *Server) now() time.Time {
+	if s.clock != nil {
+		return s.clock.Now()
+	}
+	return time.Now()
+}
