@@ -35,7 +35,7 @@ func (s *Suite) Markdown(contenders []Contender, chart func(Scenario) string) st
 		fmt.Fprintf(&b, "| %s | %s |\n", c.Name, c.Path)
 	}
 	b.WriteString("\n**Figures** are over the logical requests issued during the incident: *amplification* is provider attempts per logical request; *goodput* successful requests per second; latency is from issue to the end of the call, failures included; *failed fast* is the share that failed before its deadline, *timed out* the share ended by it. ")
-	fmt.Fprintf(&b, "*Recovery* is the time from the end of the incident until every later second has at least %.0f %% of the requests issued in it succeed (\"never\": not within the run).\n\n", 100*RecoveryShare)
+	fmt.Fprintf(&b, "*Recovery* is the time from the end of the incident until every later second has at least %.0f %% of the requests issued in it succeed (\"never\": not within the run). The provider answers every attempt within its service time, so a request ends by its deadline only if a contender's waits run into it.\n\n", 100*RecoveryShare)
 
 	for _, sc := range s.Scenarios {
 		fmt.Fprintf(&b, "### %s\n\n", sc.Title)

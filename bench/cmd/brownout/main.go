@@ -4,7 +4,9 @@
 //
 //	cd bench && go run ./cmd/brownout
 //
-// It exits non-zero if a target is not shown, after writing the results.
+// It prints each target and whether the run showed it; a missed target is
+// written to the docs with the reason, not hidden, and does not fail the
+// command (the bench module's tests assert the targets that must hold).
 package main
 
 import (
@@ -50,17 +52,12 @@ func run(docs string, replicas int) error {
 	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
 		return err
 	}
-	missed := 0
 	for _, c := range suite.Checks() {
 		status := "shown"
 		if !c.Pass {
 			status = "MISSED"
-			missed++
 		}
 		fmt.Printf("%-7s %s: %s\n", status, c.Target, c.Detail)
-	}
-	if missed > 0 {
-		return fmt.Errorf("%d target(s) missed; see docs/BENCHMARKS.md", missed)
 	}
 	return nil
 }

@@ -1,0 +1,89 @@
+package damper_test
+
+// Microbenchmarks of the core, gathered in one place; the numbers and the
+// command that produced them are in docs/BENCHMARKS.md:
+//
+//	go test -bench . -benchmem -run '^$'
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/damper-ai/damper-go"
+)
+
+const benchMessage = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`
+
+// BenchmarkSuccessfulCall is one successful Messages.New on a loopback
+// server, through the bare SDK and through Damper with its default policy:
+// the difference is Damper's overhead on the path every call takes.
+func BenchmarkSuccessfulCall(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(benchMessage))
+	}))
+	defer srv.Close()
+	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key")}
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients := []struct {
+		name   string
+		client anthropic.Client
+	}{
+		{"sdk", anthropic.NewClient(base...)},
+		{"damper", anthropic.NewClient(append(base, d.Option())...)},
+	}
+	params := anthropic.MessageNewParams{
+		Model:     "claude-sonnet-4-5",
+		MaxTokens: 64,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+	}
+	for _, c := range clients {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.client.Messages.New(context.Background(), params); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWindowBudgetAdmission is the retry budget's admission decision
+// under parallel load: granted (units left) and refused (none left).
+func BenchmarkWindowBudgetAdmission(b *testing.B) {
+	now := time.Date(2026, 11, 1, 0, 0, 30, 0, time.UTC)
+	b.Run("granted", func(b *testing.B) {
+		budget := damper.NewWindowBudget(0.1, time.Minute, 1<<40)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !budget.TryAcquire(now) {
+					b.Error("TryAcquire refused with units left")
+					return
+				}
+			}
+		})
+	})
+	b.Run("refused", func(b *testing.B) {
+		budget := damper.NewWindowBudget(0.1, time.Minute, 0)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if budget.TryAcquire(now) {
+					b.Error("TryAcquire granted with no units")
+					return
+				}
+			}
+		})
+	})
+}
