@@ -63,9 +63,9 @@ type Policy struct {
 	Classifier Classifier
 
 	// MaxHoldBack is the most bytes of a stream Damper holds back before
-	// its first content (see the package's Streams section); a stream that
-	// sends more fails with [ErrHoldBackExceeded], not retried. Default
-	// 1 MiB, far above the few hundred bytes the API sends.
+	// its first content (see Streams in the package documentation); a
+	// stream that sends more fails with [ErrHoldBackExceeded], not retried.
+	// Default 1 MiB, far above the few hundred bytes the API sends.
 	MaxHoldBack int
 
 	// StreamIdleTimeout, when set, fails a stream after its first content

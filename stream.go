@@ -12,37 +12,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 )
 
-// Streams (client.Messages.NewStreaming and its Beta twin) are retried only
-// while nothing the caller can use has reached it.
-//
-// The first content of a stream is its first content_block_delta, or a
-// content_block_start whose block already carries something: any block but
-// a text or thinking block with empty text, or a tool call (tool_use,
-// server_tool_use, mcp_tool_use) whose input is still empty. Until it
-// arrives, an attempt's events (message_start, ping, empty blocks, and any
-// other event) are held back, at most Policy.MaxHoldBack bytes of them; a
-// failure of the attempt drops them, so the caller's one ssestream.Stream
-// shows exactly one attempt's events. Before content these are retried
-// under every gate of a plain call: an error status, an SSE error event of
-// a transient type, a reset or EOF, an end without message_stop, and no
-// first content within Policy.PerAttemptTimeout. The held bytes reach the
-// caller together with the first content, so its time to first content
-// does not grow; a stream that ends with message_stop and no content is
-// released whole.
-//
-// After the first content, the body's bytes go to the caller as they
-// arrive, read straight into the caller's buffer. A failure from then on is
-// never retried: the body's Read returns an [*Error] whose Reason is
-// [ErrAmbiguous] and whose Last is the cause, an *anthropic.Error built from
-// an SSE error event (which the SDK's decoder never sees) or the transport
-// error, so stream.Err() matches both. An end without message_stop is such
-// a failure, where the SDK alone would report none, and so is a Read that
-// waits longer than Policy.StreamIdleTimeout, when set. The stream ends at
-// message_stop: whatever the server sends after it is not read.
-//
-// The call's report is written again when the stream ends, with its
-// outcome: success at message_stop, ambiguous after a failure, canceled
-// when the caller's context ends or the caller closes the stream first.
+// The rules a stream follows are in the package documentation, under
+// Streams (damper.go).
 
 // initialHold is the first size of the hold-back buffer; it doubles, up to
 // Policy.MaxHoldBack, while no content has come.

@@ -335,3 +335,18 @@ func TestBetaStreamRetriesBeforeContent(t *testing.T) {
 		t.Fatalf("message %+v after %d requests; want %q after 2", msg.Content, r.srv.Count("s"), secondText)
 	}
 }
+
+func TestStreamPolicyValidation(t *testing.T) {
+	for p, want := range map[*damper.Policy]string{
+		{MaxHoldBack: -1}:                 "Policy.MaxHoldBack = -1",
+		{StreamIdleTimeout: -time.Second}: "Policy.StreamIdleTimeout = -1s",
+	} {
+		if _, err := damper.New(*p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%+v) error %v, want one naming %q", *p, err, want)
+		}
+	}
+	d, err := damper.New(damper.Policy{})
+	if err != nil || d.Policy().MaxHoldBack != 1<<20 || d.Policy().StreamIdleTimeout != 0 {
+		t.Fatalf("defaults: %+v, %v", d.Policy(), err)
+	}
+}
