@@ -58,6 +58,45 @@ func BenchmarkSuccessfulCall(b *testing.B) {
 	}
 }
 
+// BenchmarkSuccessfulCallPaired makes, in every iteration, one successful
+// call through the bare SDK and one through Damper, to the same loopback
+// server, alternating which goes first. Both see the same machine load, so
+// the ratio it reports holds on a busy machine, where two separate runs of
+// BenchmarkSuccessfulCall do not.
+func BenchmarkSuccessfulCallPaired(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(benchMessage))
+	}))
+	defer srv.Close()
+	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key")}
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients := [2]anthropic.Client{anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...)}
+	params := anthropic.MessageNewParams{
+		Model:     "claude-sonnet-4-5",
+		MaxTokens: 64,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+	}
+	var spent [2]time.Duration
+	for i := 0; b.Loop(); i++ {
+		for k := range 2 {
+			j := (i + k) % 2
+			start := time.Now()
+			if _, err := clients[j].Messages.New(context.Background(), params); err != nil {
+				b.Fatal(err)
+			}
+			spent[j] += time.Since(start)
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "sdk-ns/call")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "damper-ns/call")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "damper/sdk")
+}
+
 // BenchmarkWindowBudgetAdmission is the retry budget's admission decision
 // under parallel load: granted (units left) and refused (none left).
 func BenchmarkWindowBudgetAdmission(b *testing.B) {

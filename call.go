@@ -102,9 +102,6 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			if n == 1 {
 				c.d.budget.FirstAttemptSucceeded(c.d.clock.Now())
 			}
-			if a.res != nil && a.res.Header != nil {
-				a.res.Header.Set("X-Should-Retry", "false")
-			}
 			if _, ok := a.res.Body.(*streamBody); ok {
 				// The stream's end finishes the call (streamBody.end): the
 				// report is written now and again then.
