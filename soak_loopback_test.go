@@ -1,0 +1,262 @@
+package damper_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.uber.org/goleak"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// loopbackSlack is how far past its deadline a call over a real socket may
+// return: the time for the runtime to deliver the context's end to the
+// goroutines that wait on it, on a loaded machine under -race. Calls on the
+// bubble's clock return at the deadline's very instant.
+const loopbackSlack = time.Second
+
+// loopbackProfiles are the Dampers of the loopback soak, on real time, so
+// every wait is short: stalls end at a per-attempt or idle limit of a few
+// hundred milliseconds, backoffs and honoured hints at tens. The budget's
+// window is a day, so that the whole run is one window.
+func loopbackProfiles() []soakProfile {
+	deadlines := []time.Duration{400 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second}
+	return []soakProfile{
+		{"loopback", damper.Policy{
+			PerAttemptTimeout: 300 * time.Millisecond, StreamIdleTimeout: 300 * time.Millisecond,
+			BackoffBase: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxRetryAfter: 50 * time.Millisecond,
+			RetryBudgetWindow: 24 * time.Hour,
+		}, dampertest.DefaultModel, deadlines, 2 * time.Second},
+		{"loopback-4", damper.Policy{
+			MaxAttempts: 4, PerAttemptTimeout: 500 * time.Millisecond, MaxHoldBack: 4 << 10,
+			BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond, MaxRetryAfter: 30 * time.Millisecond,
+			RetryBudgetWindow: 24 * time.Hour, RetryBudgetMinTokens: 20,
+		}, dampertest.DefaultModel, deadlines, 2 * time.Second},
+	}
+}
+
+// step turns an attempt's plan into the fake API's script.
+func (a attemptPlan) step(stream bool) dampertest.Step {
+	s := dampertest.Step{Status: a.status, Header: a.header, ErrorCode: a.errCode, Delay: a.delay}
+	switch a.kind {
+	case fDropBeforeHeaders:
+		s.Drop = dampertest.DropBeforeHeaders
+	case fDropMidBody:
+		s.Drop = dampertest.DropMidBody
+	case fStall:
+		if !stream {
+			s.Delay = time.Hour // headers never come: the attempt's timeout ends it
+		}
+	}
+	if stream {
+		return s.WithStream(a.st)
+	}
+	return s.WithText(a.text)
+}
+
+// connCounter follows the server's connections through ConnState.
+type connCounter struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+	state   map[net.Conn]http.ConnState
+	total   int
+}
+
+func newConnCounter() *connCounter {
+	return &connCounter{changed: make(chan struct{}), state: map[net.Conn]http.ConnState{}}
+}
+
+func (c *connCounter) track(conn net.Conn, s http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		c.total++
+		c.state[conn] = s
+	case http.StateClosed, http.StateHijacked:
+		delete(c.state, conn)
+	default:
+		c.state[conn] = s
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// waitUntil waits for ok to hold of the open connections' states, and
+// reports whether it did within limit. It waits on the server's news of
+// its connections, not on a timer: limit only bounds a failing test.
+func (c *connCounter) waitUntil(limit time.Duration, ok func(map[net.Conn]http.ConnState) bool) (bool, string) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		done, changed, desc := ok(c.state), c.changed, fmt.Sprint(c.state)
+		c.mu.Unlock()
+		if done {
+			return true, ""
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return false, desc
+		}
+	}
+}
+
+// TestSoakLoopback is the chaos soak over real loopback sockets, against
+// dampertest.Server: fewer requests, on real time, to exercise what memory
+// cannot (connection pools, the server noticing closed connections). It
+// checks, besides the in-memory soak's invariants, that no connection is
+// left open on the server once the calls are over.
+func TestSoakLoopback(t *testing.T) {
+	requests, workers := 600, 16
+	if testing.Short() {
+		requests = 200
+	}
+	if soakIsLong() {
+		requests = 20_000
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	seed := soakSeedFor(t)
+	rng := rand.New(rand.NewPCG(seed, 0x100b))
+	profiles := loopbackProfiles()
+	plans := make([]reqPlan, requests)
+	fake := dampertest.NewServer()
+	defer fake.Close()
+	for i := range plans {
+		plans[i] = drawPlan(rng, i, 100, profiles)
+		steps := make([]dampertest.Step, len(plans[i].attempts))
+		for k := range plans[i].attempts {
+			a := &plans[i].attempts[k]
+			a.msgID = "msg_dampertest" // the fake API's, for every message
+			steps[k] = a.step(plans[i].stream)
+		}
+		fake.Script(strconv.Itoa(i), steps...)
+	}
+	conns := newConnCounter()
+	ts := httptest.NewUnstartedServer(fake.Handler())
+	ts.Config.ConnState = conns.track
+	ts.Start()
+	defer ts.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: workers}
+	defer tr.CloseIdleConnections()
+
+	tel := newSoakTelemetry(t)
+	before := heapAfterGC()
+	var rmu sync.Mutex
+	jitter := rand.New(rand.NewPCG(seed, 0x7a12))
+	random := func() float64 {
+		rmu.Lock()
+		defer rmu.Unlock()
+		return jitter.Float64()
+	}
+	clients := make([][2]anthropic.Client, len(profiles))
+	for i, pr := range profiles {
+		d, err := damper.New(pr.policy, append(tel.settings(), damper.WithRand(random))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, cred := range []option.RequestOption{option.WithAPIKey(soakAPIKey), option.WithAuthToken(soakAuthToken)} {
+			clients[i][k] = anthropic.NewClient(d.Option(), cred, option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: tr}))
+		}
+	}
+
+	ck := &checker{}
+	results := make([]soakResult, len(plans))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				p := plans[i]
+				pr := profiles[p.damper]
+				res, evs, msg := soakCall(clients[p.damper][i%2], p, pr.model)
+				results[i] = res
+				checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, fake.Count(strconv.Itoa(i)), evs, msg, true, loopbackSlack)
+				tel.check(ck, fmt.Sprintf("request %d", i), res)
+			}
+		})
+	}
+	for i := range plans {
+		next <- i
+		if i%2000 == 1999 {
+			tel.flush(ck)
+		}
+	}
+	close(next)
+	wg.Wait()
+	tel.flush(ck)
+
+	// Every call is over: no connection may still carry a request, and
+	// once the client lets its idle ones go, none may stay open.
+	if ok, desc := conns.waitUntil(10*time.Second, func(m map[net.Conn]http.ConnState) bool {
+		for _, s := range m {
+			if s == http.StateActive {
+				return false
+			}
+		}
+		return true
+	}); !ok {
+		ck.failf("connections still active after every call returned: %s", desc)
+	}
+	tr.CloseIdleConnections()
+	if ok, desc := conns.waitUntil(10*time.Second, func(m map[net.Conn]http.ConnState) bool { return len(m) == 0 }); !ok {
+		ck.failf("connections still open after the client closed its idle ones: %s", desc)
+	}
+
+	st := soakStats{requests: len(plans), outcomes: map[damper.Outcome]int{}}
+	var over time.Duration
+	for i, r := range results {
+		p := plans[i]
+		st.attempts += int64(r.report.Attempts)
+		st.outcomes[r.report.Outcome]++
+		if p.stream {
+			st.streams++
+		}
+		if p.cancelAt > 0 {
+			st.cancels++
+		}
+		over = max(over, r.elapsed-p.limit())
+		n := fake.Count(strconv.Itoa(i))
+		st.served += int64(n)
+		st.lost += r.report.Attempts - n
+		for k := range min(n, len(p.attempts)) {
+			st.faults[p.attempts[k].kind]++
+		}
+		if n > len(p.attempts) {
+			ck.failf("request %d: the server received %d attempts, more than MaxAttempts", i, n)
+		}
+	}
+	for i, pr := range profiles {
+		var mine []soakResult
+		for k, r := range results {
+			if plans[k].damper == i {
+				mine = append(mine, r)
+			}
+		}
+		checkBudget(ck, &st, pr.name, pr.policy, mine)
+	}
+	ck.report(t)
+	after := heapAfterGC()
+	conns.mu.Lock()
+	total := conns.total
+	conns.mu.Unlock()
+	t.Logf("seed %d: %s\n%d connections opened, none left; latest return %v past the caller's limit; heap %d KiB before, %d KiB after",
+		seed, &st, total, max(over, 0), before>>10, after>>10)
+	if grown := int64(after) - int64(before); grown > 64<<20 {
+		t.Errorf("the heap grew by %d MiB over the soak, want at most 64", grown>>20)
+	}
+	if st.outcomes[damper.OutcomeSuccess] == 0 || st.outcomes[damper.OutcomeAmbiguous] == 0 || st.outcomes[damper.OutcomeBudgetExhausted] == 0 {
+		t.Errorf("the draw missed an outcome: %v", st.outcomes)
+	}
+}
