@@ -53,9 +53,11 @@ type telRig struct {
 // option and the fake server's.
 func newTelRig(t *testing.T, p damper.Policy, settings []damper.Setting, clientOpts ...option.RequestOption) *telRig {
 	t.Helper()
-	// The virtual clock starts at the real time: the SDK's request timeout
-	// is a real deadline, and Damper checks its waits against it.
-	r := &telRig{start: time.Now(), spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader(), logs: &bytes.Buffer{}}
+	// The virtual clock starts at the next whole minute: close to the real
+	// time, since the SDK's request timeout is a real deadline that Damper
+	// checks its waits against, and at the start of a budget window, so
+	// that a test's few virtual seconds never straddle two windows.
+	r := &telRig{start: time.Now().Truncate(time.Minute).Add(time.Minute), spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader(), logs: &bytes.Buffer{}}
 	r.clock = dampertest.NewClock(r.start)
 	r.srv = dampertest.NewServer(dampertest.WithClock(r.clock))
 	t.Cleanup(r.srv.Close)
