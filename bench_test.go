@@ -20,32 +20,37 @@ import (
 
 const benchMessage = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`
 
-// BenchmarkSuccessfulCall is one successful Messages.New on a loopback
-// server, through the bare SDK and through Damper with its default policy:
-// the difference is Damper's overhead on the path every call takes.
-func BenchmarkSuccessfulCall(b *testing.B) {
+// benchClients returns a bare SDK client and one through Damper's default
+// policy, both to one loopback server that answers every call at once.
+func benchClients(b *testing.B) (sdk, withDamper anthropic.Client, params anthropic.MessageNewParams) {
+	b.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(benchMessage))
 	}))
-	defer srv.Close()
+	b.Cleanup(srv.Close)
 	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key")}
 	d, err := damper.New(damper.Policy{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	clients := []struct {
-		name   string
-		client anthropic.Client
-	}{
-		{"sdk", anthropic.NewClient(base...)},
-		{"damper", anthropic.NewClient(append(base, d.Option())...)},
-	}
-	params := anthropic.MessageNewParams{
+	params = anthropic.MessageNewParams{
 		Model:     "claude-sonnet-4-5",
 		MaxTokens: 64,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
 	}
+	return anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...), params
+}
+
+// BenchmarkSuccessfulCall is one successful Messages.New on a loopback
+// server, through the bare SDK and through Damper with its default policy:
+// the difference is Damper's overhead on the path every call takes.
+func BenchmarkSuccessfulCall(b *testing.B) {
+	sdk, withDamper, params := benchClients(b)
+	clients := []struct {
+		name   string
+		client anthropic.Client
+	}{{"sdk", sdk}, {"damper", withDamper}}
 	for _, c := range clients {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -64,22 +69,8 @@ func BenchmarkSuccessfulCall(b *testing.B) {
 // the ratio it reports holds on a busy machine, where two separate runs of
 // BenchmarkSuccessfulCall do not.
 func BenchmarkSuccessfulCallPaired(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(benchMessage))
-	}))
-	defer srv.Close()
-	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key")}
-	d, err := damper.New(damper.Policy{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	clients := [2]anthropic.Client{anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...)}
-	params := anthropic.MessageNewParams{
-		Model:     "claude-sonnet-4-5",
-		MaxTokens: 64,
-		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
-	}
+	sdk, withDamper, params := benchClients(b)
+	clients := [2]anthropic.Client{sdk, withDamper}
 	var spent [2]time.Duration
 	for i := 0; b.Loop(); i++ {
 		for k := range 2 {
