@@ -93,7 +93,7 @@ func BenchmarkSuccessfulCallPaired(b *testing.B) {
 func BenchmarkWindowBudgetAdmission(b *testing.B) {
 	now := time.Date(2026, 11, 1, 0, 0, 30, 0, time.UTC)
 	b.Run("granted", func(b *testing.B) {
-		budget := damper.NewWindowBudget(0.1, time.Minute, 1<<40)
+		budget := mustBudget(b, 0.1, time.Minute, 1<<40)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -105,7 +105,7 @@ func BenchmarkWindowBudgetAdmission(b *testing.B) {
 		})
 	})
 	b.Run("refused", func(b *testing.B) {
-		budget := damper.NewWindowBudget(0.1, time.Minute, 0)
+		budget := mustBudget(b, 0.1, time.Minute, 0)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

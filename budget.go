@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -39,10 +40,20 @@ type budgetWindow struct {
 	used      atomic.Int64
 }
 
-// NewWindowBudget returns a budget with the given ratio, window and
-// starting units; p must hold valid values (see [Policy]).
-func NewWindowBudget(ratio float64, window time.Duration, minTokens int) *WindowBudget {
-	return &WindowBudget{ratio: ratio, minTokens: float64(minTokens), window: window}
+// NewWindowBudget returns a budget that adds ratio units per successful
+// first attempt to windows of the given length, each starting with
+// minTokens units. It rejects a ratio that is negative or not finite, a
+// window that is not positive, and a negative minTokens, naming the value.
+func NewWindowBudget(ratio float64, window time.Duration, minTokens int) (*WindowBudget, error) {
+	switch {
+	case math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0:
+		return nil, fmt.Errorf("damper: NewWindowBudget ratio = %v: must be a finite number, at least 0", ratio)
+	case window <= 0:
+		return nil, fmt.Errorf("damper: NewWindowBudget window = %v: must be positive", window)
+	case minTokens < 0:
+		return nil, fmt.Errorf("damper: NewWindowBudget minTokens = %d: must be at least 0", minTokens)
+	}
+	return &WindowBudget{ratio: ratio, minTokens: float64(minTokens), window: window}, nil
 }
 
 // windowAt returns the window holding now, starting a new one when now has

@@ -2,6 +2,8 @@ package damper_test
 
 import (
 	"context"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +19,7 @@ import (
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func TestWindowBudgetArithmetic(t *testing.T) {
-	b := damper.NewWindowBudget(0.1, time.Minute, 10)
+	b := mustBudget(t, 0.1, time.Minute, 10)
 	for i := range 10 {
 		if !b.TryAcquire(t0) {
 			t.Fatalf("retry %d refused; the window starts with 10 units", i+1)
@@ -75,7 +77,7 @@ func TestBudgetBoundAllFailing(t *testing.T) {
 // 10 + 0.1 × successes when demand exceeds it.
 func TestBudgetBoundConcurrent(t *testing.T) {
 	const goroutines = 1000
-	b := damper.NewWindowBudget(0.1, time.Hour, 10)
+	b := mustBudget(t, 0.1, time.Hour, 10)
 	var granted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range goroutines {
@@ -124,7 +126,7 @@ func TestBudgetSharedAcrossCalls(t *testing.T) {
 }
 
 func BenchmarkBudgetTryAcquireParallel(b *testing.B) {
-	budget := damper.NewWindowBudget(0.1, time.Minute, 10)
+	budget := mustBudget(b, 0.1, time.Minute, 10)
 	now := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -132,4 +134,23 @@ func BenchmarkBudgetTryAcquireParallel(b *testing.B) {
 			budget.TryAcquire(now)
 		}
 	})
+}
+
+func TestNewWindowBudgetRejectsBadValues(t *testing.T) {
+	for _, tt := range []struct {
+		ratio     float64
+		window    time.Duration
+		minTokens int
+		want      string
+	}{
+		{-0.1, time.Minute, 10, "ratio = -0.1"},
+		{math.NaN(), time.Minute, 10, "ratio = NaN"},
+		{0.1, 0, 10, "window = 0s"},
+		{0.1, -time.Second, 10, "window = -1s"},
+		{0.1, time.Minute, -1, "minTokens = -1"},
+	} {
+		if _, err := damper.NewWindowBudget(tt.ratio, tt.window, tt.minTokens); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewWindowBudget(%v, %v, %d) error = %v, want one naming %q", tt.ratio, tt.window, tt.minTokens, err, tt.want)
+		}
+	}
 }

@@ -130,7 +130,8 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		}
 	}
 	if d.budget == nil {
-		d.budget = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
+		// The policy was validated above, so this cannot fail.
+		d.budget, _ = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
 	}
 	d.tel = newTelemetry(d)
 	return d, nil

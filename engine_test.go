@@ -229,7 +229,7 @@ func TestPassthroughOnBudgetExhausted(t *testing.T) {
 	for _, mode := range []damper.BudgetExhaustedAction{damper.RaiseBudgetExhausted, damper.PassthroughBudgetExhausted} {
 		t.Run(mode.String(), func(t *testing.T) {
 			// A budget that starts empty: the first retry is refused.
-			r := newRig(t, damper.Policy{OnBudgetExhausted: mode}, damper.WithBudget(damper.NewWindowBudget(0.1, time.Minute, 0)))
+			r := newRig(t, damper.Policy{OnBudgetExhausted: mode}, damper.WithBudget(mustBudget(t, 0.1, time.Minute, 0)))
 			r.srv.Script("", dampertest.Status(529))
 			var rep damper.Report
 			_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))

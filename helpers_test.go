@@ -46,3 +46,13 @@ func params(model string) anthropic.MessageNewParams {
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Explain retry storms"))},
 	}
 }
+
+// mustBudget returns a window budget with valid arguments.
+func mustBudget(tb testing.TB, ratio float64, window time.Duration, minTokens int) *damper.WindowBudget {
+	tb.Helper()
+	b, err := damper.NewWindowBudget(ratio, window, minTokens)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
