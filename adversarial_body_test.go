@@ -486,4 +486,3 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 		}
 	})
 }
-
