@@ -486,3 +486,29 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 		}
 	})
 }
+
+// A 200 whose body never ends, sent as fast as it is read: Damper buffers a
+// plain call's body to retry a cut one, and stops at 64 MiB with an error
+// instead of buffering without end until the attempt's timeout.
+func TestAdversarialEndlessSuccessBody(t *testing.T) {
+	srv := &rawServer{handlers: []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","content":[{"type":"text","text":"`)
+		_, _ = io.CopyBuffer(w, &cycle{s: "la"}, make([]byte, 256<<10))
+	}}}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "exceeds 64 MiB") || rep.Attempts != 1 || rep.Outcome != damper.OutcomeError {
+		t.Fatalf("err %v, report %+v; want a body-too-large error, not retried", err, rep)
+	}
+	if n := srv.written.Load(); n > 64<<20+256<<10 {
+		t.Fatalf("the client read %d MiB of the endless body", n>>20)
+	}
+	// io.ReadAll grows its buffer by a quarter at a time for large bodies,
+	// so reading 64 MiB allocates about five times that: bounded, not zero.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 512<<20 {
+		t.Errorf("allocated %d MiB reading at most 64 MiB", alloc>>20)
+	}
+}

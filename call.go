@@ -21,7 +21,14 @@ const (
 	minAttempt = 500 * time.Millisecond
 	// maxErrorBody bounds what Damper reads of an error response.
 	maxErrorBody = 1 << 20
+	// maxResponseBody bounds what Damper buffers of a successful plain
+	// response, far above any Messages answer (128k output tokens are a
+	// few MiB), so that a body without end fails instead of filling memory.
+	maxResponseBody = 64 << 20
 )
+
+// errResponseTooLarge is a plain response longer than maxResponseBody.
+var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", maxResponseBody>>20)
 
 // callKey marks the context of each attempt with its logical call.
 type callKey struct{}
@@ -232,11 +239,14 @@ func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
 		return done(c.streamAttempt(res, stop, cancel, cause))
 	}
 
-	limit := int64(-1)
+	limit := int64(maxResponseBody + 1)
 	if res.StatusCode >= 400 {
 		limit = maxErrorBody
 	}
 	body, readErr := readAll(res.Body, limit)
+	if readErr == nil && len(body) > maxResponseBody {
+		readErr = errResponseTooLarge
+	}
 	stop()
 	cancel(nil)
 	if readErr != nil {
@@ -250,14 +260,10 @@ func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
 	return done(attemptResult{res: res})
 }
 
-// readAll reads body to its end (or limit bytes, when limit >= 0) and
-// closes it.
+// readAll reads body to its end, or to limit bytes, and closes it.
 func readAll(body io.ReadCloser, limit int64) ([]byte, error) {
 	defer body.Close()
-	if limit >= 0 {
-		return io.ReadAll(io.LimitReader(body, limit))
-	}
-	return io.ReadAll(body)
+	return io.ReadAll(io.LimitReader(body, limit))
 }
 
 func closeBody(res *http.Response) {
