@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -93,4 +95,29 @@ func apiStatus(err error) int {
 		return apiErr.StatusCode
 	}
 	return 0
+}
+
+// A request timeout set on the SDK shorter than Damper's loop: when it
+// expires, the SDK runs the call again (twice, by default), which Damper
+// refuses without a provider attempt, so the attempts stay Damper's alone
+// and the report counts all of them.
+func TestAdversarialSDKRequestTimeout(t *testing.T) {
+	srv := &rawServer{handlers: []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}}}
+	synctest.Test(t, func(t *testing.T) {
+		client := memClient(newDamper(t, damper.Policy{}), srv)
+		var rep damper.Report
+		_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5"),
+			damper.ReportInto(&rep), option.WithRequestTimeout(2*time.Second))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+		}
+		if n := srv.requests.Load(); n != 1 || rep.Attempts != 1 || rep.Outcome != damper.OutcomeCanceled || rep.Duration != 2*time.Second {
+			t.Fatalf("the server got %d requests; report %+v; want 1 attempt cut at 2s", n, rep)
+		}
+	})
 }

@@ -57,6 +57,7 @@
 package damper
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -158,7 +159,10 @@ func (d *Damper) Budget() Budget { return d.budget }
 // request timeout (option.WithRequestTimeout, 10 minutes by default for
 // Messages.New) wraps Damper's whole loop, so it becomes the deadline of
 // the logical request, retries and waits included; PerAttemptTimeout bounds
-// each attempt.
+// each attempt. When that timeout cuts Damper's loop short, the SDK tries
+// the call again after its own backoff; Damper refuses that run at once,
+// with an error that matches context.DeadlineExceeded, so that no provider
+// attempt is made outside Damper's count.
 func (d *Damper) Option() option.RequestOption {
 	return option.WithMiddleware(d.middleware)
 }
@@ -172,9 +176,24 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext) (*htt
 		}
 		return next(req)
 	}
+	if isSDKRetry(req) {
+		return noRetry(req), errSDKRequestTimeout
+	}
 	c, err := d.newCall(req)
 	if err != nil {
 		return nil, err
 	}
 	return c.run(next)
+}
+
+// errSDKRequestTimeout is the answer to the SDK's retry of a Messages call.
+var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
+
+// isSDKRetry reports whether req is the SDK's own retry of a Messages call.
+// Damper's responses all say x-should-retry: false, so the SDK retries only
+// when its request timeout expired around Damper's loop; it numbers its
+// tries in X-Stainless-Retry-Count unless the caller set that header.
+func isSDKRetry(req *http.Request) bool {
+	n := req.Header.Get("X-Stainless-Retry-Count")
+	return n != "" && n != "0"
 }
