@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,7 @@ type reqPlan struct {
 	stream   bool
 	deadline time.Duration
 	cancelAt time.Duration // 0: the caller does not cancel
+	sdkLimit time.Duration // option.WithRequestTimeout given to the call; 0: none
 	attempts []attemptPlan // one per attempt the Damper may make
 }
 
@@ -176,6 +178,10 @@ func drawPlan(rng *rand.Rand, id, spell int, profiles []soakProfile) reqPlan {
 		// An odd number of nanoseconds, so that a cancellation never falls
 		// on the instant a scripted delay ends.
 		p.cancelAt = time.Duration(rng.Int64N(int64(pr.cancelBy))) | 1
+	}
+	if rng.IntN(100) < 10 {
+		// The SDK's own request timeout, which wraps Damper's whole loop.
+		p.sdkLimit = time.Duration(rng.Int64N(int64(pr.cancelBy))) | 1
 	}
 	for k := range maxAttempts {
 		a := attemptPlan{msgID: fmt.Sprintf("msg_soak_%d_%d", id, k+1)}
@@ -413,6 +419,7 @@ type soakResult struct {
 // docs/RELIABILITY.md.
 type soakStats struct {
 	requests, streams, cancels int
+	sdkLimits                  int // calls given option.WithRequestTimeout
 	attempts, served           int64
 	lost                       int // attempts cut by the caller before the server saw them
 	outcomes                   map[damper.Outcome]int
@@ -424,8 +431,8 @@ type soakStats struct {
 
 func (st *soakStats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d logical requests (%d streams, %d cancelled by the caller), %d attempts sent, %d received, %d cut before the server\n",
-		st.requests, st.streams, st.cancels, st.attempts, st.served, st.lost)
+	fmt.Fprintf(&b, "%d logical requests (%d streams, %d cancelled by the caller, %d with an SDK request timeout), %d attempts sent, %d received, %d cut before the server\n",
+		st.requests, st.streams, st.cancels, st.sdkLimits, st.attempts, st.served, st.lost)
 	fmt.Fprintf(&b, "retries authorized %d; budget windows %d, %d of them filled to the rule's limit; %d calls ended by their deadline or cancellation\n",
 		st.retries, st.windows, st.bindingWindows, st.stopped)
 	outcomes := make([]string, 0, len(st.outcomes))
@@ -658,6 +665,9 @@ func TestSoakInMemory(t *testing.T) {
 			if p.cancelAt > 0 {
 				st.cancels++
 			}
+			if p.sdkLimit > 0 {
+				st.sdkLimits++
+			}
 			if r.elapsed == p.limit() {
 				st.stopped++
 			}
@@ -685,6 +695,7 @@ func TestSoakInMemory(t *testing.T) {
 	})
 	ck.report(t)
 	after := heapAfterGC()
+	runtime.KeepAlive(plans) // measured in both, so not part of the difference
 	t.Logf("seed %d: %s\nheap %d KiB before, %d KiB after", seed, &st, before>>10, after>>10)
 	checkSoakCoverage(t, &st)
 	if grown := int64(after) - int64(before); grown > 64<<20 {
@@ -728,6 +739,9 @@ func soakCall(client anthropic.Client, p reqPlan, model string) (soakResult, []a
 	}
 	res := soakResult{start: time.Now()}
 	opts := []option.RequestOption{dampertest.Scenario(strconv.Itoa(p.id)), damper.ReportInto(&res.report)}
+	if p.sdkLimit > 0 {
+		opts = append(opts, option.WithRequestTimeout(p.sdkLimit))
+	}
 	var evs []anthropic.MessageStreamEventUnion
 	var msg *anthropic.Message
 	if p.stream {
