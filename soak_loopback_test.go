@@ -270,7 +270,7 @@ func TestSoakLoopback(t *testing.T) {
 	if grown := int64(after) - int64(before); grown > 64<<20 {
 		t.Errorf("the heap grew by %d MiB over the soak, want at most 64", grown>>20)
 	}
-	if st.outcomes[damper.OutcomeSuccess] == 0 || st.outcomes[damper.OutcomeAmbiguous] == 0 || st.outcomes[damper.OutcomeBudgetExhausted] == 0 {
+	if !testing.Short() && (st.outcomes[damper.OutcomeSuccess] == 0 || st.outcomes[damper.OutcomeAmbiguous] == 0 || st.outcomes[damper.OutcomeBudgetExhausted] == 0) {
 		t.Errorf("the draw missed an outcome: %v", st.outcomes)
 	}
 }

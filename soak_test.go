@@ -146,7 +146,7 @@ func soakProfiles() []soakProfile {
 		{"ceiling", damper.Policy{
 			MaxAttempts: 5, PerAttemptTimeout: 5 * time.Second, StreamIdleTimeout: 5 * time.Second,
 			BackoffBase: 200 * time.Millisecond, BackoffMax: 5 * time.Second, MaxRetryAfter: 3 * time.Second,
-			MaxRetryCostUSD: 0.01, RetryBudgetWindow: 10 * time.Second, RetryBudgetMinTokens: 2, RetryBudgetRatio: 0.2,
+			MaxRetryCostUSD: 0.005, RetryBudgetWindow: 10 * time.Second, RetryBudgetMinTokens: 2, RetryBudgetRatio: 0.2,
 			OnBudgetExhausted: damper.PassthroughBudgetExhausted,
 		}, "claude-sonnet-4-5", deadlines, time.Minute},
 		{"small", damper.Policy{MaxAttempts: 2, PerAttemptTimeout: 30 * time.Second, MaxHoldBack: 4 << 10, RetryBudgetWindow: time.Hour},
@@ -700,7 +700,9 @@ func TestSoakInMemory(t *testing.T) {
 	after := heapAfterGC()
 	runtime.KeepAlive(plans) // measured in both, so not part of the difference
 	t.Logf("seed %d: %s\nheap %d KiB before, %d KiB after", seed, &st, before>>10, after>>10)
-	checkSoakCoverage(t, &st)
+	if !testing.Short() {
+		checkSoakCoverage(t, &st) // 600 requests may miss a rare outcome
+	}
 	if grown := int64(after) - int64(before); grown > 64<<20 {
 		t.Errorf("the heap grew by %d MiB over the soak, want at most 64", grown>>20)
 	}
