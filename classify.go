@@ -111,7 +111,9 @@ func Classify(f Failure) Classification {
 	if f.AfterContent {
 		return Classification{Class: Ambiguous, Signal: signalOf(f), Kind: kindOf(f)}
 	}
-	if errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, ErrAttemptTimeout) {
+	// The caller's own context ending (cancelled, or past its deadline) is
+	// no news of the provider; a per-attempt timeout is, and is retried.
+	if (errors.Is(f.Err, context.Canceled) || errors.Is(f.Err, context.DeadlineExceeded)) && !errors.Is(f.Err, ErrAttemptTimeout) {
 		return Classification{Class: NotRetryable, Kind: "canceled"}
 	}
 	if f.Header != nil {
@@ -191,7 +193,7 @@ func kindOf(f Failure) string {
 		return "stall"
 	case errors.Is(f.Err, errTruncated):
 		return "truncated"
-	case errors.Is(f.Err, context.Canceled):
+	case errors.Is(f.Err, context.Canceled), errors.Is(f.Err, context.DeadlineExceeded) && !errors.Is(f.Err, ErrAttemptTimeout):
 		return "canceled"
 	}
 	return "transport"

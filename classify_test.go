@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"syscall"
 	"testing"
 
@@ -56,6 +58,8 @@ func TestClassify(t *testing.T) {
 		{"attempt timeout", damper.Failure{Err: fmt.Errorf("x: %w", damper.ErrAttemptTimeout)}, damper.Retryable, damper.ProviderHealth, "timeout"},
 		{"dropped body, should-retry false", damper.Failure{Header: hdr("x-should-retry", "false"), Err: io.ErrUnexpectedEOF}, damper.NotRetryable, damper.ProviderHealth, "should_retry_false"},
 		{"caller canceled", damper.Failure{Err: context.Canceled}, damper.NotRetryable, damper.NoSignal, "canceled"},
+		{"caller's deadline", damper.Failure{Err: &url.Error{Op: "Post", Err: context.DeadlineExceeded}}, damper.NotRetryable, damper.NoSignal, "canceled"},
+		{"network i/o timeout", damper.Failure{Err: &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}}, damper.Retryable, damper.ProviderHealth, "transport"},
 		{"not a transport error", damper.Failure{Err: errors.New("signing failed")}, damper.NotRetryable, damper.NoSignal, "other"},
 		{"SSE overloaded", damper.Failure{Body: errBody("overloaded_error", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
 		{"SSE api_error", damper.Failure{Body: errBody("api_error", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
