@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"go.uber.org/goleak"
 
@@ -160,23 +159,8 @@ func TestSoakLoopback(t *testing.T) {
 
 	tel := newSoakTelemetry(t)
 	before := heapAfterGC()
-	var rmu sync.Mutex
-	jitter := rand.New(rand.NewPCG(seed, 0x7a12))
-	random := func() float64 {
-		rmu.Lock()
-		defer rmu.Unlock()
-		return jitter.Float64()
-	}
-	clients := make([][2]anthropic.Client, len(profiles))
-	for i, pr := range profiles {
-		d, err := damper.New(pr.policy, append(tel.settings(), damper.WithRand(random))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, cred := range []option.RequestOption{option.WithAPIKey(soakAPIKey), option.WithAuthToken(soakAuthToken)} {
-			clients[i][k] = anthropic.NewClient(d.Option(), cred, option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: tr}))
-		}
-	}
+	clients := soakClients(t, profiles, tel, rand.NewPCG(seed, 0x7a12),
+		option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: tr}))
 
 	ck := &checker{}
 	results := make([]soakResult, len(plans))

@@ -612,26 +612,8 @@ func TestSoakInMemory(t *testing.T) {
 	ck := &checker{}
 	synctest.Test(t, func(t *testing.T) {
 		srv := newChaosServer(plans)
-		var rmu sync.Mutex
-		jitter := rand.New(rand.NewPCG(seed, 0x7a11))
-		random := func() float64 {
-			rmu.Lock()
-			defer rmu.Unlock()
-			return jitter.Float64()
-		}
-		// Each Damper has two clients, one with an API key and one with an
-		// auth token (the SDK takes one credential per client).
-		clients := make([][2]anthropic.Client, len(profiles))
-		for i, pr := range profiles {
-			d, err := damper.New(pr.policy, append(tel.settings(), damper.WithRand(random))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, cred := range []option.RequestOption{option.WithAPIKey(soakAPIKey), option.WithAuthToken(soakAuthToken)} {
-				clients[i][k] = anthropic.NewClient(d.Option(), cred, option.WithBaseURL("http://api.invalid"),
-					option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv)}))
-			}
-		}
+		clients := soakClients(t, profiles, tel, rand.NewPCG(seed, 0x7a11),
+			option.WithBaseURL("http://api.invalid"), option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv)}))
 		results := make([]soakResult, len(plans))
 		next := make(chan int)
 		var wg sync.WaitGroup
@@ -756,4 +738,29 @@ func soakCall(client anthropic.Client, p reqPlan, model string) (soakResult, []a
 	}
 	res.elapsed = time.Since(res.start)
 	return res, evs, msg
+}
+
+// soakClients builds, for each profile, a Damper with the soak's telemetry
+// and jitter drawn from src, and two clients through it: one with an API
+// key and one with an auth token (the SDK takes one credential per client).
+func soakClients(t *testing.T, profiles []soakProfile, tel *soakTelemetry, src rand.Source, opts ...option.RequestOption) [][2]anthropic.Client {
+	t.Helper()
+	var mu sync.Mutex
+	jitter := rand.New(src)
+	random := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return jitter.Float64()
+	}
+	clients := make([][2]anthropic.Client, len(profiles))
+	for i, pr := range profiles {
+		d, err := damper.New(pr.policy, append(tel.settings(), damper.WithRand(random))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, cred := range []option.RequestOption{option.WithAPIKey(soakAPIKey), option.WithAuthToken(soakAuthToken)} {
+			clients[i][k] = anthropic.NewClient(append([]option.RequestOption{d.Option(), cred}, opts...)...)
+		}
+	}
+	return clients
 }
