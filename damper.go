@@ -30,10 +30,12 @@
 // caller's one ssestream.Stream shows exactly one attempt's events. At most
 // [Policy.MaxHoldBack] bytes (1 MiB by default) are held: a stream that
 // sends more before its first content fails with [ErrHoldBackExceeded],
-// not retried. Before content these are retried
-// under every gate of a plain call: an error status, an SSE error event of
-// a transient type, a reset or EOF, an end without message_stop, and no
-// first content within [Policy.PerAttemptTimeout]. The held bytes reach the
+// not retried.
+//
+// Before content, these failures are retried under every gate of a plain
+// call: an error status, an SSE error event of a transient type, a reset or
+// EOF, an end without message_stop, and no first content within
+// [Policy.PerAttemptTimeout]. The held bytes reach the
 // caller together with the first content, so its time to first content
 // does not grow; a stream that ends with message_stop and no content is
 // released whole.
