@@ -157,7 +157,7 @@ func (d *Damper) Budget() Budget { return d.budget }
 // error on the first call.
 //
 // The SDK's own retry loop never runs for a Messages call through Damper:
-// every response Damper returns says x-should-retry: false. The SDK's
+// every failure Damper returns comes with x-should-retry: false. The SDK's
 // request timeout (option.WithRequestTimeout, 10 minutes by default for
 // Messages.New) wraps Damper's whole loop, so it becomes the deadline of
 // the logical request, retries and waits included; PerAttemptTimeout bounds
@@ -192,7 +192,7 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext) (*htt
 var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
 
 // isSDKRetry reports whether req is the SDK's own retry of a Messages call.
-// Damper's responses all say x-should-retry: false, so the SDK retries only
+// Every failure Damper returns says x-should-retry: false, so the SDK retries only
 // when its request timeout expired around Damper's loop; it numbers its
 // tries in X-Stainless-Retry-Count unless the caller set that header.
 func isSDKRetry(req *http.Request) bool {
