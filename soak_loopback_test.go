@@ -209,17 +209,7 @@ func TestSoakLoopback(t *testing.T) {
 	var over time.Duration
 	for i, r := range results {
 		p := plans[i]
-		st.attempts += int64(r.report.Attempts)
-		st.outcomes[r.report.Outcome]++
-		if p.stream {
-			st.streams++
-		}
-		if p.cancelAt > 0 {
-			st.cancels++
-		}
-		if p.sdkLimit > 0 {
-			st.sdkLimits++
-		}
+		st.count(p, r)
 		over = max(over, r.elapsed-p.limit())
 		n := fake.Count(strconv.Itoa(i))
 		st.served += int64(n)

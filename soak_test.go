@@ -429,6 +429,21 @@ type soakStats struct {
 	stopped                    int // calls the caller's deadline or cancellation ended, at that instant
 }
 
+// count adds one call's plan and result to the totals both soaks keep.
+func (st *soakStats) count(p reqPlan, r soakResult) {
+	st.attempts += int64(r.report.Attempts)
+	st.outcomes[r.report.Outcome]++
+	if p.stream {
+		st.streams++
+	}
+	if p.cancelAt > 0 {
+		st.cancels++
+	}
+	if p.sdkLimit > 0 {
+		st.sdkLimits++
+	}
+}
+
 func (st *soakStats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d logical requests (%d streams, %d cancelled by the caller, %d with an SDK request timeout), %d attempts sent, %d received, %d cut before the server\n",
@@ -642,17 +657,7 @@ func TestSoakInMemory(t *testing.T) {
 		st.requests, st.outcomes = len(plans), map[damper.Outcome]int{}
 		for i, r := range results {
 			p := plans[i]
-			st.attempts += int64(r.report.Attempts)
-			st.outcomes[r.report.Outcome]++
-			if p.stream {
-				st.streams++
-			}
-			if p.cancelAt > 0 {
-				st.cancels++
-			}
-			if p.sdkLimit > 0 {
-				st.sdkLimits++
-			}
+			st.count(p, r)
 			if r.elapsed == p.limit() {
 				st.stopped++
 			}
