@@ -284,11 +284,7 @@ func (c *call) logAttempt(a attemptResult, cls Classification) {
 	if a.failure.Err != nil {
 		ar.Err = a.failure.Err.Error()
 	}
-	c.mu.Lock()
-	c.report.AttemptLog = append(c.report.AttemptLog, ar)
-	c.report.Attempts = len(c.report.AttemptLog)
-	c.mu.Unlock()
-	c.d.tel.attemptEnd(c, len(c.report.AttemptLog), ar)
+	c.record(ar)
 }
 
 // logSuccess adds a successful attempt to the report.
@@ -298,11 +294,17 @@ func (c *call) logSuccess(a attemptResult) {
 		ar.StatusCode = a.res.StatusCode
 		ar.RequestID = a.res.Header.Get("request-id")
 	}
+	c.record(ar)
+}
+
+// record appends an attempt to the report and ends its telemetry.
+func (c *call) record(ar AttemptReport) {
 	c.mu.Lock()
 	c.report.AttemptLog = append(c.report.AttemptLog, ar)
-	c.report.Attempts = len(c.report.AttemptLog)
+	n := len(c.report.AttemptLog)
+	c.report.Attempts = n
 	c.mu.Unlock()
-	c.d.tel.attemptEnd(c, len(c.report.AttemptLog), ar)
+	c.d.tel.attemptEnd(c, n, ar)
 }
 
 // surface ends the call with the failure of attempt a. With refusal nil the
