@@ -100,7 +100,7 @@ func (c *cycle) Read(p []byte) (int, error) {
 }
 
 // callIn runs one Messages.New call through Damper p to srv in a bubble.
-func callIn(t *testing.T, p damper.Policy, srv *rawServer, model string) (*anthropic.Message, error, damper.Report) {
+func callIn(t *testing.T, p damper.Policy, srv *rawServer, model string) (*anthropic.Message, damper.Report, error) {
 	t.Helper()
 	var (
 		msg *anthropic.Message
@@ -113,11 +113,11 @@ func callIn(t *testing.T, p damper.Policy, srv *rawServer, model string) (*anthr
 		pr.MaxTokens = 256
 		msg, err = client.Messages.New(context.Background(), pr, damper.ReportInto(&rep))
 	})
-	return msg, err, rep
+	return msg, rep, err
 }
 
 // streamIn drains one stream through Damper p to srv in a bubble.
-func streamIn(t *testing.T, p damper.Policy, srv *rawServer) ([]anthropic.MessageStreamEventUnion, error, damper.Report, time.Duration) {
+func streamIn(t *testing.T, p damper.Policy, srv *rawServer) ([]anthropic.MessageStreamEventUnion, damper.Report, time.Duration, error) {
 	t.Helper()
 	var (
 		evs     []anthropic.MessageStreamEventUnion
@@ -131,21 +131,21 @@ func streamIn(t *testing.T, p damper.Policy, srv *rawServer) ([]anthropic.Messag
 		evs, err = drain(client.Messages.NewStreaming(context.Background(), streamParams(), damper.ReportInto(&rep)))
 		elapsed = time.Since(start)
 	})
-	return evs, err, rep, elapsed
+	return evs, rep, elapsed, err
 }
 
 func TestAdversarialErrorBodyNotJSON(t *testing.T) {
 	html := "<html><body><h1>502 Bad Gateway</h1></body></html>"
 	t.Run("retryable status", func(t *testing.T) {
 		srv := &rawServer{handlers: []http.HandlerFunc{errorStatus(502, strings.NewReader(html)), okHandler}}
-		_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+		_, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 		if err != nil || rep.Attempts != 2 || rep.AttemptLog[0].Kind != "server_error" {
 			t.Fatalf("err %v, report %+v; want a retried 502", err, rep)
 		}
 	})
 	t.Run("final status", func(t *testing.T) {
 		srv := &rawServer{handlers: []http.HandlerFunc{errorStatus(400, strings.NewReader(html))}}
-		_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+		_, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 		if apiStatus(err) != 400 || !strings.Contains(err.Error(), "502 Bad Gateway") || rep.Attempts != 1 {
 			t.Fatalf("err %v, report %+v; want the SDK's 400 quoting the body, one attempt", err, rep)
 		}
@@ -162,7 +162,7 @@ func TestAdversarialErrorBodyHuge(t *testing.T) {
 			srv := &rawServer{handlers: []http.HandlerFunc{errorStatus(status, repeatReader(chunk, huge/len(chunk))), okHandler}}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+			_, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 			runtime.ReadMemStats(&after)
 			if status == 503 && (err != nil || rep.Attempts != 2) {
 				t.Fatalf("err %v, %d attempts; want a retried 503", err, rep.Attempts)
@@ -211,7 +211,7 @@ func TestAdversarialErrorBodyDeeplyNested(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &rawServer{handlers: []http.HandlerFunc{errorStatus(429, strings.NewReader(tt.body)), okHandler}}
-			_, err, rep := callIn(t, tt.policy, srv, "claude-sonnet-4-5")
+			_, rep, err := callIn(t, tt.policy, srv, "claude-sonnet-4-5")
 			if !tt.check(err, rep) {
 				t.Fatalf("err %.300v, report %+v", err, rep)
 			}
@@ -254,7 +254,7 @@ func TestAdversarialSSEHugeLineBeforeContent(t *testing.T) {
 	srv := &rawServer{handlers: []http.HandlerFunc{
 		sseHandler("", "event: message_start\ndata: ", "x", 16<<20, "\n\n"), streamOKHandler,
 	}}
-	evs, err, rep, _ := streamIn(t, damper.Policy{}, srv)
+	evs, rep, _, err := streamIn(t, damper.Policy{}, srv)
 	if !errors.Is(err, damper.ErrHoldBackExceeded) || len(evs) != 0 || rep.Attempts != 1 {
 		t.Fatalf("%d events, err %v, report %+v; want ErrHoldBackExceeded, nothing shown", len(evs), err, rep)
 	}
@@ -277,7 +277,7 @@ func TestAdversarialSSEHugeLineAfterContent(t *testing.T) {
 	srv := &rawServer{handlers: []http.HandlerFunc{
 		sseHandler(preContent()+evs[2].String(), "event: content_block_delta\ndata: "+delta, "y", size, tail.String()),
 	}}
-	got, err, rep, _ := streamIn(t, damper.Policy{}, srv)
+	got, rep, _, err := streamIn(t, damper.Policy{}, srv)
 	if err != nil || rep.Outcome != damper.OutcomeSuccess || len(got) != 7 {
 		t.Fatalf("%d events, err %v, report %+v; want the whole stream", len(got), err, rep)
 	}
@@ -293,7 +293,7 @@ func TestAdversarialSSEHugeErrorEventAfterContent(t *testing.T) {
 	srv := &rawServer{handlers: []http.HandlerFunc{
 		sseHandler(preContent()+evs[2].String(), `event: error`+"\n"+`data: {"type":"error","error":{"type":"overloaded_error","message":"`, "z", -1, ""),
 	}}
-	got, err, rep, _ := streamIn(t, damper.Policy{}, srv)
+	got, rep, _, err := streamIn(t, damper.Policy{}, srv)
 	if !errors.Is(err, damper.ErrAmbiguous) || rep.Outcome != damper.OutcomeAmbiguous || len(got) != 3 {
 		t.Fatalf("%d events, err %.300v, report %+v; want 3 events, then ErrAmbiguous", len(got), err, rep)
 	}
@@ -417,14 +417,14 @@ func TestAdversarialEndlessBody(t *testing.T) {
 				}
 			}
 		}}}
-		evs, err, rep, elapsed := streamIn(t, p, srv)
+		evs, rep, elapsed, err := streamIn(t, p, srv)
 		if !errors.Is(err, damper.ErrAttemptTimeout) || len(evs) != 0 || rep.Attempts != 2 || elapsed != 10500*time.Millisecond {
 			t.Fatalf("%d events, err %v, report %+v after %v; want two timed-out attempts in 10.5s", len(evs), err, rep, elapsed)
 		}
 	})
 	t.Run("stream before content, flooding", func(t *testing.T) {
 		srv := &rawServer{handlers: []http.HandlerFunc{sseHandler(preContent(), "", ": flood\n", -1, "")}}
-		evs, err, rep, _ := streamIn(t, damper.Policy{MaxHoldBack: 64 << 10}, srv)
+		evs, rep, _, err := streamIn(t, damper.Policy{MaxHoldBack: 64 << 10}, srv)
 		if !errors.Is(err, damper.ErrHoldBackExceeded) || len(evs) != 0 || rep.Attempts != 1 {
 			t.Fatalf("%d events, err %v, report %+v; want ErrHoldBackExceeded", len(evs), err, rep)
 		}
@@ -446,7 +446,7 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 			_ = http.NewResponseController(w).Flush()
 			panic(http.ErrAbortHandler)
 		}, okHandler}}
-		got, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+		got, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 		if err != nil || rep.Attempts != 2 || rep.AttemptLog[0].Kind != "transport" || got.Content[0].Text != "ok" {
 			t.Fatalf("err %v, report %+v; want the cut body retried", err, rep)
 		}
@@ -455,7 +455,7 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 		srv := &rawServer{handlers: []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, msg) // no Content-Length: the end of the body is the end
 		}}}
-		_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+		_, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 		if err == nil || rep.Attempts != 1 {
 			t.Fatalf("err %v, report %+v; want the SDK's decoding error, one attempt", err, rep)
 		}
@@ -467,7 +467,7 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			_, _ = io.WriteString(w, preContent()+delta)
 		}, streamOKHandler}}
-		got, err, rep, _ := streamIn(t, damper.Policy{}, srv)
+		got, rep, _, err := streamIn(t, damper.Policy{}, srv)
 		if err != nil || rep.Attempts != 2 || rep.AttemptLog[0].Kind != "truncated" || len(got) != 6 {
 			t.Fatalf("%d events, err %v, report %+v; want the truncated attempt retried", len(got), err, rep)
 		}
@@ -480,7 +480,7 @@ func TestAdversarialPartialUTF8(t *testing.T) {
 			_ = http.NewResponseController(w).Flush()
 			panic(http.ErrAbortHandler)
 		}}}
-		got, err, rep, _ := streamIn(t, damper.Policy{}, srv)
+		got, rep, _, err := streamIn(t, damper.Policy{}, srv)
 		if !errors.Is(err, damper.ErrAmbiguous) || rep.Attempts != 1 || len(got) != 4 || got[3].Delta.Text != "caf" {
 			t.Fatalf("%d events, err %v, report %+v; want the whole first delta, then ErrAmbiguous", len(got), err, rep)
 		}
@@ -498,7 +498,7 @@ func TestAdversarialEndlessSuccessBody(t *testing.T) {
 	}}}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err, rep := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
+	_, rep, err := callIn(t, damper.Policy{}, srv, "claude-sonnet-4-5")
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "exceeds 64 MiB") || rep.Attempts != 1 || rep.Outcome != damper.OutcomeError {
 		t.Fatalf("err %v, report %+v; want a body-too-large error, not retried", err, rep)

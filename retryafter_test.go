@@ -1,7 +1,6 @@
 package damper_test
 
 import (
-	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		h.Set("retry-after-ms", ms)
 		h.Set("retry-after", s)
 		d, ok := damper.ParseRetryAfter(h, now)
-		if d < 0 || d > 1000*24*time.Hour || (!ok && d != 0) || math.IsNaN(float64(d)) {
+		if d < 0 || d > 1000*24*time.Hour || (!ok && d != 0) {
 			t.Fatalf("ParseRetryAfter(%q, %q) = (%v, %v)", ms, s, d, ok)
 		}
 	})

@@ -178,7 +178,7 @@ func (r *telRig) checkSpans(t *testing.T, want []wantSpan) {
 func sortedAttrs(m map[attribute.Key]attribute.Value) []string {
 	var out []string
 	for k, v := range m {
-		out = append(out, fmt.Sprintf("%s=%s(%s)", k, v.Emit(), v.Type()))
+		out = append(out, fmt.Sprintf("%s=%s(%s)", k, v.String(), v.Type()))
 	}
 	slices.Sort(out)
 	return out
@@ -565,7 +565,7 @@ func TestTelemetrySDKSpanTree(t *testing.T) {
 	// The SDK saw three requests go out, Damper's attempts, and made one
 	// call of its own loop: its resend count is Damper's retries.
 	if resent := attrs(sdk.Attributes...)["http.request.resend_count"]; resent.AsInt64() != 2 {
-		t.Errorf("SDK span http.request.resend_count = %v, want 2", resent.Emit())
+		t.Errorf("SDK span http.request.resend_count = %v, want 2", resent.String())
 	}
 	if sdk.Status.Code != codes.Ok {
 		t.Errorf("SDK span status %v, want Ok", sdk.Status.Code)
@@ -582,7 +582,7 @@ func TestTelemetrySDKSpanTree(t *testing.T) {
 		}
 		resend, ok := attrs(s.Attributes...)["http.request.resend_count"]
 		if (i == 0) == ok || (ok && resend.AsInt64() != int64(i)) {
-			t.Errorf("attempt span %d: resend count %v (set %v)", i, resend.Emit(), ok)
+			t.Errorf("attempt span %d: resend count %v (set %v)", i, resend.String(), ok)
 		}
 	}
 	for _, s := range spans {

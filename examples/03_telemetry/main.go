@@ -70,7 +70,7 @@ func run() error {
 
 	var rep damper.Report
 	msg, err := client.Messages.New(ctx, anthropic.MessageNewParams{
-		Model:     anthropic.ModelClaudeSonnet4_5,
+		Model:     anthropic.ModelClaudeSonnet5_5,
 		MaxTokens: 512,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Why do retry storms happen?"))},
 	}, dampertest.Scenario("busy"), damper.ReportInto(&rep))
