@@ -63,6 +63,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 )
@@ -164,21 +165,42 @@ func (d *Damper) Budget() Budget { return d.budget }
 // each attempt. When that timeout cuts Damper's loop short, the SDK tries
 // the call again after its own backoff; Damper refuses that run at once,
 // with an error that matches context.DeadlineExceeded, so that no provider
-// attempt is made outside Damper's count.
+// attempt is made outside Damper's count. Damper knows the SDK's run again
+// by the request it belongs to, not by any header, so headers a caller sets
+// change nothing.
 func (d *Damper) Option() option.RequestOption {
-	return option.WithMiddleware(d.middleware)
+	return everyRequest(func() option.RequestOption {
+		var ran atomic.Bool
+		return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			return d.middleware(req, next, &ran)
+		})
+	})
 }
 
+// everyRequest is an SDK option that builds a fresh option for each request
+// the SDK makes: the SDK applies a client's options once per logical
+// request (once per method call), however many times it then sends it.
+// O and C are the SDK's option type and the request configuration it
+// applies to, inferred from f.
+func everyRequest[O interface{ Apply(C) error }, C any](f func() O) requestOption[O, C] {
+	return f
+}
+
+type requestOption[O interface{ Apply(C) error }, C any] func() O
+
+func (f requestOption[O, C]) Apply(c C) error { return f().Apply(c) }
+
 // middleware is the SDK middleware: it runs Damper's retry loop for
-// Messages calls and passes everything else through.
-func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+// Messages calls and passes everything else through. ran is the logical
+// request's own: set by its first run, it marks any later one as the SDK's.
+func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *atomic.Bool) (*http.Response, error) {
 	if !isMessagesCall(req) {
 		if isSignedPlatformCall(req) {
 			return nil, errOptionOrder
 		}
 		return next(req)
 	}
-	if isSDKRetry(req) {
+	if ran.Swap(true) {
 		return noRetry(req), errSDKRequestTimeout
 	}
 	c, err := d.newCall(req)
@@ -189,13 +211,7 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext) (*htt
 }
 
 // errSDKRequestTimeout is the answer to the SDK's retry of a Messages call.
+// The SDK retries a call through Damper only when its request timeout
+// expired around Damper's loop: every failure Damper returns says
+// x-should-retry: false.
 var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
-
-// isSDKRetry reports whether req is the SDK's own retry of a Messages call.
-// Every failure Damper returns says x-should-retry: false, so the SDK retries only
-// when its request timeout expired around Damper's loop; it numbers its
-// tries in X-Stainless-Retry-Count unless the caller set that header.
-func isSDKRetry(req *http.Request) bool {
-	n := req.Header.Get("X-Stainless-Retry-Count")
-	return n != "" && n != "0"
-}
