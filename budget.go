@@ -27,15 +27,22 @@ type Budget interface {
 // retries it authorizes are at most minTokens + ratio × the first attempts
 // that succeeded in that window. Unused units do not carry over. It is
 // lock-free and safe for concurrent use.
+//
+// Windows are aligned on multiples of the window since the Unix epoch, as
+// the wall clock read at the first call places them, and then follow the
+// monotonic clock: a wall clock stepped back or forward moves no window.
+// Times without a monotonic reading (a virtual clock's) are placed by their
+// wall time.
 type WindowBudget struct {
 	ratio     float64
 	minTokens float64
 	window    time.Duration
+	origin    atomic.Pointer[time.Time] // the first time seen: windows are counted from it
 	cur       atomic.Pointer[budgetWindow]
 }
 
 type budgetWindow struct {
-	id        int64 // now.UnixNano() / window
+	id        int64 // the window's start, in windows since the Unix epoch
 	successes atomic.Int64
 	used      atomic.Int64
 }
@@ -60,7 +67,7 @@ func NewWindowBudget(ratio float64, window time.Duration, minTokens int) (*Windo
 // moved past the current one. A late caller whose now is in an older window
 // is counted in the current one.
 func (b *WindowBudget) windowAt(now time.Time) *budgetWindow {
-	id := now.UnixNano() / int64(b.window)
+	id := b.windowID(now)
 	for {
 		w := b.cur.Load()
 		if w != nil && w.id >= id {
@@ -71,6 +78,28 @@ func (b *WindowBudget) windowAt(now time.Time) *budgetWindow {
 			return next
 		}
 	}
+}
+
+// windowID numbers the window holding now. The distance from the origin is
+// monotonic when both times carry a monotonic reading, and the origin's
+// wall time anchors it to the epoch.
+func (b *WindowBudget) windowID(now time.Time) int64 {
+	origin := b.origin.Load()
+	if origin == nil {
+		b.origin.CompareAndSwap(nil, &now)
+		origin = b.origin.Load()
+	}
+	w := int64(b.window)
+	start, offset := origin.UnixNano()/w, origin.UnixNano()%w
+	if offset < 0 {
+		start, offset = start-1, offset+w
+	}
+	since := now.Sub(*origin) + time.Duration(offset)
+	id := start + int64(since/b.window)
+	if since < 0 && since%b.window != 0 {
+		id-- // floor, for a time before the origin
+	}
+	return id
 }
 
 // capacity is the number of retries the window may authorize. The small
