@@ -3,10 +3,12 @@ package damper
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -244,7 +246,15 @@ func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
 		limit = maxErrorBody
 	}
 	body, readErr := readAll(res.Body, limit)
-	if readErr == nil && len(body) > maxResponseBody {
+	if readErr != nil {
+		readErr = bodyError{readErr}
+	}
+	cut := false
+	switch {
+	case readErr != nil:
+	case res.StatusCode >= 400 && len(body) == maxErrorBody:
+		cut = true // the body may go on: not all of it is read
+	case len(body) > maxResponseBody:
 		readErr = errResponseTooLarge
 	}
 	stop()
@@ -253,11 +263,100 @@ func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
 		readErr = cause(readErr)
 		return done(attemptResult{err: readErr, failure: &Failure{Header: res.Header, Err: readErr}})
 	}
-	res.Body = io.NopCloser(bytes.NewReader(body))
 	if res.StatusCode >= 400 {
+		if cut {
+			body = cutErrorBody(body)
+		}
+		res.Body = io.NopCloser(bytes.NewReader(body))
 		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}})
 	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	if !json.Valid(body) {
+		// The SDK cannot decode it: an answer the caller cannot use.
+		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}})
+	}
 	return done(attemptResult{res: res})
+}
+
+// errInvalidJSON is a plain call's 2xx whose body is not JSON.
+var errInvalidJSON = errors.New("damper: the response body is not valid JSON")
+
+// bodyError is a failure to read a response body once its headers had come:
+// the connection dropped, or the body's framing or encoding was corrupt
+// (chunked encoding, a gzip checksum). Before content it is a transport
+// failure, whatever its cause.
+type bodyError struct{ err error }
+
+func (e bodyError) Error() string { return e.err.Error() }
+func (e bodyError) Unwrap() error { return e.err }
+
+// cutErrorBody turns the first maxErrorBody bytes of a longer error body
+// into a whole JSON error with what they hold of the error's type, message
+// (cut where the body was), details and request ID, so that the SDK still
+// builds an *anthropic.Error that says what went wrong.
+func cutErrorBody(prefix []byte) []byte {
+	r := gjson.ParseBytes(prefix)
+	msg := r.Get("error.message").String()
+	if msg == "" {
+		msg = cutString(prefix, `"message"`)
+	}
+	e := map[string]any{
+		"type":    cmpOr(r.Get("error.type").String(), "api_error"),
+		"message": msg + " [error body cut at 1 MiB by damper]",
+	}
+	if d := r.Get("error.details"); d.IsObject() && json.Valid([]byte(d.Raw)) {
+		e["details"] = json.RawMessage(d.Raw)
+	}
+	out := map[string]any{"type": "error", "error": e}
+	if id := r.Get("request_id").String(); id != "" {
+		out["request_id"] = id
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return prefix
+	}
+	return b
+}
+
+// cutString returns the value of the JSON string that follows key in b
+// and runs past its end, unescaped as far as it goes.
+func cutString(b []byte, key string) string {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n:")
+	if len(rest) == 0 || rest[0] != '"' {
+		return ""
+	}
+	rest = rest[1:]
+	end := 0 // the end of the last whole character or escape
+	for k := 0; k < len(rest) && rest[k] != '"'; {
+		step := 1
+		if rest[k] == '\\' {
+			step = 2
+			if k+1 < len(rest) && rest[k+1] == 'u' {
+				step = 6
+			}
+		}
+		if k+step > len(rest) {
+			break
+		}
+		k += step
+		end = k
+	}
+	var out string
+	if json.Unmarshal(append(append([]byte{'"'}, rest[:end]...), '"'), &out) != nil {
+		return ""
+	}
+	return strings.TrimRight(out, "\uFFFD") // a character cut in two
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // readAll reads body to its end, or to limit bytes, and closes it.

@@ -70,7 +70,8 @@ type Classification struct {
 	// reports, span attributes and metrics: "rate_limited", "spend_limit",
 	// "overloaded", "server_error", "client_error", "should_retry_false",
 	// "should_retry_true", "transport", "timeout", "canceled", "sse_error",
-	// "truncated", "stall", "hold_back_exceeded" or "other".
+	// "truncated", "stall", "hold_back_exceeded", "invalid_response" (a
+	// success status whose body is not JSON) or "other".
 	Kind string
 }
 
@@ -137,6 +138,8 @@ func Classify(f Failure) Classification {
 		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "server_error"}
 	case code >= 400:
 		return Classification{Class: NotRetryable, Kind: "client_error"}
+	case code > 0 && errors.Is(f.Err, errInvalidJSON):
+		return Classification{Class: NotRetryable, Kind: "invalid_response"}
 	case code > 0:
 		return Classification{Class: NotRetryable, Kind: "other"}
 	}
@@ -200,12 +203,15 @@ func kindOf(f Failure) string {
 }
 
 // isTransportError reports whether err is a failure of the connection to
-// the API (refused, reset, closed early, a network timeout, a TLS alert)
-// rather than of the caller's configuration (a bad URL, an untrusted
+// the API (refused, reset, closed early, a network timeout, a TLS alert, a
+// body whose framing or encoding broke after its headers) rather than of the caller's configuration (a bad URL, an untrusted
 // certificate).
 func isTransportError(err error) bool {
 	if err == nil {
 		return false
+	}
+	if errors.As(err, new(bodyError)) {
+		return true // headers came, so the configuration was right
 	}
 	var unknownAuthority x509.UnknownAuthorityError
 	var hostname x509.HostnameError

@@ -64,7 +64,7 @@ func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel contex
 			continue
 		}
 		if err != io.EOF {
-			return fail(cause(err), Failure{})
+			return fail(cause(bodyError{err}), Failure{})
 		}
 		// A last line without "\n" may still dispatch an event, as it
 		// does for the SDK's decoder.
