@@ -58,7 +58,9 @@ func TestBudgetBoundAllFailing(t *testing.T) {
 	exhausted := 0
 	for range n {
 		var rep damper.Report
-		_, _ = r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+		if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err == nil {
+			t.Fatal("a call succeeded against a provider that always fails")
+		}
 		if rep.Outcome == damper.OutcomeBudgetExhausted {
 			exhausted++
 		}
@@ -112,15 +114,33 @@ func TestBudgetSharedAcrossCalls(t *testing.T) {
 	newClient := func(d *damper.Damper) anthropic.Client {
 		return anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
 	}
-	clk := dampertest.NewClock(time.Now())
-	d1, _ := damper.New(damper.Policy{RetryBudgetMinTokens: 1}, damper.WithClock(clk))
-	d2, _ := damper.New(damper.Policy{RetryBudgetMinTokens: 1}, damper.WithClock(clk))
-	a, b, c := newClient(d1), newClient(d1), newClient(d2)
-	for _, client := range []anthropic.Client{a, b, c} {
-		_, _ = client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
+	// The clock starts on a whole minute, so that the calls' few seconds of
+	// waits stay in one window: a new one would refill d1's budget.
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	newDamper := func() *damper.Damper {
+		d, err := damper.New(damper.Policy{RetryBudgetMinTokens: 1}, damper.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
 	}
-	// d1's one unit serves one of its two clients; d2 has its own.
-	if got := srv.Count(""); got != 3+2 {
+	d1, d2 := newDamper(), newDamper()
+	a, b, c := newClient(d1), newClient(d1), newClient(d2)
+	// d1's one unit serves a's first retry and leaves b none; d2 has its
+	// own for c. Every call ends refused by its budget.
+	for i, tt := range []struct {
+		client anthropic.Client
+		tries  int
+	}{{a, 2}, {b, 1}, {c, 2}} {
+		var rep damper.Report
+		if _, err := tt.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err == nil {
+			t.Fatalf("call %d succeeded against a provider that always fails", i+1)
+		}
+		if rep.Attempts != tt.tries || rep.Outcome != damper.OutcomeBudgetExhausted {
+			t.Errorf("call %d: %d attempts, outcome %s; want %d, %s", i+1, rep.Attempts, rep.Outcome, tt.tries, damper.OutcomeBudgetExhausted)
+		}
+	}
+	if got := srv.Count(""); got != 2+1+2 {
 		t.Errorf("provider attempts = %d, want 5", got)
 	}
 }

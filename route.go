@@ -30,7 +30,8 @@ func providerOf(req *http.Request) string {
 	switch {
 	case strings.Contains(host, "bedrock"):
 		return "aws.bedrock"
-	case strings.Contains(host, "aiplatform.googleapis.com"):
+	case strings.HasSuffix(host, "googleapis.com") && strings.Contains(host, "aiplatform"):
+		// Regional, global and multi-region (aiplatform.eu.rep.googleapis.com) hosts.
 		return "gcp.vertex_ai"
 	}
 	return "anthropic"

@@ -273,7 +273,7 @@ func TestStreamPropertyRandomFaults(t *testing.T) {
 			text := ""
 			if want.shown > 0 {
 				wantEvents = seen(plans[want.shown-1], want.upTo)
-				text = accumulated(t, wantEvents)
+				text = shownText(plans[want.shown-1], want.upTo)
 			}
 			checkEvents(t, evs, wantEvents, text)
 			if srv.count() != want.attempts || rep.Attempts != want.attempts || rep.Outcome != want.outcome {
@@ -306,22 +306,14 @@ func TestStreamPropertyRandomFaults(t *testing.T) {
 	}
 }
 
-// accumulated is the text a caller accumulates from the events' data.
-func accumulated(t *testing.T, events []string) string {
-	t.Helper()
-	var msg anthropic.Message
-	for _, data := range events {
-		var ev anthropic.MessageStreamEventUnion
-		if err := ev.UnmarshalJSON([]byte(data)); err != nil {
-			t.Fatal(err)
-		}
-		if err := msg.Accumulate(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var b strings.Builder
-	for _, block := range msg.Content {
-		b.WriteString(block.Text)
-	}
-	return b.String()
+// shownText is the text a caller holds once the events of st before at have
+// arrived, cut from st.Text by the script's own chunking (a delta of
+// ChunkSize runes per event from ContentIndex on) rather than taken from
+// its events, so that events of the wrong attempt, or text dropped or
+// repeated on the way, show in the text as well. st sets Text and
+// ChunkSize, as randomPlans does.
+func shownText(st dampertest.Stream, at int) string {
+	deltas := max(at-st.ContentIndex(), 0)
+	r := []rune(st.Text)
+	return string(r[:min(deltas*st.ChunkSize, len(r))])
 }

@@ -10,16 +10,11 @@ import (
 	"time"
 )
 
-// fastSuite is the published scenarios with 2 replicas instead of 10: the
-// figures that matter are per replica, and the run stays short under -race.
+// fastSuite is every published scenario with 2 replicas instead of 10:
+// the figures that matter are per replica, and the run stays short under
+// -race.
 var fastSuite = sync.OnceValues(func() (*Suite, error) {
-	var scenarios []Scenario
-	for _, sc := range Scenarios(2) {
-		if sc.Name != "capacity-drop" {
-			scenarios = append(scenarios, sc)
-		}
-	}
-	return RunSuite(scenarios, Contenders())
+	return RunSuite(Scenarios(2), Contenders())
 })
 
 func suite(t *testing.T) *Suite {
@@ -76,14 +71,36 @@ func TestCapacityDropRecovery(t *testing.T) {
 	}
 }
 
+// knownMisses are the targets the published run misses, each with the
+// start its Detail must have: gRPC's throttler stops retrying sooner in a
+// long outage, at a cost in the brownout (see the docs). Any other miss,
+// or this one lost to another contender, fails the test.
+var knownMisses = map[string]string{
+	"full outage: Damper's amplification the lowest of all contenders": "lowest: grpc-throttle at ",
+}
+
 func TestChecksAndReport(t *testing.T) {
 	s := suite(t)
-	pass := map[string]bool{}
-	for _, c := range s.Checks() {
-		pass[c.Target] = c.Pass
+	checks := s.Checks()
+	// One target for each of outage (two), brownout and both capacity drops.
+	if len(checks) != 5 {
+		t.Fatalf("got %d checks, want 5", len(checks))
 	}
-	if len(pass) != 5 {
-		t.Fatalf("got %d checks, want 5", len(pass))
+	for _, sc := range Scenarios(2) {
+		if len(s.Results[sc.Name]) != len(Contenders()) {
+			t.Errorf("scenario %s has %d results, want one per contender", sc.Name, len(s.Results[sc.Name]))
+		}
+	}
+	for _, c := range checks {
+		if _, known := knownMisses[c.Target]; known && c.Pass {
+			t.Errorf("target %q now passes: take it out of knownMisses", c.Target)
+		}
+		if c.Pass {
+			continue
+		}
+		if want, known := knownMisses[c.Target]; !known || !strings.HasPrefix(c.Detail, want) {
+			t.Errorf("target missed: %s (%s)", c.Target, c.Detail)
+		}
 	}
 	md := s.Markdown(Contenders(), func(sc Scenario) string { return sc.Name + ".svg" })
 	for _, want := range []string{SectionHeading + "\n", Command, "| damper | ", "### Targets", "outage.svg"} {
