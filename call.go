@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -50,9 +51,12 @@ type call struct {
 	maxTokens   int
 	price       Price
 
-	mu     sync.Mutex
-	report Report
-	sink   *Report
+	mu        sync.Mutex
+	report    Report
+	sink      *Report
+	stopWatch func() bool // stops the watch on ctx of an answered call; requires mu
+
+	ending sync.Once // see end
 
 	tel callTelemetry // spans and timings of this call, see telemetry.go
 }
@@ -111,13 +115,14 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			if n == 1 {
 				c.d.budget.FirstAttemptSucceeded(c.d.clock.Now())
 			}
-			if _, ok := a.res.Body.(*streamBody); ok {
-				// The stream's end finishes the call (streamBody.end): the
-				// report is written now and again then.
-				c.settle(OutcomeSuccess)
-				return a.res, nil
-			}
-			return a.res, c.finish(OutcomeSuccess, nil)
+			// The call ends with its body (see answerBody): the report is
+			// written now, without an outcome, and again then.
+			c.settle("")
+			body := a.res.Body.(answerBody)
+			c.mu.Lock()
+			c.stopWatch = context.AfterFunc(c.ctx, body.contextDone)
+			c.mu.Unlock()
+			return a.res, nil
 		}
 		cls := Classify(*a.failure)
 		if p.Classifier != nil {
@@ -270,12 +275,56 @@ func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}})
 	}
-	res.Body = io.NopCloser(bytes.NewReader(body))
 	if !json.Valid(body) {
 		// The SDK cannot decode it: an answer the caller cannot use.
+		res.Body = io.NopCloser(bytes.NewReader(body))
 		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}})
 	}
+	res.Body = &plainBody{r: bytes.NewReader(body), c: c}
 	return done(attemptResult{res: res})
+}
+
+// answerBody is the body of a successful attempt, handed to the SDK. The
+// call ends with it: when it is read to its end or closed, or when the
+// call's context ends first, whichever comes first. contextDone is called
+// on a goroutine of its own when the context ends.
+type answerBody interface {
+	io.ReadCloser
+	contextDone()
+}
+
+// plainBody is the answer of a plain call, read whole within its attempt.
+// The SDK reads it and closes it before it looks at the caller's context
+// again, so the call ends at Close with the outcome the caller gets: a
+// success, or canceled when the context ended first. From a context's end
+// that comes first, Read returns the context's error, as the SDK would.
+type plainBody struct {
+	r        *bytes.Reader
+	c        *call
+	canceled atomic.Bool
+}
+
+func (b *plainBody) Read(p []byte) (int, error) {
+	if b.canceled.Load() {
+		return 0, b.c.ctx.Err()
+	}
+	return b.r.Read(p)
+}
+
+func (b *plainBody) Close() error {
+	if b.c.ctx.Err() != nil {
+		b.contextDone()
+	} else {
+		b.c.end(OutcomeSuccess, nil, nil)
+	}
+	b.c.publish()
+	return nil
+}
+
+func (b *plainBody) contextDone() {
+	if b.c.end(OutcomeCanceled, b.c.ctx.Err(), nil) {
+		b.canceled.Store(true)
+	}
 }
 
 // errInvalidJSON is a plain call's 2xx whose body is not JSON.
@@ -462,24 +511,55 @@ func (a attemptResult) providerError(req *http.Request) error {
 	return apiErr
 }
 
-// finish records how the call ended, writes the report to the caller's
-// sink and ends the request span. err is returned for convenience.
+// finish ends the call and writes the report to the caller's sink. err is
+// returned for convenience.
 func (c *call) finish(outcome Outcome, err error) error {
-	c.settle(outcome)
-	c.d.tel.requestEnd(c, err)
+	c.end(outcome, err, nil)
+	c.publish()
 	return err
 }
 
+// end ends the call, once: the first end stops the watch on the call's
+// context, runs cleanup (when not nil), records the outcome in the report
+// and ends the request's telemetry, and reports true. Any other end waits
+// until the first is over and changes nothing. end does not write the
+// caller's sink: only the caller's own goroutines do (publish), so that
+// what the caller reads is never written under it.
+func (c *call) end(outcome Outcome, err error, cleanup func()) (first bool) {
+	c.ending.Do(func() {
+		first = true
+		c.mu.Lock()
+		stop := c.stopWatch
+		c.stopWatch = nil
+		c.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		if cleanup != nil {
+			cleanup()
+		}
+		c.recordOutcome(outcome)
+		c.d.tel.requestEnd(c, err)
+	})
+	return first
+}
+
 // settle records the outcome so far and writes the report to the caller's
-// sink. It may be called again: a stream settles when its first content is
-// released and finishes when it ends.
+// sink: an answered call settles with no outcome, and ends with its body.
 func (c *call) settle(outcome Outcome) {
+	c.recordOutcome(outcome)
+	c.publish()
+}
+
+// recordOutcome sets the outcome, duration and budget balance of the report.
+func (c *call) recordOutcome(outcome Outcome) {
+	now := c.d.clock.Now()
+	balance := c.d.budget.Balance(now)
 	c.mu.Lock()
 	c.report.Outcome = outcome
-	c.report.Duration = c.d.clock.Now().Sub(c.start)
-	c.report.BudgetBalance = c.d.budget.Balance(c.d.clock.Now())
+	c.report.Duration = now.Sub(c.start)
+	c.report.BudgetBalance = balance
 	c.mu.Unlock()
-	c.publish()
 }
 
 // publish copies the report to the ReportInto destination, if any.

@@ -17,6 +17,7 @@ const (
 	sseMessageStop                 // message_stop: the answer is complete
 	sseError                       // an event named error
 	sseErrorStarted                // not an event: a line `event: error` has just ended
+	sseErrorRenamed                // not an event: a line has renamed an event named error
 )
 
 // Limits of what the scanner keeps of one event. An event name longer than
@@ -67,11 +68,13 @@ type sseScanner struct {
 	// The current event.
 	name     [maxEventName]byte
 	nameN    int
-	nameLong bool   // the event line's value overflowed name
-	dataN    int    // bytes of data as the SDK holds it: each value and a '\n'
-	data     []byte // the data, when kept
-	drop     bool   // the event's name says its data is not needed
-	dataOver bool   // data overflowed maxEventData, or was not all kept
+	nameLong bool // the event line's value overflowed name
+	// errorNamed is whether the current event is named "error" so far.
+	errorNamed bool
+	dataN      int    // bytes of data as the SDK holds it: each value and a '\n'
+	data       []byte // the data, when kept
+	drop       bool   // the event's name says its data is not needed
+	dataOver   bool   // data overflowed maxEventData, or was not all kept
 
 	// The event last dispatched: its data stays in data until the next
 	// call of scan or eof.
@@ -82,7 +85,8 @@ type sseScanner struct {
 // scan reads p up to the next point the stream's hold-back must act on and
 // returns how many bytes of p it consumed and what it found there: the
 // dispatch of an event (its line end included), the end of a line naming
-// the event "error", or sseNone with all of p consumed. The data of an
+// the event "error" or renaming an event so named, or sseNone with all of
+// p consumed. The data of an
 // event is valid, through eventData, until the next call.
 func (s *sseScanner) scan(p []byte) (n int, kind sseKind) {
 	s.forget()
@@ -110,7 +114,7 @@ func (s *sseScanner) eof() sseKind {
 		return sseNone
 	}
 	kind := s.endLine()
-	if kind == sseErrorStarted {
+	if kind == sseErrorStarted || kind == sseErrorRenamed {
 		return sseNone
 	}
 	return kind
@@ -242,8 +246,13 @@ func (s *sseScanner) endLine() sseKind {
 			s.dataOver = true // data came before this name and was dropped
 		}
 		s.drop = !want
-		if name == "error" {
+		wasError := s.errorNamed
+		s.errorNamed = name == "error"
+		if s.errorNamed {
 			return sseErrorStarted
+		}
+		if wasError {
+			return sseErrorRenamed
 		}
 	}
 	return sseNone
@@ -273,7 +282,7 @@ func (s *sseScanner) dispatch() sseKind {
 	if kind == sseContent {
 		s.afterContent = true
 	}
-	s.nameN, s.nameLong, s.dataN, s.dispatched = 0, false, 0, true
+	s.nameN, s.nameLong, s.dataN, s.dispatched, s.errorNamed = 0, false, 0, true, false
 	return kind
 }
 

@@ -57,7 +57,7 @@ func scanEvents(body []byte, n int) []scanned {
 	var out []scanned
 	record := func(kind sseKind) {
 		switch kind {
-		case sseNone, sseErrorStarted:
+		case sseNone, sseErrorStarted, sseErrorRenamed:
 		case sseError:
 			data, whole := s.eventData()
 			if !whole {

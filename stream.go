@@ -136,7 +136,8 @@ const maxErrorEvent = maxEventData + 64<<10
 
 // streamBody is the body of a stream whose first content has come. Read is
 // called by one goroutine at a time (the SDK's decoder); Close may be called
-// from any, and the idle timer runs on the clock's.
+// from any, the idle timer runs on the clock's, and contextDone on one of
+// its own.
 type streamBody struct {
 	c      *call
 	res    *http.Response
@@ -149,13 +150,16 @@ type streamBody struct {
 	skip     int    // bytes at the start of held scanned already
 	errEvent bool   // an event named error is being read: it is withheld
 	errRead  int    // bytes of it read so far
+	withheld []byte // those bytes, for the caller if a later line renames the event
 	scratch  []byte // buffer for the withheld error event
 	srcDone  bool   // the source has returned io.EOF
 	err      error  // the end of the stream, returned by every later Read
 
-	complete atomic.Bool // message_stop has been dispatched
-	closed   atomic.Bool
-	ended    atomic.Bool // the call is finished
+	complete  atomic.Bool // message_stop has been read from the source
+	delivered atomic.Bool // message_stop has been returned to the caller
+	closed    atomic.Bool
+	reading   atomic.Bool // a Read is under way
+	ctxDone   atomic.Bool // the call's context has ended
 
 	// The idle limit: a Read that waits on the source longer than idle
 	// fails the stream.
@@ -169,10 +173,27 @@ type streamBody struct {
 }
 
 // Read returns the held bytes, then the body's, scanning them for the end
-// of the message and for error events.
+// of the message and for error events. Once the call's context has ended,
+// a stream whose message_stop the caller does not have yet ends with the
+// context's error.
 func (b *streamBody) Read(p []byte) (int, error) {
+	b.reading.Store(true)
+	n, err := b.read(p)
+	b.reading.Store(false)
+	// contextDone leaves the end to a Read under way: this one.
+	if b.ctxDone.Load() {
+		b.endOnContext()
+		b.c.publish()
+	}
+	return n, err
+}
+
+func (b *streamBody) read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, b.err
+	}
+	if b.err == nil && b.ctxDone.Load() && !b.delivered.Load() {
+		b.err = b.c.ctx.Err()
 	}
 	for b.err == nil {
 		switch {
@@ -183,12 +204,13 @@ func (b *streamBody) Read(p []byte) (int, error) {
 			skip := min(b.skip, n)
 			b.skip -= skip
 			b.held = b.held[n:]
+			wasComplete := b.complete.Load()
 			m := b.pass(p[:n], skip)
-			if b.complete.Load() || len(b.held) == 0 {
+			if !wasComplete && b.complete.Load() {
 				b.held = nil // what follows message_stop is not read
 			}
 			if m > 0 {
-				return m, nil
+				return b.handed(m), nil
 			}
 		case b.complete.Load() || b.srcDone:
 			b.sourceEnd(io.EOF)
@@ -205,11 +227,20 @@ func (b *streamBody) Read(p []byte) (int, error) {
 				b.sourceEnd(err)
 			}
 			if m > 0 {
-				return m, nil
+				return b.handed(m), nil
 			}
 		}
 	}
 	return 0, b.err
+}
+
+// handed notes that m bytes go to the caller, and returns m: with them the
+// caller has the whole message once message_stop is among them.
+func (b *streamBody) handed(m int) int {
+	if b.complete.Load() && len(b.held) == 0 && !b.errEvent {
+		b.delivered.Store(true)
+	}
+	return m
 }
 
 // readSource reads the body, under the idle limit when one is set.
@@ -252,14 +283,25 @@ func (b *streamBody) pass(p []byte, from int) int {
 	return len(p)
 }
 
-// scanErrorEvent reads q as part of a withheld error event and, once the
-// event is dispatched, fails the stream with it.
+// scanErrorEvent reads q as part of a withheld error event. It fails the
+// stream once the event is dispatched under that name; when a later line
+// renames the event (the last name is the one the SDK acts on), it gives
+// the withheld bytes back, with the rest of q, to be read on. It reports
+// whether the event was settled either way.
 func (b *streamBody) scanErrorEvent(q []byte) bool {
-	b.errRead += len(q)
 	for off := 0; off < len(q); {
 		k, kind := b.sc.scan(q[off:])
+		b.withheld = append(b.withheld, q[off:off+k]...)
+		b.errRead += k
 		off += k
-		if kind != sseNone && kind != sseErrorStarted {
+		switch kind {
+		case sseNone, sseErrorStarted:
+		case sseErrorRenamed:
+			back := append(append(b.withheld, q[off:]...), b.held...)
+			b.held, b.skip = back, len(b.withheld)
+			b.errEvent, b.errRead, b.withheld = false, 0, nil
+			return true
+		default:
 			b.failErrorEvent()
 			return true
 		}
@@ -276,7 +318,7 @@ func (b *streamBody) failErrorEvent() {
 }
 
 // readErrorEvent reads the rest of a withheld error event, from held and
-// then from the source, and fails the stream with it.
+// then from the source, until it is settled.
 func (b *streamBody) readErrorEvent() {
 	if len(b.held) > 0 {
 		held := b.held
@@ -288,10 +330,10 @@ func (b *streamBody) readErrorEvent() {
 	if b.scratch == nil {
 		b.scratch = make([]byte, 4<<10)
 	}
-	for b.err == nil {
+	for b.err == nil && b.errEvent {
 		if b.srcDone || b.errRead > maxErrorEvent {
 			b.sc.eof()
-			if data, _ := b.sc.eventData(); len(data) == 0 {
+			if data, _ := b.sc.eventData(); len(data) == 0 || !b.sc.errorNamed {
 				b.fail(errTruncated, Failure{})
 				return
 			}
@@ -299,15 +341,17 @@ func (b *streamBody) readErrorEvent() {
 			return
 		}
 		n, err := b.readSource(b.scratch)
+		if err == io.EOF {
+			b.srcDone = true
+		}
 		if b.scanErrorEvent(b.scratch[:n]) {
 			return
 		}
 		switch {
-		case err == io.EOF:
-			b.srcDone = true
-		case err != nil && (b.closed.Load() || b.c.ctx.Err() != nil || b.stalled.Load()):
+		case err == nil || err == io.EOF:
+		case b.closed.Load() || b.c.ctx.Err() != nil || b.stalled.Load():
 			b.sourceEnd(err)
-		case err != nil:
+		default:
 			b.failErrorEvent()
 		}
 	}
@@ -323,6 +367,7 @@ func (b *streamBody) sourceEnd(err error) {
 		switch b.sc.eof() {
 		case sseMessageStop:
 			b.complete.Store(true)
+			b.delivered.Store(true)
 			b.err = io.EOF
 			b.end(OutcomeSuccess, nil, nil)
 			return
@@ -351,24 +396,36 @@ func (b *streamBody) fail(last error, f Failure) {
 	b.end(OutcomeAmbiguous, e, &f)
 }
 
-// end finishes the call once: the first of the stream's end and Close.
+// end ends the call with the stream, on the caller's goroutine (a Read or
+// Close), and writes the report to the caller's sink.
 func (b *streamBody) end(outcome Outcome, err error, f *Failure) {
-	if !b.ended.CompareAndSwap(false, true) {
-		return
+	b.finish(outcome, err, f)
+	b.c.publish()
+	if e, ok := err.(*Error); ok {
+		e.Report = b.c.snapshot()
 	}
-	b.idleMu.Lock()
-	b.idleOff = true
-	if b.idleStop != nil {
-		b.idleStop()
-	}
-	b.idleMu.Unlock()
-	b.cancel(nil)
-	_ = b.rc.Close()
+}
 
-	c := b.c
-	if f != nil {
+// finish ends the call once (see call.end): the first of the stream's end,
+// Close and the end of the call's context stops the stream's timers, closes
+// its body and records the outcome, with the class of a failure f.
+func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
+	b.c.end(outcome, err, func() {
+		b.idleMu.Lock()
+		b.idleOff = true
+		if b.idleStop != nil {
+			b.idleStop()
+		}
+		b.idleMu.Unlock()
+		b.cancel(nil)
+		_ = b.rc.Close()
+		if f == nil {
+			return
+		}
+		c := b.c
 		cls := Classify(*f)
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		if n := len(c.report.AttemptLog); n > 0 {
 			ar := &c.report.AttemptLog[n-1]
 			ar.Class, ar.Kind = cls.Class, cls.Kind
@@ -378,25 +435,41 @@ func (b *streamBody) end(outcome Outcome, err error, f *Failure) {
 				ar.Err = err.Error()
 			}
 		}
-		c.mu.Unlock()
-	}
-	c.finish(outcome, err)
-	if e, ok := err.(*Error); ok {
-		e.Report = c.snapshot()
-	}
+	})
 }
 
-// Close closes the body. Closed before its end, the stream's call ends as
-// canceled.
+// Close closes the body. Closed before the caller has the whole message,
+// the stream's call ends as canceled.
 func (b *streamBody) Close() error {
 	b.closed.Store(true)
 	err := b.rc.Close()
-	if b.complete.Load() {
+	if b.delivered.Load() {
 		b.end(OutcomeSuccess, nil, nil)
 	} else {
 		b.end(OutcomeCanceled, nil, nil)
 	}
 	return err
+}
+
+// contextDone runs when the call's context ends. It ends the call unless a
+// Read is under way, which then ends it itself: the outcome depends on
+// whether that Read hands the caller message_stop. It leaves the report to
+// the caller's next Read or Close.
+func (b *streamBody) contextDone() {
+	b.ctxDone.Store(true)
+	if !b.reading.Load() {
+		b.endOnContext()
+	}
+}
+
+// endOnContext ends the call of a stream whose context has ended: a success
+// if the caller has the whole message, else canceled.
+func (b *streamBody) endOnContext() {
+	if b.delivered.Load() {
+		b.finish(OutcomeSuccess, nil, nil)
+	} else {
+		b.finish(OutcomeCanceled, b.c.ctx.Err(), nil)
+	}
 }
 
 // armIdle starts the idle timer unless it runs.
