@@ -70,11 +70,10 @@ func spanOutcomes(exp *tracetest.InMemoryExporter) map[string]int {
 
 // metricOutcomes counts the requests damper.request.duration recorded, by
 // outcome.
-func metricOutcomes(t testing.TB, reader *sdkmetric.ManualReader) map[string]int {
-	t.Helper()
+func metricOutcomes(reader *sdkmetric.ManualReader) (map[string]int, error) {
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, sm := range rm.ScopeMetrics {
@@ -89,7 +88,7 @@ func metricOutcomes(t testing.TB, reader *sdkmetric.ManualReader) map[string]int
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // checkEnded checks that r's Damper ended exactly one call, with outcome,
@@ -100,8 +99,8 @@ func (r *endRig) checkEnded(t *testing.T, outcome damper.Outcome) {
 	if got := spanOutcomes(r.spans); !equalCounts(got, want) {
 		t.Errorf("damper.request spans by outcome %v, want %v", got, want)
 	}
-	if got := metricOutcomes(t, r.reader); !equalCounts(got, want) {
-		t.Errorf("damper.request.duration by outcome %v, want %v", got, want)
+	if got, err := metricOutcomes(r.reader); err != nil || !equalCounts(got, want) {
+		t.Errorf("damper.request.duration by outcome %v (%v), want %v", got, err, want)
 	}
 }
 
@@ -266,8 +265,8 @@ func TestContextEndAfterCallsChangesNothing(t *testing.T) {
 		if got := spanOutcomes(r.spans); !equalCounts(got, map[string]int{"success": 100}) {
 			t.Errorf("spans by outcome %v, want 100 successes", got)
 		}
-		if got := metricOutcomes(t, r.reader); !equalCounts(got, map[string]int{"success": 100}) {
-			t.Errorf("metrics by outcome %v, want 100 successes", got)
+		if got, err := metricOutcomes(r.reader); err != nil || !equalCounts(got, map[string]int{"success": 100}) {
+			t.Errorf("metrics by outcome %v (%v), want 100 successes", got, err)
 		}
 	})
 }

@@ -50,10 +50,24 @@
 // waits longer than [Policy.StreamIdleTimeout], when set. The stream ends at
 // message_stop: whatever the server sends after it is not read.
 //
-// The call's report ([ReportInto]) is written when the first content is
-// released, with [Report.FirstContent], and again when the stream ends, with
-// its outcome: success at message_stop, ambiguous after a failure, canceled
-// when the caller's context ends or the caller closes the stream first.
+// A stream's call ends at the first of: the caller reading past
+// message_stop (success), a failure (ambiguous), the caller closing the
+// stream, or the call's context ending (canceled, unless the caller already
+// has message_stop). Once the context has ended, the stream's next Read
+// returns the context's error, so the caller and the report agree. The
+// call's report ([ReportInto]) is written when the first content is
+// released, with [Report.FirstContent] and no outcome yet, and again at the
+// caller's first Read or Close after the end, with the outcome; spans and
+// metrics are recorded at the end itself. When the caller's context ends
+// at the very instant Damper hands the SDK its stream, the SDK returns the
+// context's error and drops the stream unread: its span and metrics say
+// canceled, and its report keeps no outcome.
+//
+// A plain call ends when the SDK closes the answer's body, once it has read
+// it: canceled if the call's context has ended by then. The SDK looks at
+// the caller's context once more after that, and may still return its error
+// if the context ends in between: that instant is the SDK's, and no
+// middleware can close it.
 //
 // Other endpoints pass through unchanged, with the SDK's own retries.
 package damper

@@ -26,15 +26,17 @@ const (
 )
 
 // Report is the account of one logical request: what Damper tried, what it
-// cost, and why it stopped. It is filled in when the call returns (for a
-// stream, again when the stream ends).
+// cost, and why it stopped. It is filled in when the call returns; a
+// stream's is filled in when the stream is handed over, with no Outcome
+// yet, and again when it ends (see the package documentation, Streams).
 type Report struct {
 	Provider string // "anthropic", or the platform the client is pointed at
 	Model    string
 	Stream   bool
 
 	Attempts int
-	Outcome  Outcome
+	// Outcome is how the call ended; empty while a stream is still open.
+	Outcome Outcome
 
 	// EstimatedCostUSD is the estimated cost of one attempt; Priced is
 	// false when the model has no price, and the estimate is then 0.

@@ -164,6 +164,7 @@ func TestSoakLoopback(t *testing.T) {
 
 	ck := &checker{}
 	results := make([]soakResult, len(plans))
+	ends := make([]callEnd, len(plans))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range workers {
@@ -173,7 +174,7 @@ func TestSoakLoopback(t *testing.T) {
 				pr := profiles[p.damper]
 				res, evs, msg := soakCall(clients[p.damper][i%2], p, pr.model)
 				results[i] = res
-				checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, fake.Count(strconv.Itoa(i)), evs, msg, true, loopbackSlack)
+				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, fake.Count(strconv.Itoa(i)), evs, msg, true, loopbackSlack)
 				tel.check(ck, fmt.Sprintf("request %d", i), res)
 			}
 		})
@@ -186,7 +187,11 @@ func TestSoakLoopback(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
+	// A call its context ended as Damper answered ends on a goroutine of
+	// its own: wait for every request span.
+	tel.waitSpans(ck, len(plans), 10*time.Second)
 	tel.flush(ck)
+	tel.checkOutcomes(ck, results)
 
 	// Every call is over: no connection may still carry a request, and
 	// once the client lets its idle ones go, none may stay open.
@@ -210,6 +215,7 @@ func TestSoakLoopback(t *testing.T) {
 	for i, r := range results {
 		p := plans[i]
 		st.count(p, r)
+		st.ends[ends[i]]++
 		over = max(over, r.elapsed-p.limit())
 		n := fake.Count(strconv.Itoa(i))
 		st.served += int64(n)

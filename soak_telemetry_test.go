@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -33,11 +34,49 @@ type soakTelemetry struct {
 
 	// Figures: what was grepped.
 	nSpans, nLogBytes, nErrors, nReports, nMetricBytes int
+	// ended counts the damper.request spans ended, by outcome, as they end.
+	ended outcomeCounter
+}
+
+// outcomeCounter is a span processor that counts the damper.request spans
+// ended, by outcome.
+type outcomeCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *outcomeCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (c *outcomeCounter) Shutdown(context.Context) error                  { return nil }
+func (c *outcomeCounter) ForceFlush(context.Context) error                { return nil }
+
+func (c *outcomeCounter) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.Name() != "damper.request" {
+		return
+	}
+	for _, kv := range s.Attributes() {
+		if kv.Key == "damper.outcome" {
+			c.mu.Lock()
+			c.n[kv.Value.AsString()]++
+			c.mu.Unlock()
+		}
+	}
+}
+
+// counts returns a copy of the counts and their total.
+func (c *outcomeCounter) counts() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, total := map[string]int{}, 0
+	for k, v := range c.n {
+		out[k] = v
+		total += v
+	}
+	return out, total
 }
 
 func newSoakTelemetry(t *testing.T) *soakTelemetry {
-	s := &soakTelemetry{spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
-	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.spans))
+	s := &soakTelemetry{spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader(), ended: outcomeCounter{n: map[string]int{}}}
+	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.spans), sdktrace.WithSpanProcessor(&s.ended))
 	s.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))
 	s.logger = slog.New(slog.NewJSONHandler(lockedWriter{s}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	t.Cleanup(func() {
@@ -129,6 +168,45 @@ func (s *soakTelemetry) flush(ck *checker) {
 	s.nMetricBytes += len(text)
 	if l := leaks(text); l != nil {
 		ck.failf("secret %q in the metrics", l)
+	}
+}
+
+// waitSpans waits until n damper.request spans have ended, or limit has
+// passed, polling: over a socket, the last calls a context ended
+// may still be ending on goroutines of their own.
+func (s *soakTelemetry) waitSpans(ck *checker, n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		_, got := s.ended.counts()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			ck.failf("%d damper.request spans ended after %v, want %d", got, limit, n)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkOutcomes checks that the spans and metrics, flushed, count the
+// calls by the outcome of their reports; a report with none, a stream the
+// SDK dropped, counts as canceled.
+func (s *soakTelemetry) checkOutcomes(ck *checker, results []soakResult) {
+	want := map[string]int{}
+	for _, r := range results {
+		want[string(cmpOr(r.report.Outcome, damper.OutcomeCanceled))]++
+	}
+	if spans, _ := s.ended.counts(); !equalCounts(spans, want) {
+		ck.failf("damper.request spans by outcome %v, reports %v", spans, want)
+	}
+	got, err := metricOutcomes(s.reader)
+	if err != nil {
+		ck.failf("collecting metrics: %v", err)
+		return
+	}
+	if !equalCounts(got, want) {
+		ck.failf("damper.request.duration by outcome %v, reports %v", got, want)
 	}
 }
 

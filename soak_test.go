@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -122,6 +123,15 @@ func (p reqPlan) limit() time.Duration {
 		return min(p.deadline, p.cancelAt)
 	}
 	return p.deadline
+}
+
+// firstEnd is when the first context of the call ends: the caller's, or the
+// SDK's request timeout, which wraps Damper's loop.
+func (p reqPlan) firstEnd() time.Duration {
+	if p.sdkLimit > 0 {
+		return min(p.limit(), p.sdkLimit)
+	}
+	return p.limit()
 }
 
 // soakProfile is one Damper of the soak, with what its draw needs to know:
@@ -426,7 +436,8 @@ type soakStats struct {
 	faults                     [nFaultKinds]int64
 	retries                    int
 	windows, bindingWindows    int
-	stopped                    int // calls the caller's deadline or cancellation ended, at that instant
+	stopped                    int    // calls the caller's deadline or cancellation ended, at that instant
+	ends                       [3]int // by callEnd: agreed, streams dropped by the SDK, plain calls failed by the SDK after their end
 }
 
 // count adds one call's plan and result to the totals both soaks keep.
@@ -450,6 +461,8 @@ func (st *soakStats) String() string {
 		st.requests, st.streams, st.cancels, st.sdkLimits, st.attempts, st.served, st.lost)
 	fmt.Fprintf(&b, "retries authorized %d; budget windows %d, %d of them filled to the rule's limit; %d calls ended by their deadline or cancellation\n",
 		st.retries, st.windows, st.bindingWindows, st.stopped)
+	fmt.Fprintf(&b, "reports that are the caller's result %d; streams the SDK dropped as its context ended %d; plain calls the SDK failed as their context ended after Damper's success %d\n",
+		st.ends[endAgreed], st.ends[endDropped], st.ends[endSDKGap])
 	outcomes := make([]string, 0, len(st.outcomes))
 	for o, n := range st.outcomes {
 		outcomes = append(outcomes, fmt.Sprintf("%s %d", o, n))
@@ -485,22 +498,45 @@ func (c *checker) report(t *testing.T) {
 	t.Fatalf("%d invariant violations; the first:\n%s", len(c.errs), strings.Join(shown, "\n"))
 }
 
+// callEnd is how a call's report stands to what its caller got.
+type callEnd int
+
+const (
+	endAgreed  callEnd = iota // the report's outcome is what the caller got
+	endDropped                // a stream the SDK dropped: no outcome in the report
+	endSDKGap                 // a plain call the SDK failed after Damper ended it as a success
+)
+
 // checkCall checks the invariants of one finished call: what the caller got
 // is exactly one attempt's answer, the last one's; the report agrees with
 // the error and the server; the call ended by its deadline, give or take
-// slack.
+// slack. It returns how the report stands to the caller's result.
+//
+// The report says what the caller got, but in two cases, both when the
+// caller's context ends at the very instant Damper answers, and both only
+// over a socket (on the bubble's clock a context cannot end between two
+// steps that do not block):
+//   - the SDK looks at the context as Damper hands it a stream, and drops
+//     the stream: nobody reads it, so its report keeps the state it had
+//     then, with no outcome (its span and metrics say canceled);
+//   - the SDK looks at the context just after it closed a plain answer's
+//     body, which ended the call as a success, and returns the context's
+//     error instead.
+//
+// In both, the error is the context's, and the caller's limit or the SDK's
+// request timeout has passed.
 //
 // In memory, only the caller's cancellation can stop an attempt before the
 // server has it, and then it is the last one. Over a socket (lossy), a
 // per-attempt timeout can too, so the server's count may trail the report
 // by the attempts that timed out or were cancelled, and the answer shown is
 // that of the last attempt the server received.
-func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received int, evs []anthropic.MessageStreamEventUnion, msg *anthropic.Message, lossy bool, slack time.Duration) {
+func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received int, evs []anthropic.MessageStreamEventUnion, msg *anthropic.Message, lossy bool, slack time.Duration) callEnd {
 	rep, err := res.report, res.err
 	where := fmt.Sprintf("request %d (stream %v, damper %d)", p.id, p.stream, p.damper)
 	if rep.Attempts < 1 || rep.Attempts > maxAttempts || len(rep.AttemptLog) != rep.Attempts {
 		ck.failf("%s: report has %d attempts (%d logged), want 1..%d (error %v)", where, rep.Attempts, len(rep.AttemptLog), maxAttempts, err)
-		return
+		return endAgreed
 	}
 	lost := rep.Attempts - received
 	// Attempts that may have ended before the server had them: timeouts,
@@ -515,14 +551,22 @@ func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received
 	switch {
 	case lost < 0, lost > 0 && !lossy && !(lost == 1 && rep.Outcome == damper.OutcomeCanceled), lost > cut:
 		ck.failf("%s: report counts %d attempts, server received %d (outcome %s)", where, rep.Attempts, received, rep.Outcome)
-		return
+		return endAgreed
 	}
 	shown := rep.Attempts
 	if lossy {
 		shown = max(received, 1)
 	}
-	if (err == nil) != (rep.Outcome == damper.OutcomeSuccess) {
-		ck.failf("%s: error %v with outcome %q", where, err, rep.Outcome)
+	end := endAgreed
+	contextEnded := (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && res.elapsed >= p.firstEnd()
+	switch {
+	case (err == nil) == (rep.Outcome == damper.OutcomeSuccess) && rep.Outcome != "":
+	case lossy && contextEnded && p.stream && rep.Outcome == "":
+		end = endDropped
+	case lossy && contextEnded && !p.stream && rep.Outcome == damper.OutcomeSuccess:
+		end = endSDKGap
+	default:
+		ck.failf("%s: error %v with outcome %q after %v (first context end %v)", where, err, rep.Outcome, res.elapsed, p.firstEnd())
 	}
 	if limit := p.limit(); res.elapsed > limit+slack {
 		ck.failf("%s: returned after %v, past its deadline %v", where, res.elapsed, limit)
@@ -536,22 +580,23 @@ func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received
 			}
 			ck.failf("%s: caller got %s, want attempt %d's message %s", where, got, shown, last.text)
 		}
-		return
+		return end
 	}
 	_, want := last.events()
 	if len(evs) > len(want) {
 		ck.failf("%s: caller saw %d events, attempt %d has %d:\n%s", where, len(evs), shown, len(want), rawEvents(evs))
-		return
+		return end
 	}
 	for i, ev := range evs {
 		if ev.RawJSON() != want[i] {
 			ck.failf("%s: event %d = %s, want attempt %d's %s", where, i, ev.RawJSON(), shown, want[i])
-			return
+			return end
 		}
 	}
 	if err == nil && len(evs) != len(want) {
 		ck.failf("%s: stream ended without error after %d of %d events", where, len(evs), len(want))
 	}
+	return end
 }
 
 // checkBudget checks the budget rule of one Damper in every window, from
@@ -630,6 +675,7 @@ func TestSoakInMemory(t *testing.T) {
 		clients := soakClients(t, profiles, tel, rand.NewPCG(seed, 0x7a11),
 			option.WithBaseURL("http://api.invalid"), option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv)}))
 		results := make([]soakResult, len(plans))
+		ends := make([]callEnd, len(plans))
 		next := make(chan int)
 		var wg sync.WaitGroup
 		for range workers {
@@ -639,7 +685,7 @@ func TestSoakInMemory(t *testing.T) {
 					pr := profiles[p.damper]
 					res, evs, msg := soakCall(clients[p.damper][i%2], p, pr.model)
 					results[i] = res
-					checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, int(srv.counts[i].Load()), evs, msg, false, 0)
+					ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, int(srv.counts[i].Load()), evs, msg, false, 0)
 					tel.check(ck, fmt.Sprintf("request %d", i), res)
 				}
 			})
@@ -652,12 +698,15 @@ func TestSoakInMemory(t *testing.T) {
 		}
 		close(next)
 		wg.Wait()
+		synctest.Wait() // calls ended on a goroutine of their own, by their context
 		tel.flush(ck)
+		tel.checkOutcomes(ck, results)
 
 		st.requests, st.outcomes = len(plans), map[damper.Outcome]int{}
 		for i, r := range results {
 			p := plans[i]
 			st.count(p, r)
+			st.ends[ends[i]]++
 			if r.elapsed == p.limit() {
 				st.stopped++
 			}
