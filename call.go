@@ -117,8 +117,11 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			}
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
+			body, ok := a.res.Body.(answerBody)
+			if !ok {
+				return a.res, c.finish(OutcomeSuccess, nil)
+			}
 			c.settle("")
-			body := a.res.Body.(answerBody)
 			c.mu.Lock()
 			c.stopWatch = context.AfterFunc(c.ctx, body.contextDone)
 			c.mu.Unlock()

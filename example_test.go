@@ -50,9 +50,12 @@ func ExampleError_retryAfter() {
 	defer api.Close()
 	api.Script("", dampertest.Status(429).RetryAfter("120"))
 
-	d, _ := damper.New(damper.Policy{})
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		panic(err)
+	}
 	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
-	_, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
+	_, err = client.Messages.New(context.Background(), anthropic.MessageNewParams{
 		Model:     anthropic.ModelClaudeSonnet4_6,
 		MaxTokens: 512,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},

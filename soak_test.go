@@ -540,8 +540,7 @@ func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received
 	}
 	lost := rep.Attempts - received
 	// Attempts that may have ended before the server had them: timeouts,
-	// and the last attempt of a call the caller ended (whose kind is
-	// "transport" when the caller's deadline, not a cancel, ended it).
+	// and the last attempt of a call the caller ended, whatever its kind.
 	cut := 0
 	for k, a := range rep.AttemptLog {
 		if a.Kind == "timeout" || a.Kind == "canceled" || (k == len(rep.AttemptLog)-1 && rep.Outcome == damper.OutcomeCanceled) {

@@ -163,8 +163,9 @@ func newTelemetry(d *Damper) *telemetry {
 }
 
 // callTelemetry is what telemetry keeps of one call. The retry loop's
-// goroutine uses it and, for a stream, then the goroutine that ends the
-// stream; never both at once.
+// goroutine uses it and then, for an answered call, the goroutine that ends
+// the call (a Read or Close of its body, or the watch on its context);
+// never both at once.
 type callTelemetry struct {
 	request trace.Span
 	// attempt is the attempt span still open, nil when none is. A failed
