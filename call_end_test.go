@@ -185,64 +185,48 @@ func TestPlainCallDroppedByTheSDKEndsCanceled(t *testing.T) {
 	})
 }
 
-// A stream whose context ends between two of the caller's reads ends then,
-// as canceled, and the caller's next read returns the context's error.
+// A stream whose context ends between two of the caller's reads ends then:
+// canceled, with the caller's next read returning the context's error,
+// unless the caller already has message_stop, when it succeeded.
 func TestStreamContextEndsBetweenReads(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newEndRig(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var rep damper.Report
-		client := r.client(sseOK(strings.Repeat("many words ", 2000)))
-		stream := client.Messages.NewStreaming(ctx, streamParams(), damper.ReportInto(&rep))
-		defer stream.Close()
-		if !stream.Next() {
-			t.Fatalf("no first event: %v", stream.Err())
-		}
-		cancel()
-		synctest.Wait()
-		r.checkEnded(t, damper.OutcomeCanceled) // before the caller reads again
-		for stream.Next() {
-		}
-		if !errors.Is(stream.Err(), context.Canceled) {
-			t.Fatalf("stream.Err() = %v, want context.Canceled", stream.Err())
-		}
-		if rep.Outcome != damper.OutcomeCanceled {
-			t.Errorf("report outcome %q after the next read, want canceled", rep.Outcome)
-		}
-	})
-}
-
-// A stream whose message_stop the caller has read succeeded, whenever its
-// context ends after that.
-func TestStreamContextEndsAfterMessageStop(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newEndRig(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var rep damper.Report
-		client := r.client(sseOK("whole"))
-		stream := client.Messages.NewStreaming(ctx, streamParams(), damper.ReportInto(&rep))
-		defer stream.Close()
-		var last string
-		for stream.Next() {
-			if last = stream.Current().Type; last == "message_stop" {
-				break // before the read that would find the end of the body
-			}
-		}
-		if last != "message_stop" {
-			t.Fatalf("last event %q, err %v; want message_stop", last, stream.Err())
-		}
-		cancel()
-		synctest.Wait()
-		r.checkEnded(t, damper.OutcomeSuccess)
-		if stream.Next() || stream.Err() != nil {
-			t.Fatalf("after message_stop: another event or err %v", stream.Err())
-		}
-		if rep.Outcome != damper.OutcomeSuccess {
-			t.Errorf("report outcome %q, want success", rep.Outcome)
-		}
-	})
+	for _, tt := range []struct {
+		name    string
+		text    string
+		readTo  string // the event after which the context ends
+		outcome damper.Outcome
+		err     error
+	}{
+		{"after the first event", strings.Repeat("many words ", 2000), "message_start", damper.OutcomeCanceled, context.Canceled},
+		{"after message_stop", "whole", "message_stop", damper.OutcomeSuccess, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newEndRig(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var rep damper.Report
+				client := r.client(sseOK(tt.text))
+				stream := client.Messages.NewStreaming(ctx, streamParams(), damper.ReportInto(&rep))
+				defer stream.Close()
+				for stream.Next() && stream.Current().Type != tt.readTo {
+				}
+				if got := stream.Current().Type; got != tt.readTo {
+					t.Fatalf("last event %q, err %v; want %s", got, stream.Err(), tt.readTo)
+				}
+				cancel()
+				synctest.Wait()
+				r.checkEnded(t, tt.outcome) // before the caller reads again
+				for stream.Next() {
+				}
+				if !errors.Is(stream.Err(), tt.err) || (tt.err == nil) != (stream.Err() == nil) {
+					t.Fatalf("stream.Err() = %v, want %v", stream.Err(), tt.err)
+				}
+				if rep.Outcome != tt.outcome {
+					t.Errorf("report outcome %q after the next read, want %q", rep.Outcome, tt.outcome)
+				}
+			})
+		})
+	}
 }
 
 // A context that ends after its calls have ended changes none of them:
