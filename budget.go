@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -12,15 +13,31 @@ import (
 // say) can implement the same interface and be given with [WithBudget].
 // Implementations must be safe for concurrent use and cheap: Damper calls
 // them on every attempt.
+//
+// A budget backed by a remote store may fail or time out: its methods then
+// still decide (Acquire grants or refuses as the budget was built to, fail
+// open or fail closed) and return the error as well, which Damper logs.
+// ctx is the call's: a store should bound its own wait well within it.
 type Budget interface {
-	// FirstAttemptSucceeded records a logical request whose first attempt
-	// succeeded; it grows the capacity of the window holding now.
-	FirstAttemptSucceeded(now time.Time)
-	// TryAcquire takes one unit for a retry, reporting whether one was
+	// Observe hears the end of every attempt. A logical request whose
+	// first attempt succeeded grows the capacity of the window holding
+	// now; a budget that debits failures counts the others.
+	Observe(ctx context.Context, now time.Time, a AttemptOutcome) error
+	// Acquire takes one unit for a retry, reporting whether one was
 	// available. A refused retry takes nothing.
-	TryAcquire(now time.Time) bool
-	// Balance returns the units still available in the window holding now.
-	Balance(now time.Time) float64
+	Acquire(ctx context.Context, now time.Time) (bool, error)
+	// Available returns the units still available in the window holding now.
+	Available(ctx context.Context, now time.Time) (float64, error)
+}
+
+// AttemptOutcome is what a [Budget] hears of one attempt.
+type AttemptOutcome struct {
+	// First is whether the attempt was its logical request's first.
+	First bool
+	// Success is whether the attempt was answered with a usable response.
+	Success bool
+	// Signal is whose health a failure speaks of; NoSignal for a success.
+	Signal Signal
 }
 
 // WindowBudget is a fixed-window retry budget: within one window the
@@ -108,12 +125,14 @@ func (b *WindowBudget) capacity(w *budgetWindow) float64 {
 	return b.minTokens + b.ratio*float64(w.successes.Load()) + 1e-9
 }
 
-// FirstAttemptSucceeded implements [Budget].
+// FirstAttemptSucceeded records a logical request whose first attempt
+// succeeded: it grows the capacity of the window holding now.
 func (b *WindowBudget) FirstAttemptSucceeded(now time.Time) {
 	b.windowAt(now).successes.Add(1)
 }
 
-// TryAcquire implements [Budget].
+// TryAcquire takes one unit for a retry, reporting whether one was
+// available. A refused retry takes nothing.
 func (b *WindowBudget) TryAcquire(now time.Time) bool {
 	w := b.windowAt(now)
 	for {
@@ -127,8 +146,26 @@ func (b *WindowBudget) TryAcquire(now time.Time) bool {
 	}
 }
 
-// Balance implements [Budget].
+// Balance returns the units still available in the window holding now.
 func (b *WindowBudget) Balance(now time.Time) float64 {
 	w := b.windowAt(now)
 	return math.Max(0, math.Floor((b.capacity(w)-float64(w.used.Load()))*1e6)/1e6)
+}
+
+// Observe implements [Budget]: only a successful first attempt counts.
+func (b *WindowBudget) Observe(_ context.Context, now time.Time, a AttemptOutcome) error {
+	if a.First && a.Success {
+		b.FirstAttemptSucceeded(now)
+	}
+	return nil
+}
+
+// Acquire implements [Budget]; it never fails.
+func (b *WindowBudget) Acquire(_ context.Context, now time.Time) (bool, error) {
+	return b.TryAcquire(now), nil
+}
+
+// Available implements [Budget]; it never fails.
+func (b *WindowBudget) Available(_ context.Context, now time.Time) (float64, error) {
+	return b.Balance(now), nil
 }

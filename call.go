@@ -112,9 +112,7 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		a := c.attempt(next, n)
 		if a.failure == nil {
 			c.logSuccess(a)
-			if n == 1 {
-				c.d.budget.FirstAttemptSucceeded(c.d.clock.Now())
-			}
+			c.observe(AttemptOutcome{First: n == 1, Success: true})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
 			body, ok := a.res.Body.(answerBody)
@@ -132,6 +130,7 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 			cls = p.Classifier(*a.failure, cls)
 		}
 		c.logAttempt(a, cls)
+		c.observe(AttemptOutcome{First: n == 1, Signal: cls.Signal})
 
 		if c.ctx.Err() != nil {
 			return c.surface(a, OutcomeCanceled, nil)
@@ -151,7 +150,9 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		if refusal != nil {
 			return c.surface(a, outcome, refusal)
 		}
-		if !c.d.budget.TryAcquire(now) {
+		granted, err := c.d.budget.Acquire(c.ctx, now)
+		c.budgetError("acquire", err)
+		if !granted {
 			if p.OnBudgetExhausted == PassthroughBudgetExhausted {
 				return c.surface(a, OutcomeBudgetExhausted, nil)
 			}
@@ -168,6 +169,19 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
 			return c.surface(a, OutcomeCanceled, nil)
 		}
+	}
+}
+
+// observe tells the budget how an attempt ended. The budget's books are
+// kept whatever becomes of the caller, hence a context without its cancel.
+func (c *call) observe(a AttemptOutcome) {
+	c.budgetError("observe", c.d.budget.Observe(context.WithoutCancel(c.ctx), c.d.clock.Now(), a))
+}
+
+// budgetError logs a failure of the budget's store, if any.
+func (c *call) budgetError(op string, err error) {
+	if err != nil {
+		c.d.tel.logBudgetError(c.ctx, op, err)
 	}
 }
 
@@ -557,7 +571,8 @@ func (c *call) settle(outcome Outcome) {
 // recordOutcome sets the outcome, duration and budget balance of the report.
 func (c *call) recordOutcome(outcome Outcome) {
 	now := c.d.clock.Now()
-	balance := c.d.budget.Balance(now)
+	balance, err := c.d.budget.Available(context.WithoutCancel(c.ctx), now)
+	c.budgetError("available", err)
 	c.mu.Lock()
 	c.report.Outcome = outcome
 	c.report.Duration = now.Sub(c.start)

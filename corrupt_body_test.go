@@ -157,7 +157,7 @@ func TestBadGzipChecksumIsRetried(t *testing.T) {
 func TestInvalidJSONIsNotASuccess(t *testing.T) {
 	base, requests := rawHTTP(t, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\nnot json!", okPlain)
 	client, d := loopbackClient(t, base)
-	before := d.Budget().Balance(time.Now())
+	before, _ := d.Budget().Available(context.Background(), time.Now())
 	var rep damper.Report
 	_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5"), damper.ReportInto(&rep))
 	if err == nil || !strings.Contains(err.Error(), "error parsing response json") {
@@ -166,7 +166,7 @@ func TestInvalidJSONIsNotASuccess(t *testing.T) {
 	if rep.Outcome != damper.OutcomeError || rep.Attempts != 1 || rep.AttemptLog[0].Kind != "invalid_response" || rep.AttemptLog[0].StatusCode != 200 {
 		t.Fatalf("report %+v, want one attempt ending in error, kind invalid_response", rep)
 	}
-	if got := d.Budget().Balance(time.Now()); got != before {
+	if got, _ := d.Budget().Available(context.Background(), time.Now()); got != before {
 		t.Errorf("budget balance %v after the call, want %v: an unusable answer earned a unit share", got, before)
 	}
 	if n := requests.Load(); n != 1 {

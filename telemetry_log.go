@@ -88,3 +88,12 @@ func (t *telemetry) logContext(c *call) context.Context {
 	}
 	return trace.ContextWithSpan(c.ctx, c.tel.request)
 }
+
+// logBudgetError logs a failure of the retry budget's store, at Warn: the
+// budget still decided, as it was built to (fail open or closed).
+func (t *telemetry) logBudgetError(ctx context.Context, op string, err error) {
+	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	t.log.LogAttrs(ctx, slog.LevelWarn, "damper: retry budget error", slog.String("op", op), slog.String("error", err.Error()))
+}

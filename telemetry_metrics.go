@@ -65,8 +65,12 @@ func newMetrics(d *Damper, meter metric.Meter) metrics {
 		otel.Handle(err)
 		return m
 	}
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveFloat64(gauge, budget.Balance(clock.Now()))
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		balance, err := budget.Available(ctx, clock.Now())
+		if err != nil {
+			return err // the SDK reports it; no value is better than a wrong one
+		}
+		o.ObserveFloat64(gauge, balance)
 		return nil
 	}, gauge)
 	if err != nil {

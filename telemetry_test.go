@@ -362,9 +362,9 @@ func TestTelemetryRetryThenSuccess(t *testing.T) {
 // denyBudget is a retry budget with nothing left.
 type denyBudget struct{}
 
-func (denyBudget) FirstAttemptSucceeded(time.Time) {}
-func (denyBudget) TryAcquire(time.Time) bool       { return false }
-func (denyBudget) Balance(time.Time) float64       { return 0 }
+func (denyBudget) Observe(context.Context, time.Time, damper.AttemptOutcome) error { return nil }
+func (denyBudget) Acquire(context.Context, time.Time) (bool, error)                { return false, nil }
+func (denyBudget) Available(context.Context, time.Time) (float64, error)           { return 0, nil }
 
 func TestTelemetryBudgetDenial(t *testing.T) {
 	r := newTelRig(t, damper.Policy{}, []damper.Setting{damper.WithBudget(denyBudget{})})
