@@ -1,16 +1,12 @@
 package damper
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -109,54 +105,55 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 	c.d.tel.requestStart(c)
 	var retryCost float64
 	for n := 1; ; n++ {
-		a := c.attempt(next, n)
-		if a.failure == nil {
-			c.logSuccess(a)
+		a := c.startAttempt(n)
+		r := c.send(a, next)
+		if r.failure == nil {
 			c.observe(AttemptOutcome{First: n == 1, Success: true})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
-			body, ok := a.res.Body.(answerBody)
+			body, ok := r.res.Body.(answerBody)
 			if !ok {
-				return a.res, c.finish(OutcomeSuccess, nil)
+				return r.res, c.finish(OutcomeSuccess, nil)
 			}
 			c.settle("")
 			c.mu.Lock()
 			c.stopWatch = context.AfterFunc(c.ctx, body.contextDone)
 			c.mu.Unlock()
-			return a.res, nil
+			return r.res, nil
 		}
-		cls := Classify(*a.failure)
-		if p.Classifier != nil {
-			cls = p.Classifier(*a.failure, cls)
+		// The caller's own end is no failure of the provider's: it is
+		// recorded as such before any classifier sees it.
+		if c.ctx.Err() != nil {
+			a.end(failed(r.failure, Classification{Class: NotRetryable, Kind: "canceled"}))
+			c.observe(AttemptOutcome{First: n == 1})
+			return c.surface(r, OutcomeCanceled, nil)
 		}
-		c.logAttempt(a, cls)
+		cls := c.classify(*r.failure)
+		a.end(failed(r.failure, cls))
 		c.observe(AttemptOutcome{First: n == 1, Signal: cls.Signal})
 
-		if c.ctx.Err() != nil {
-			return c.surface(a, OutcomeCanceled, nil)
-		}
 		if cls.Class == Ambiguous {
-			return c.surface(a, OutcomeAmbiguous, nil)
+			return c.surface(r, OutcomeAmbiguous, nil)
 		}
 		if cls.Class != Retryable {
-			return c.surface(a, OutcomeError, nil)
+			return c.surface(r, OutcomeError, nil)
 		}
 		if n >= p.MaxAttempts {
-			return c.surface(a, OutcomeAttemptsExhausted, nil)
+			return c.surface(r, OutcomeAttemptsExhausted, nil)
 		}
 
 		now := c.d.clock.Now()
-		wait, outcome, refusal := c.plan(n, a.failure, now, retryCost, c.d.rand())
+		wait, outcome, refusal := c.plan(n, r.failure, now, retryCost, c.d.rand())
 		if refusal != nil {
-			return c.surface(a, outcome, refusal)
+			return c.surface(r, outcome, refusal)
 		}
 		granted, err := c.d.budget.Acquire(c.ctx, now)
 		c.budgetError("acquire", err)
 		if !granted {
 			if p.OnBudgetExhausted == PassthroughBudgetExhausted {
-				return c.surface(a, OutcomeBudgetExhausted, nil)
+				return c.surface(r, OutcomeBudgetExhausted, nil)
 			}
-			return c.surface(a, OutcomeBudgetExhausted, &Error{Reason: ErrRetryBudgetExhausted})
+			return c.surface(r, OutcomeBudgetExhausted, &Error{Reason: ErrRetryBudgetExhausted})
 		}
 		retryCost += c.report.EstimatedCostUSD
 		c.mu.Lock()
@@ -164,12 +161,22 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		c.report.AttemptLog[len(c.report.AttemptLog)-1].Backoff = wait
 		c.mu.Unlock()
 		c.d.tel.retry(c, n, cls, wait)
-		closeBody(a.res)
+		closeBody(r.res)
 
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
-			return c.surface(a, OutcomeCanceled, nil)
+			return c.surface(r, OutcomeCanceled, nil)
 		}
 	}
+}
+
+// classify is the one classification of a failed attempt: the built-in
+// verdict, then the Policy's Classifier, which may change it.
+func (c *call) classify(f Failure) Classification {
+	cls := Classify(f)
+	if c.d.policy.Classifier != nil {
+		cls = c.d.policy.Classifier(f, cls)
+	}
+	return cls
 }
 
 // observe tells the budget how an attempt ended. The budget's books are
@@ -211,263 +218,11 @@ func (c *call) plan(n int, f *Failure, now time.Time, retryCost, rnd float64) (t
 	return wait, "", nil
 }
 
-// attemptResult is the end of one attempt: a response to hand to the SDK,
-// a failure to classify, or both (an error status).
-type attemptResult struct {
-	res      *http.Response
-	err      error // the transport error, as the SDK would return it
-	failure  *Failure
-	start    time.Time
-	duration time.Duration
-}
-
-// attempt sends one attempt and, for a plain call, reads its whole body
-// inside the attempt's timeout, so that a connection that drops part-way
-// through the body is a retryable failure rather than the caller's problem.
-func (c *call) attempt(next option.MiddlewareNext, n int) attemptResult {
-	p := &c.d.policy
-	start := c.d.clock.Now()
-	actx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
-	actx = c.d.tel.attemptStart(actx, c, n)
-	timeout := attemptTimeoutError{d: p.PerAttemptTimeout}
-	stop := c.d.clock.AfterFunc(p.PerAttemptTimeout, func() { cancel(timeout) })
-	// cause turns the transport's "context canceled" into a timeout when
-	// it was this attempt's timer, not the caller, that ended it.
-	cause := func(err error) error {
-		if err != nil && c.ctx.Err() == nil && errors.Is(context.Cause(actx), ErrAttemptTimeout) {
-			return timeout
-		}
-		return err
-	}
-	done := func(a attemptResult) attemptResult {
-		a.start = start
-		a.duration = c.d.clock.Now().Sub(start)
-		return a
-	}
-
-	areq := c.req.Clone(actx)
-	if c.body != nil {
-		areq.Body = io.NopCloser(bytes.NewReader(c.body))
-		areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
-		areq.ContentLength = int64(len(c.body))
-	}
-	res, err := next(areq)
-	if err != nil {
-		stop()
-		err = cause(err)
-		cancel(nil)
-		closeBody(res)
-		return done(attemptResult{err: err, failure: &Failure{Err: err}})
-	}
-	if c.stream && res.StatusCode < 400 {
-		return done(c.streamAttempt(res, stop, cancel, cause))
-	}
-
-	limit := int64(maxResponseBody + 1)
-	if res.StatusCode >= 400 {
-		limit = maxErrorBody
-	}
-	body, readErr := readAll(res.Body, limit)
-	if readErr != nil {
-		readErr = bodyError{readErr}
-	}
-	cut := false
-	switch {
-	case readErr != nil:
-	case res.StatusCode >= 400 && len(body) == maxErrorBody:
-		cut = true // the body may go on: not all of it is read
-	case len(body) > maxResponseBody:
-		readErr = errResponseTooLarge
-	}
-	stop()
-	cancel(nil)
-	if readErr != nil {
-		readErr = cause(readErr)
-		return done(attemptResult{err: readErr, failure: &Failure{Header: res.Header, Err: readErr}})
-	}
-	if res.StatusCode >= 400 {
-		if cut {
-			body = cutErrorBody(body)
-		}
-		res.Body = io.NopCloser(bytes.NewReader(body))
-		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}})
-	}
-	if !json.Valid(body) {
-		// The SDK cannot decode it: an answer the caller cannot use.
-		res.Body = io.NopCloser(bytes.NewReader(body))
-		return done(attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}})
-	}
-	res.Body = &plainBody{r: bytes.NewReader(body), c: c}
-	return done(attemptResult{res: res})
-}
-
-// answerBody is the body of a successful attempt, handed to the SDK. The
-// call ends with it: when it is read to its end or closed, or when the
-// call's context ends first, whichever comes first. contextDone is called
-// on a goroutine of its own when the context ends.
-type answerBody interface {
-	io.ReadCloser
-	contextDone()
-}
-
-// plainBody is the answer of a plain call, read whole within its attempt.
-// The SDK reads it and closes it before it looks at the caller's context
-// again, so the call ends at Close with the outcome the caller gets: a
-// success, or canceled when the context ended first. From a context's end
-// that comes first, Read returns the context's error, as the SDK would.
-type plainBody struct {
-	r        *bytes.Reader
-	c        *call
-	canceled atomic.Bool
-}
-
-func (b *plainBody) Read(p []byte) (int, error) {
-	if b.canceled.Load() {
-		return 0, b.c.ctx.Err()
-	}
-	return b.r.Read(p)
-}
-
-func (b *plainBody) Close() error {
-	if b.c.ctx.Err() != nil {
-		b.contextDone()
-	} else {
-		b.c.end(OutcomeSuccess, nil, nil)
-	}
-	b.c.publish()
-	return nil
-}
-
-func (b *plainBody) contextDone() {
-	if b.c.end(OutcomeCanceled, b.c.ctx.Err(), nil) {
-		b.canceled.Store(true)
-	}
-}
-
-// errInvalidJSON is a plain call's 2xx whose body is not JSON.
-var errInvalidJSON = errors.New("damper: the response body is not valid JSON")
-
-// bodyError is a failure to read a response body once its headers had come:
-// the connection dropped, or the body's framing or encoding was corrupt
-// (chunked encoding, a gzip checksum). Before content it is a transport
-// failure, whatever its cause.
-type bodyError struct{ err error }
-
-func (e bodyError) Error() string { return e.err.Error() }
-func (e bodyError) Unwrap() error { return e.err }
-
-// cutErrorBody turns the first maxErrorBody bytes of a longer error body
-// into a whole JSON error with what they hold of the error's type, message
-// (cut where the body was), details and request ID, so that the SDK still
-// builds an *anthropic.Error that says what went wrong.
-func cutErrorBody(prefix []byte) []byte {
-	r := gjson.ParseBytes(prefix)
-	msg := r.Get("error.message").String()
-	if msg == "" {
-		msg = cutString(prefix, `"message"`)
-	}
-	e := map[string]any{
-		"type":    cmpOr(r.Get("error.type").String(), "api_error"),
-		"message": msg + " [error body cut at 1 MiB by damper]",
-	}
-	if d := r.Get("error.details"); d.IsObject() && json.Valid([]byte(d.Raw)) {
-		e["details"] = json.RawMessage(d.Raw)
-	}
-	out := map[string]any{"type": "error", "error": e}
-	if id := r.Get("request_id").String(); id != "" {
-		out["request_id"] = id
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return prefix
-	}
-	return b
-}
-
-// cutString returns the value of the JSON string that follows key in b
-// and runs past its end, unescaped as far as it goes.
-func cutString(b []byte, key string) string {
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
-		return ""
-	}
-	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n:")
-	if len(rest) == 0 || rest[0] != '"' {
-		return ""
-	}
-	rest = rest[1:]
-	end := 0 // the end of the last whole character or escape
-	for k := 0; k < len(rest) && rest[k] != '"'; {
-		step := 1
-		if rest[k] == '\\' {
-			step = 2
-			if k+1 < len(rest) && rest[k+1] == 'u' {
-				step = 6
-			}
-		}
-		if k+step > len(rest) {
-			break
-		}
-		k += step
-		end = k
-	}
-	var out string
-	if json.Unmarshal(append(append([]byte{'"'}, rest[:end]...), '"'), &out) != nil {
-		return ""
-	}
-	return strings.TrimRight(out, "\uFFFD") // a character cut in two
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// readAll reads body to its end, or to limit bytes, and closes it.
-func readAll(body io.ReadCloser, limit int64) ([]byte, error) {
-	defer body.Close()
-	return io.ReadAll(io.LimitReader(body, limit))
-}
-
-func closeBody(res *http.Response) {
-	if res != nil && res.Body != nil {
-		_ = res.Body.Close()
-	}
-}
-
-// logAttempt adds a failed attempt to the report.
-func (c *call) logAttempt(a attemptResult, cls Classification) {
-	ar := AttemptReport{Class: cls.Class, Kind: cls.Kind, Duration: a.duration}
-	if a.failure.StatusCode > 0 {
-		ar.StatusCode = a.failure.StatusCode
-	}
-	if a.failure.Header != nil {
-		ar.RequestID = a.failure.Header.Get("request-id")
-	}
-	if a.failure.Err != nil {
-		ar.Err = a.failure.Err.Error()
-	}
-	c.record(ar)
-}
-
-// logSuccess adds a successful attempt to the report.
-func (c *call) logSuccess(a attemptResult) {
-	ar := AttemptReport{Duration: a.duration}
-	if a.res != nil {
-		ar.StatusCode = a.res.StatusCode
-		ar.RequestID = a.res.Header.Get("request-id")
-	}
-	c.record(ar)
-}
-
 // record appends an attempt to the report and ends its telemetry.
 func (c *call) record(ar AttemptReport) {
 	c.mu.Lock()
 	c.report.AttemptLog = append(c.report.AttemptLog, ar)
 	n := len(c.report.AttemptLog)
-	c.report.Attempts = n
 	c.mu.Unlock()
 	c.d.tel.attemptEnd(c, n, ar)
 }

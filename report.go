@@ -53,6 +53,9 @@ type Report struct {
 	// the first content reaching the caller.
 	FirstContent time.Duration
 
+	// AttemptLog has one entry per attempt that has ended, in order. A
+	// stream's last attempt ends with the stream, so while a stream is
+	// open its report counts one more attempt than it logs.
 	AttemptLog []AttemptReport
 }
 

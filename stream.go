@@ -1,7 +1,6 @@
 package damper
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,12 +22,11 @@ const initialHold = 4 << 10
 // reads it until its first content, which it releases to the caller with
 // every event held before it; or until the attempt fails, whose failure it
 // returns, the response closed.
-func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel context.CancelCauseFunc, cause func(error) error) attemptResult {
+func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 	p := &c.d.policy
-	b := &streamBody{c: c, res: res, rc: res.Body, cancel: cancel, idle: p.StreamIdleTimeout}
+	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
 	fail := func(err error, f Failure) attemptResult {
-		stop()
-		cancel(nil)
+		a.over()
 		_ = b.rc.Close()
 		f.Header, f.Err = res.Header, err
 		return attemptResult{err: err, failure: &f}
@@ -54,7 +52,7 @@ func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel contex
 				if kind == sseMessageStop {
 					held = held[:from] // nothing after message_stop is read
 				}
-				return c.release(b, held, from, kind == sseMessageStop, stop, fail)
+				return c.release(b, held, from, kind == sseMessageStop, fail)
 			case sseError:
 				data, _ := b.sc.eventData()
 				return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
@@ -64,16 +62,16 @@ func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel contex
 			continue
 		}
 		if err != io.EOF {
-			return fail(cause(bodyError{err}), Failure{})
+			return fail(a.cause(bodyError{err}), Failure{})
 		}
 		// A last line without "\n" may still dispatch an event, as it
 		// does for the SDK's decoder.
 		switch b.sc.eof() {
 		case sseContent:
 			b.srcDone = true
-			return c.release(b, held, len(held), false, stop, fail)
+			return c.release(b, held, len(held), false, fail)
 		case sseMessageStop:
-			return c.release(b, held, len(held), true, stop, fail)
+			return c.release(b, held, len(held), true, fail)
 		case sseError:
 			data, _ := b.sc.eventData()
 			return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
@@ -84,8 +82,8 @@ func (c *call) streamAttempt(res *http.Response, stop func() bool, cancel contex
 
 // release hands the stream to the caller: the held bytes, of which the
 // first scanned have been scanned already, then the rest of the body.
-func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, stop func() bool, fail func(error, Failure) attemptResult) attemptResult {
-	if !stop() {
+func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, fail func(error, Failure) attemptResult) attemptResult {
+	if !b.att.stopTimer() {
 		// The attempt's timer fired as the content came: the attempt is
 		// over, and nothing has reached the caller yet.
 		var err error = attemptTimeoutError{d: c.d.policy.PerAttemptTimeout}
@@ -139,11 +137,11 @@ const maxErrorEvent = maxEventData + 64<<10
 // from any, the idle timer runs on the clock's, and contextDone on one of
 // its own.
 type streamBody struct {
-	c      *call
-	res    *http.Response
-	rc     io.ReadCloser
-	cancel context.CancelCauseFunc
-	sc     sseScanner
+	c   *call
+	att *attempt // the attempt the stream is: it ends with the stream
+	res *http.Response
+	rc  io.ReadCloser
+	sc  sseScanner
 
 	// Used by Read only.
 	held     []byte // bytes read before content, still to be returned
@@ -408,7 +406,8 @@ func (b *streamBody) end(outcome Outcome, err error, f *Failure) {
 
 // finish ends the call once (see call.end): the first of the stream's end,
 // Close and the end of the call's context stops the stream's timers, closes
-// its body and records the outcome, with the class of a failure f.
+// its body and ends its attempt, whose record is the answer's or, after a
+// failure f, the failure's as classified.
 func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
 	b.c.end(outcome, err, func() {
 		b.idleMu.Lock()
@@ -417,24 +416,17 @@ func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
 			b.idleStop()
 		}
 		b.idleMu.Unlock()
-		b.cancel(nil)
 		_ = b.rc.Close()
 		if f == nil {
+			b.att.end(succeeded(b.res))
 			return
 		}
-		c := b.c
-		cls := Classify(*f)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if n := len(c.report.AttemptLog); n > 0 {
-			ar := &c.report.AttemptLog[n-1]
-			ar.Class, ar.Kind = cls.Class, cls.Kind
-			if f.Err != nil {
-				ar.Err = f.Err.Error()
-			} else {
-				ar.Err = err.Error()
-			}
+		ar := failed(f, b.c.classify(*f))
+		ar.StatusCode = b.res.StatusCode
+		if f.Err == nil {
+			ar.Err = err.Error() // an SSE error event: the error built from it
 		}
+		b.att.end(ar)
 	})
 }
 
@@ -497,7 +489,7 @@ func (b *streamBody) checkIdle() {
 	waited := now.Sub(time.Unix(0, since))
 	if waited >= b.idle {
 		b.stalled.Store(true)
-		b.cancel(stallError{d: b.idle})
+		b.att.cancel(stallError{d: b.idle})
 		return
 	}
 	b.idleArmed = true

@@ -174,7 +174,6 @@ type callTelemetry struct {
 	attempt    trace.Span
 	attemptEnd time.Time // when the open attempt ended; zero while it runs
 	retryAt    time.Time // when the pending retry was authorized; zero if none
-	streaming  bool      // the open attempt is a stream the caller reads
 	ended      bool
 }
 
@@ -217,28 +216,19 @@ func (t *telemetry) attemptStart(ctx context.Context, c *call, n int) context.Co
 	if n > 1 && span.IsRecording() {
 		span.SetAttributes(keyResendCount.Int(n - 1))
 	}
-	c.tel.attempt, c.tel.attemptEnd, c.tel.streaming = span, time.Time{}, false
+	c.tel.attempt, c.tel.attemptEnd = span, time.Time{}
 	return ctx
 }
 
 // attemptEnd records the end of attempt n. A successful attempt's span
-// ends here, but for a stream, whose attempt goes on while the caller
-// reads it, it ends with the call (see requestEnd). A failed attempt's
-// span ends when the loop has decided what follows it.
+// ends here; a failed attempt's when the loop has decided what follows it.
 func (t *telemetry) attemptEnd(c *call, n int, a AttemptReport) {
 	span := c.tel.attempt
 	if span == nil {
 		return // already ended: an attempt is counted once
 	}
 	now := t.clock.Now()
-	if a.Class == 0 && c.stream {
-		if a.StatusCode > 0 && span.IsRecording() {
-			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
-		}
-		c.tel.streaming = true
-		return
-	}
-	t.recordAttempt(c, span, a, true)
+	t.recordAttempt(c, span, a)
 	if a.Class == 0 {
 		endSpan(span, now)
 		c.tel.attempt = nil
@@ -248,12 +238,12 @@ func (t *telemetry) attemptEnd(c *call, n int, a AttemptReport) {
 }
 
 // recordAttempt counts attempt a and sets its attributes on span.
-func (t *telemetry) recordAttempt(c *call, span trace.Span, a AttemptReport, withStatus bool) {
+func (t *telemetry) recordAttempt(c *call, span trace.Span, a AttemptReport) {
 	t.m.attempt(c, a)
 	if !span.IsRecording() {
 		return
 	}
-	if withStatus && a.StatusCode > 0 {
+	if a.StatusCode > 0 {
 		span.SetAttributes(keyStatusCode.Int(a.StatusCode))
 	}
 	if a.Class != 0 {
@@ -294,12 +284,6 @@ func (t *telemetry) requestEnd(c *call, err error) {
 	}
 	c.mu.Unlock()
 	rep.AttemptLog = nil
-
-	if c.tel.streaming && c.tel.attempt != nil {
-		// A stream's attempt ends with the stream, with its final class:
-		// the report's last entry, which a failure after content updates.
-		t.recordAttempt(c, c.tel.attempt, last, false)
-	}
 	t.closeAttempt(c, now)
 
 	if !c.tel.retryAt.IsZero() {

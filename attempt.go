@@ -1,0 +1,301 @@
+package damper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/tidwall/gjson"
+)
+
+// attempt is one provider attempt of a call. It owns its context, its
+// timer and its span, and ends exactly once (end): a failed attempt when
+// the loop has classified it, a plain answer once read, a stream when the
+// stream ends. Its I/O may be over before its end (over): a failure's
+// connection is released at once, its record written once classified.
+type attempt struct {
+	c         *call
+	n         int
+	start     time.Time
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stopTimer func() bool
+	duration  time.Duration // set by over
+	isOver    atomic.Bool
+	ended     atomic.Bool
+}
+
+// startAttempt starts attempt n: its context, under the call's, carries the
+// call (for ReportInto) and the attempt's span, and its timer cancels it
+// after PerAttemptTimeout.
+func (c *call) startAttempt(n int) *attempt {
+	a := &attempt{c: c, n: n, start: c.d.clock.Now()}
+	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
+	a.ctx, a.cancel = c.d.tel.attemptStart(ctx, c, n), cancel
+	limit := c.d.policy.PerAttemptTimeout
+	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
+	c.mu.Lock()
+	c.report.Attempts = n
+	c.mu.Unlock()
+	return a
+}
+
+// cause turns the transport's "context canceled" into the attempt's
+// timeout when its timer, not the caller, ended it.
+func (a *attempt) cause(err error) error {
+	if err != nil && a.c.ctx.Err() == nil && errors.Is(context.Cause(a.ctx), ErrAttemptTimeout) {
+		return attemptTimeoutError{d: a.c.d.policy.PerAttemptTimeout}
+	}
+	return err
+}
+
+// over ends the attempt's I/O, once: it stops the timer, cancels the
+// attempt's context (so the transport lets go of the connection) and
+// fixes the attempt's duration.
+func (a *attempt) over() {
+	if !a.isOver.CompareAndSwap(false, true) {
+		return
+	}
+	a.stopTimer()
+	a.cancel(nil)
+	a.duration = a.c.d.clock.Now().Sub(a.start)
+}
+
+// end ends the attempt, once, and records it in the report and telemetry.
+func (a *attempt) end(ar AttemptReport) {
+	a.over()
+	if !a.ended.CompareAndSwap(false, true) {
+		return
+	}
+	ar.Duration = a.duration
+	a.c.record(ar)
+}
+
+// succeeded is the record of an answered attempt.
+func succeeded(res *http.Response) AttemptReport {
+	return AttemptReport{StatusCode: res.StatusCode, RequestID: res.Header.Get("request-id")}
+}
+
+// failed is the record of a failed attempt, as classified.
+func failed(f *Failure, cls Classification) AttemptReport {
+	ar := AttemptReport{StatusCode: f.StatusCode, Class: cls.Class, Kind: cls.Kind}
+	if f.Header != nil {
+		ar.RequestID = f.Header.Get("request-id")
+	}
+	if f.Err != nil {
+		ar.Err = f.Err.Error()
+	}
+	return ar
+}
+
+// attemptResult is what an attempt came to: a response to hand over, a
+// failure to classify, or both (an error status).
+type attemptResult struct {
+	res     *http.Response
+	err     error // the transport error, as the SDK would return it
+	failure *Failure
+}
+
+// send sends attempt a and, for a plain call, reads its whole body inside
+// the attempt's timeout, so that a connection that drops part-way through
+// the body is a retryable failure rather than the caller's problem. A
+// plain answer's attempt ends here; a failure's I/O is over; a stream's
+// attempt goes on while its caller reads it.
+func (c *call) send(a *attempt, next option.MiddlewareNext) attemptResult {
+	areq := c.req.Clone(a.ctx)
+	if c.body != nil {
+		areq.Body = io.NopCloser(bytes.NewReader(c.body))
+		areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
+		areq.ContentLength = int64(len(c.body))
+	}
+	res, err := next(areq)
+	if err != nil {
+		err = a.cause(err)
+		a.over()
+		closeBody(res)
+		return attemptResult{err: err, failure: &Failure{Err: err}}
+	}
+	if c.stream && res.StatusCode < 400 {
+		return c.streamAttempt(a, res)
+	}
+
+	limit := int64(maxResponseBody + 1)
+	if res.StatusCode >= 400 {
+		limit = maxErrorBody
+	}
+	body, readErr := readAll(res.Body, limit)
+	if readErr != nil {
+		readErr = a.cause(bodyError{readErr})
+	}
+	a.over()
+	cut := false
+	switch {
+	case readErr != nil:
+	case res.StatusCode >= 400 && len(body) == maxErrorBody:
+		cut = true // the body may go on: not all of it is read
+	case len(body) > maxResponseBody:
+		readErr = errResponseTooLarge
+	}
+	if readErr != nil {
+		return attemptResult{err: readErr, failure: &Failure{Header: res.Header, Err: readErr}}
+	}
+	if res.StatusCode >= 400 {
+		if cut {
+			body = cutErrorBody(body)
+		}
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}}
+	}
+	if !json.Valid(body) {
+		// The SDK cannot decode it: an answer the caller cannot use.
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
+	}
+	a.end(succeeded(res))
+	res.Body = &plainBody{r: bytes.NewReader(body), c: c}
+	return attemptResult{res: res}
+}
+
+// answerBody is the body of a successful attempt, handed to the SDK. The
+// call ends with it: when it is read to its end or closed, or when the
+// call's context ends first, whichever comes first. contextDone is called
+// on a goroutine of its own when the context ends.
+type answerBody interface {
+	io.ReadCloser
+	contextDone()
+}
+
+// plainBody is the answer of a plain call, read whole within its attempt.
+// The SDK reads it and closes it before it looks at the caller's context
+// again, so the call ends at Close with the outcome the caller gets: a
+// success, or canceled when the context ended first. From a context's end
+// that comes first, Read returns the context's error, as the SDK would.
+type plainBody struct {
+	r        *bytes.Reader
+	c        *call
+	canceled atomic.Bool
+}
+
+func (b *plainBody) Read(p []byte) (int, error) {
+	if b.canceled.Load() {
+		return 0, b.c.ctx.Err()
+	}
+	return b.r.Read(p)
+}
+
+func (b *plainBody) Close() error {
+	if b.c.ctx.Err() != nil {
+		b.contextDone()
+	} else {
+		b.c.end(OutcomeSuccess, nil, nil)
+	}
+	b.c.publish()
+	return nil
+}
+
+func (b *plainBody) contextDone() {
+	if b.c.end(OutcomeCanceled, b.c.ctx.Err(), nil) {
+		b.canceled.Store(true)
+	}
+}
+
+// errInvalidJSON is a plain call's 2xx whose body is not JSON.
+var errInvalidJSON = errors.New("damper: the response body is not valid JSON")
+
+// bodyError is a failure to read a response body once its headers had come:
+// the connection dropped, or the body's framing or encoding was corrupt
+// (chunked encoding, a gzip checksum). Before content it is a transport
+// failure, whatever its cause.
+type bodyError struct{ err error }
+
+func (e bodyError) Error() string { return e.err.Error() }
+func (e bodyError) Unwrap() error { return e.err }
+
+// cutErrorBody turns the first maxErrorBody bytes of a longer error body
+// into a whole JSON error with what they hold of the error's type, message
+// (cut where the body was), details and request ID, so that the SDK still
+// builds an *anthropic.Error that says what went wrong.
+func cutErrorBody(prefix []byte) []byte {
+	r := gjson.ParseBytes(prefix)
+	msg := r.Get("error.message").String()
+	if msg == "" {
+		msg = cutString(prefix, `"message"`)
+	}
+	e := map[string]any{
+		"type":    cmpOr(r.Get("error.type").String(), "api_error"),
+		"message": msg + " [error body cut at 1 MiB by damper]",
+	}
+	if d := r.Get("error.details"); d.IsObject() && json.Valid([]byte(d.Raw)) {
+		e["details"] = json.RawMessage(d.Raw)
+	}
+	out := map[string]any{"type": "error", "error": e}
+	if id := r.Get("request_id").String(); id != "" {
+		out["request_id"] = id
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return prefix
+	}
+	return b
+}
+
+// cutString returns the value of the JSON string that follows key in b
+// and runs past its end, unescaped as far as it goes.
+func cutString(b []byte, key string) string {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n:")
+	if len(rest) == 0 || rest[0] != '"' {
+		return ""
+	}
+	rest = rest[1:]
+	end := 0 // the end of the last whole character or escape
+	for k := 0; k < len(rest) && rest[k] != '"'; {
+		step := 1
+		if rest[k] == '\\' {
+			step = 2
+			if k+1 < len(rest) && rest[k+1] == 'u' {
+				step = 6
+			}
+		}
+		if k+step > len(rest) {
+			break
+		}
+		k += step
+		end = k
+	}
+	var out string
+	if json.Unmarshal(append(append([]byte{'"'}, rest[:end]...), '"'), &out) != nil {
+		return ""
+	}
+	return strings.TrimRight(out, "\uFFFD") // a character cut in two
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// readAll reads body to its end, or to limit bytes, and closes it.
+func readAll(body io.ReadCloser, limit int64) ([]byte, error) {
+	defer body.Close()
+	return io.ReadAll(io.LimitReader(body, limit))
+}
+
+func closeBody(res *http.Response) {
+	if res != nil && res.Body != nil {
+		_ = res.Body.Close()
+	}
+}
+
