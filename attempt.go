@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/tidwall/gjson"
 )
 
@@ -108,7 +107,7 @@ type attemptResult struct {
 // the body is a retryable failure rather than the caller's problem. A
 // plain answer's attempt ends here; a failure's I/O is over; a stream's
 // attempt goes on while its caller reads it.
-func (c *call) send(a *attempt, next option.MiddlewareNext) attemptResult {
+func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	areq := c.req.Clone(a.ctx)
 	if c.body != nil {
 		areq.Body = io.NopCloser(bytes.NewReader(c.body))

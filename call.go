@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/tidwall/gjson"
 )
 
@@ -100,15 +98,24 @@ func requestBody(req *http.Request) ([]byte, error) {
 }
 
 // run is the retry loop of one logical request.
-func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
-	p := &c.d.policy
+//
+// It returns the response to hand on (an answer, or an error status to
+// pass on as it came) or the error that ends the call.
+func (c *call) run(next sendFunc) (*http.Response, error) {
 	c.d.tel.requestStart(c)
 	var retryCost float64
+	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
+		if refused := c.admitAttempt(n); refused != nil {
+			return c.surface(r, refused.gate.outcome, refused.err())
+		}
+		if c.ctx.Err() != nil {
+			return c.surface(r, OutcomeCanceled, nil)
+		}
 		a := c.startAttempt(n)
-		r := c.send(a, next)
+		r = c.send(a, next)
 		if r.failure == nil {
-			c.observe(AttemptOutcome{First: n == 1, Success: true})
+			c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
 			body, ok := r.res.Body.(answerBody)
@@ -125,12 +132,12 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		// recorded as such before any classifier sees it.
 		if c.ctx.Err() != nil {
 			a.end(failed(r.failure, Classification{Class: NotRetryable, Kind: "canceled"}))
-			c.observe(AttemptOutcome{First: n == 1})
+			c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1}, header: r.failure.Header, failure: r.failure})
 			return c.surface(r, OutcomeCanceled, nil)
 		}
 		cls := c.classify(*r.failure)
 		a.end(failed(r.failure, cls))
-		c.observe(AttemptOutcome{First: n == 1, Signal: cls.Signal})
+		c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, header: r.failure.Header, failure: r.failure})
 
 		if cls.Class == Ambiguous {
 			return c.surface(r, OutcomeAmbiguous, nil)
@@ -138,22 +145,9 @@ func (c *call) run(next option.MiddlewareNext) (*http.Response, error) {
 		if cls.Class != Retryable {
 			return c.surface(r, OutcomeError, nil)
 		}
-		if n >= p.MaxAttempts {
-			return c.surface(r, OutcomeAttemptsExhausted, nil)
-		}
-
-		now := c.d.clock.Now()
-		wait, outcome, refusal := c.plan(n, r.failure, now, retryCost, c.d.rand())
-		if refusal != nil {
-			return c.surface(r, outcome, refusal)
-		}
-		granted, err := c.d.budget.Acquire(c.ctx, now)
-		c.budgetError("acquire", err)
-		if !granted {
-			if p.OnBudgetExhausted == PassthroughBudgetExhausted {
-				return c.surface(r, OutcomeBudgetExhausted, nil)
-			}
-			return c.surface(r, OutcomeBudgetExhausted, &Error{Reason: ErrRetryBudgetExhausted})
+		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand())
+		if refused != nil {
+			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		retryCost += c.report.EstimatedCostUSD
 		c.mu.Lock()
@@ -179,10 +173,27 @@ func (c *call) classify(f Failure) Classification {
 	return cls
 }
 
-// observe tells the budget how an attempt ended. The budget's books are
-// kept whatever becomes of the caller, hence a context without its cancel.
-func (c *call) observe(a AttemptOutcome) {
-	c.budgetError("observe", c.d.budget.Observe(context.WithoutCancel(c.ctx), c.d.clock.Now(), a))
+// admitAttempt runs the attempt gates on attempt n, waiting as they ask,
+// and returns the first refusal.
+func (c *call) admitAttempt(n int) *denial {
+	for _, g := range c.d.attemptGates {
+		wait, refused := g.admitAttempt(c.ctx, n, c.d.clock.Now())
+		if refused != nil {
+			return refused
+		}
+		if wait > 0 && c.d.clock.Sleep(c.ctx, wait) != nil {
+			return nil // the caller's context ended: the loop sees it
+		}
+	}
+	return nil
+}
+
+// observe tells every observer how an attempt ended.
+func (c *call) observe(e attemptEvent) {
+	now := c.d.clock.Now()
+	for _, o := range c.d.observers {
+		o.observeAttempt(c.ctx, now, e)
+	}
 }
 
 // budgetError logs a failure of the budget's store, if any.
@@ -190,32 +201,6 @@ func (c *call) budgetError(op string, err error) {
 	if err != nil {
 		c.d.tel.logBudgetError(c.ctx, op, err)
 	}
-}
-
-// plan returns the wait before the retry that follows failed attempt n,
-// or the outcome and error of the gate that refuses it. It runs every gate
-// but the budget, which goes last so that no unit is spent on a retry that
-// another gate refuses.
-func (c *call) plan(n int, f *Failure, now time.Time, retryCost, rnd float64) (time.Duration, Outcome, *Error) {
-	p := &c.d.policy
-	var hint time.Duration
-	hasHint := false
-	if !p.IgnoreRetryAfter && f.Header != nil {
-		hint, hasHint = ParseRetryAfter(f.Header, now)
-	}
-	wait := backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
-	// A delay past MaxRetryAfter is refused first, whatever the deadline:
-	// it is the more useful reason, since a queue can reschedule on it.
-	if hasHint && hint > p.MaxRetryAfter {
-		return 0, OutcomeRetryAfterTooLong, &Error{Reason: ErrRetryAfterTooLong, RetryAfter: hint}
-	}
-	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait+minAttempt).After(deadline) {
-		return 0, OutcomeDeadline, &Error{Reason: ErrDeadline, RetryAfter: hint}
-	}
-	if p.MaxRetryCostUSD > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD) {
-		return 0, OutcomeCostCeiling, &Error{Reason: ErrRetryCostCeiling}
-	}
-	return wait, "", nil
 }
 
 // record appends an attempt to the report and ends its telemetry.
@@ -228,15 +213,17 @@ func (c *call) record(ar AttemptReport) {
 }
 
 // surface ends the call with the failure of attempt a. With refusal nil the
-// caller gets exactly what the SDK alone would give for that attempt; else
-// an *Error with the refusal's reason, wrapping the attempt's error.
+// caller gets exactly what the client alone would give for that attempt:
+// its error, or its response with an error status; else an *Error with the
+// refusal's reason, wrapping the attempt's error as the client would have
+// reported it.
 func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.Response, error) {
 	var err error
 	switch {
 	case outcome == OutcomeCanceled:
 		err = c.ctx.Err()
 	case refusal != nil:
-		refusal.Last = a.providerError(c.req)
+		refusal.Last = a.providerError(c)
 		err = refusal
 	default:
 		err = a.err
@@ -247,40 +234,22 @@ func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.
 	} else if e, ok := err.(*Error); ok && e.Report == nil {
 		e.Report = c.snapshot() // an *Error of the attempt, such as ErrHoldBackExceeded
 	}
-	if err != nil || a.res == nil {
+	if err != nil {
 		closeBody(a.res)
-		return noRetry(c.req), err
+		return nil, err
 	}
-	// An error status: the SDK turns it into its own *anthropic.Error.
-	a.res.Header.Set("X-Should-Retry", "false")
-	return a.res, nil
+	return a.res, nil // an error status, handed on as it came
 }
 
-// noRetry is the response that goes with an error Damper returns: the SDK
-// does not retry an attempt whose response says x-should-retry: false, and
-// returns the error as it is.
-func noRetry(req *http.Request) *http.Response {
-	return &http.Response{
-		Status:  "damper: no response",
-		Header:  http.Header{"X-Should-Retry": {"false"}},
-		Request: req,
-	}
-}
+// sendFunc sends one attempt: the next handler of the client's chain.
+type sendFunc = func(*http.Request) (*http.Response, error)
 
-// providerError is the error the SDK would have returned for a.
-func (a attemptResult) providerError(req *http.Request) error {
+// providerError is the error the client would have returned for a.
+func (a attemptResult) providerError(c *call) error {
 	if a.failure == nil || a.failure.StatusCode == 0 {
 		return a.err
 	}
-	apiErr := &anthropic.Error{
-		Request:     req,
-		Response:    a.res,
-		StatusCode:  a.failure.StatusCode,
-		RequestID:   a.failure.Header.Get("request-id"),
-		WorkspaceID: a.failure.Header.Get("anthropic-workspace-id"),
-	}
-	_ = apiErr.UnmarshalJSON(a.failure.Body)
-	return apiErr
+	return c.d.client.statusError(c.req, a.res, a.failure.Body)
 }
 
 // finish ends the call and writes the report to the caller's sink. err is

@@ -73,13 +73,9 @@
 package damper
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"sync/atomic"
 
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 )
 
 // Damper owns the retries of Messages calls for every client built with its
@@ -92,6 +88,12 @@ type Damper struct {
 	clock  Clock
 	rand   func() float64
 	tel    *telemetry
+	client clientAdapter // how the client in front reports errors
+
+	// The engine's hooks (gates.go): gates that admit every attempt, and
+	// observers that hear every attempt's end.
+	attemptGates []attemptGate
+	observers    []attemptObserver
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -141,7 +143,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Damper{policy: p, clock: realClock{}, rand: rand.Float64}
+	d := &Damper{policy: p, clock: realClock{}, rand: rand.Float64, client: sdkClient}
 	for _, s := range settings {
 		if err := s(d); err != nil {
 			return nil, err
@@ -152,6 +154,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		d.budget, _ = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
 	}
 	d.tel = newTelemetry(d)
+	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
 	return d, nil
 }
 
@@ -160,72 +163,3 @@ func (d *Damper) Policy() Policy { return d.policy }
 
 // Budget returns the Damper's retry budget.
 func (d *Damper) Budget() Budget { return d.budget }
-
-// Option returns the SDK option that puts Damper in charge of a client's
-// Messages calls. Give it to anthropic.NewClient (or to one call).
-//
-// Damper works as SDK middleware, so its place among other middleware
-// matters: middleware given before it sees each logical request once,
-// middleware given after it sees every attempt. With Bedrock or Vertex,
-// give Damper's option before bedrock.WithConfig / vertex.WithGoogleAuth so
-// that each attempt is signed afresh; the other order is refused with an
-// error on the first call.
-//
-// The SDK's own retry loop never runs for a Messages call through Damper:
-// every failure Damper returns comes with x-should-retry: false. The SDK's
-// request timeout (option.WithRequestTimeout, 10 minutes by default for
-// Messages.New) wraps Damper's whole loop, so it becomes the deadline of
-// the logical request, retries and waits included; PerAttemptTimeout bounds
-// each attempt. When that timeout cuts Damper's loop short, the SDK tries
-// the call again after its own backoff; Damper refuses that run at once,
-// with an error that matches context.DeadlineExceeded, so that no provider
-// attempt is made outside Damper's count. Damper knows the SDK's run again
-// by the request it belongs to, not by any header, so headers a caller sets
-// change nothing.
-func (d *Damper) Option() option.RequestOption {
-	return everyRequest(func() option.RequestOption {
-		var ran atomic.Bool
-		return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			return d.middleware(req, next, &ran)
-		})
-	})
-}
-
-// everyRequest is an SDK option that builds a fresh option for each request
-// the SDK makes: the SDK applies a client's options once per logical
-// request (once per method call), however many times it then sends it.
-// O and C are the SDK's option type and the request configuration it
-// applies to, inferred from f.
-func everyRequest[O interface{ Apply(C) error }, C any](f func() O) requestOption[O, C] {
-	return f
-}
-
-type requestOption[O interface{ Apply(C) error }, C any] func() O
-
-func (f requestOption[O, C]) Apply(c C) error { return f().Apply(c) }
-
-// middleware is the SDK middleware: it runs Damper's retry loop for
-// Messages calls and passes everything else through. ran is the logical
-// request's own: set by its first run, it marks any later one as the SDK's.
-func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *atomic.Bool) (*http.Response, error) {
-	if !isMessagesCall(req) {
-		if isSignedPlatformCall(req) {
-			return nil, errOptionOrder
-		}
-		return next(req)
-	}
-	if ran.Swap(true) {
-		return noRetry(req), errSDKRequestTimeout
-	}
-	c, err := d.newCall(req)
-	if err != nil {
-		return nil, err
-	}
-	return c.run(next)
-}
-
-// errSDKRequestTimeout is the answer to the SDK's retry of a Messages call.
-// The SDK retries a call through Damper only when its request timeout
-// expired around Damper's loop: every failure Damper returns says
-// x-should-retry: false.
-var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)

@@ -7,21 +7,11 @@ import (
 	"time"
 )
 
-// Sentinels for the refusals a call can end with. Every error Damper
-// returns for one of them is an [*Error], which matches the sentinel with
-// errors.Is and wraps the last provider error.
+// Sentinels for the ends of a call that no gate decided. Every error
+// Damper returns for one of them, and for a gate's refusal (gates.go), is
+// an [*Error], which matches the sentinel with errors.Is and wraps the last
+// provider error.
 var (
-	// ErrRetryBudgetExhausted: the shared retry budget had no unit left.
-	ErrRetryBudgetExhausted = errors.New("damper: retry budget exhausted")
-	// ErrRetryCostCeiling: the retry would cross Policy.MaxRetryCostUSD,
-	// or the model has no price while a ceiling is set.
-	ErrRetryCostCeiling = errors.New("damper: retry cost ceiling reached")
-	// ErrRetryAfterTooLong: the provider asked for a longer delay than
-	// Policy.MaxRetryAfter. [Error.RetryAfter] holds the delay.
-	ErrRetryAfterTooLong = errors.New("damper: provider retry delay exceeds MaxRetryAfter")
-	// ErrDeadline: the backoff and another attempt cannot finish before the
-	// caller's deadline, so no retry was started.
-	ErrDeadline = errors.New("damper: retry would not finish before the deadline")
 	// ErrAmbiguous: a stream failed after content reached the caller; it is
 	// not retried because the caller may already hold part of the answer.
 	ErrAmbiguous = errors.New("damper: stream failed after content was delivered")

@@ -9,8 +9,9 @@ import (
 )
 
 // FuzzPlan: whatever the provider's headers, the retry number and the
-// random draw, a planned wait is never negative, never longer than the
-// longest wait the policy allows, and never runs past the deadline.
+// random draw, a wait the retry gates admit is never negative, never longer
+// than the longest wait the policy allows, and never runs past the
+// deadline.
 func FuzzPlan(f *testing.F) {
 	f.Add("2", "", 1, 0.5, int64(10*time.Second))
 	f.Add("", "300", 2, 0.99, int64(time.Second))
@@ -22,7 +23,12 @@ func FuzzPlan(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	p.MaxAttempts = math.MaxInt // every retry number reaches the other gates
 	longest := max(p.MaxRetryAfter, p.BackoffMax)
+	budget, err := NewWindowBudget(0, time.Hour, math.MaxInt32)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, retryAfter, retryAfterMs string, n int, rnd float64, untilDeadline int64) {
 		ctx := context.Background()
 		if untilDeadline > 0 {
@@ -33,11 +39,11 @@ func FuzzPlan(f *testing.F) {
 		h := http.Header{}
 		h.Set("retry-after", retryAfter)
 		h.Set("retry-after-ms", retryAfterMs)
-		c := &call{d: &Damper{policy: p}, ctx: ctx}
-		wait, outcome, refusal := c.plan(n, &Failure{StatusCode: 429, Header: h}, now, 0, rnd)
-		if refusal != nil {
-			if wait != 0 || outcome == "" {
-				t.Fatalf("refused (%v) with wait %v, outcome %q", refusal.Reason, wait, outcome)
+		c := &call{d: &Damper{policy: p, budget: budget}, ctx: ctx}
+		wait, refused := c.admitRetry(n, &Failure{StatusCode: 429, Header: h}, now, 0, rnd)
+		if refused != nil {
+			if wait != 0 || !isDenial(refused.gate.outcome) {
+				t.Fatalf("refused (%v) with wait %v", refused.gate.outcome, wait)
 			}
 			return
 		}

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	anthropicaws "github.com/anthropics/anthropic-sdk-go/v2/aws"
 	"github.com/anthropics/anthropic-sdk-go/v2/bedrock"
+	"github.com/anthropics/anthropic-sdk-go/v2/foundry"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -111,42 +113,216 @@ func TestBedrockWrongOrderIsRefused(t *testing.T) {
 	}
 }
 
-// TestProviderLabel: the report names the platform the client is pointed
-// at, from the host of the request Damper sees.
-func TestProviderLabel(t *testing.T) {
-	t.Setenv("ANTHROPIC_BASE_URL", "") // the first-party row keeps the SDK's own URL
-	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "")
-	cfg := aws.Config{Region: "eu-west-3", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
-	anyRequest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeMessage(w) })
-	for _, tt := range []struct {
-		name     string
-		platform []option.RequestOption
-		want     string
-	}{
-		{"first-party", []option.RequestOption{option.WithAPIKey("test-key")}, "anthropic"},
-		{"first-party, explicit URL", []option.RequestOption{option.WithBaseURL("https://api.anthropic.com"), option.WithAPIKey("test-key")}, "anthropic"},
-		{"bedrock", []option.RequestOption{bedrock.WithConfig(cfg)}, "aws.bedrock"},
-		// The vertex package needs Google's auth modules, which this module
-		// does not require. Damper, given first, sees the request before
-		// Vertex's middleware rewrites it: the same request as a client on
-		// Vertex's base URL sends.
-		{"vertex, regional", []option.RequestOption{option.WithBaseURL("https://us-east5-aiplatform.googleapis.com/"), option.WithAPIKey("test-key")}, "gcp.vertex_ai"},
-		{"vertex, global", []option.RequestOption{option.WithBaseURL("https://aiplatform.googleapis.com/"), option.WithAPIKey("test-key")}, "gcp.vertex_ai"},
-		{"vertex, multi-region", []option.RequestOption{option.WithBaseURL("https://aiplatform.eu.rep.googleapis.com/"), option.WithAPIKey("test-key")}, "gcp.vertex_ai"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			d, err := damper.New(damper.Policy{})
+// platform is a way the SDK reaches Claude, as a test builds it.
+type platform struct {
+	name string
+	// messages returns the Messages service of a client for the platform.
+	// first are options in the place the platform keeps for the caller's
+	// middleware, before its own signing; h serves the client in memory.
+	messages func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService
+	// provider is the SDK's gen_ai.provider.name for the platform, which
+	// the report must name.
+	provider string
+	// auth starts the Authorization header of every attempt that reaches
+	// the server ("" to leave it unchecked).
+	auth string
+	// fix names the option Damper must go before (or among) when the
+	// platform signs or rewrites requests in its middleware; "" when it does
+	// not, so that Damper works given to one call too.
+	fix string
+}
+
+// jwt stands for an Entra ID access token: its shape, not its content,
+// matters.
+const jwt = "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJodHRwczovL2FpLmF6dXJlLmNvbSJ9.c2ln"
+
+func platforms() []platform {
+	awsCreds := func(t *testing.T, region string) aws.Config {
+		t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "")
+		return aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	}
+	// firstParty is a client of the first-party API, or of a platform
+	// reached by its base URL alone; after are options that follow the
+	// caller's own, as a platform's are.
+	firstParty := func(base string, after ...option.RequestOption) func(*testing.T, http.Handler, ...option.RequestOption) anthropic.MessageService {
+		return func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+			t.Setenv("ANTHROPIC_BASE_URL", "")
+			opts := append(first, option.WithAPIKey("sk-ant-test"), memHTTP(h))
+			if base != "" {
+				opts = append(opts, option.WithBaseURL(base))
+			}
+			return anthropic.NewClient(append(opts, after...)...).Messages
+		}
+	}
+	// The vertex and googlecloud packages need Google's auth modules, which
+	// this module does not require. Their rows point a client at the
+	// platform's host, the one Damper names the provider from, and stand in
+	// for the platform's middleware with one that does to the request what
+	// it does (vertex.go's path rewrite; googlecloud's Google bearer token).
+	vertex := func(base, region string) func(*testing.T, http.Handler, ...option.RequestOption) anthropic.MessageService {
+		rewrite := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/messages" {
+				r.URL.Path = "/v1/projects/test-project/locations/" + region + "/publishers/anthropic/models/claude-sonnet-4-6:rawPredict"
+			}
+			return next(r)
+		})
+		return firstParty(base, rewrite)
+	}
+	googleBearer := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		if r.Header.Get("Authorization") == "" {
+			r.Header.Set("Authorization", "Bearer ya29.test-token")
+		}
+		return next(r)
+	})
+	googleCloud := func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+		opts := append([]option.RequestOption{
+			option.WithoutEnvironmentDefaults(),
+			option.WithBaseURL("https://claude.googleapis.com/v1/projects/test-project/locations/global/workspaces/wrkspc_test/invoke/"),
+		}, first...)
+		return anthropic.NewClient(append(opts, memHTTP(h), googleBearer)...).Messages
+	}
+	mantle := func(apiKey string) func(*testing.T, http.Handler, ...option.RequestOption) anthropic.MessageService {
+		return func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+			t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "")
+			t.Setenv("ANTHROPIC_AWS_API_KEY", "")
+			t.Setenv("ANTHROPIC_BEDROCK_MANTLE_BASE_URL", "")
+			cfg := bedrock.MantleClientConfig{APIKey: apiKey, AWSRegion: "us-west-2"}
+			if apiKey == "" {
+				cfg.AWSAccessKey, cfg.AWSSecretAccessKey = "AKIDEXAMPLE", "secret"
+			}
+			c, err := bedrock.NewMantleClient(context.Background(), cfg, append(first, memHTTP(h))...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := append([]option.RequestOption{d.Option()}, tt.platform...)
-			client := anthropic.NewClient(append(opts, memHTTP(anyRequest))...)
-			var rep damper.Report
-			if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil {
+			return c.Messages
+		}
+	}
+	gateway := func(apiKey string) func(*testing.T, http.Handler, ...option.RequestOption) anthropic.MessageService {
+		return func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+			t.Setenv("ANTHROPIC_AWS_API_KEY", "")
+			t.Setenv("ANTHROPIC_AWS_BASE_URL", "")
+			cfg := anthropicaws.ClientConfig{APIKey: apiKey, AWSRegion: "eu-central-1", WorkspaceID: "wrkspc_test"}
+			if apiKey == "" {
+				cfg.AWSAccessKey, cfg.AWSSecretAccessKey = "AKIDEXAMPLE", "secret"
+			}
+			c, err := anthropicaws.NewClient(context.Background(), cfg, append(first, memHTTP(h))...)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Provider != tt.want {
-				t.Errorf("provider = %q, want %q", rep.Provider, tt.want)
+			return c.Messages
+		}
+	}
+	azure := func(entra bool) func(*testing.T, http.Handler, ...option.RequestOption) anthropic.MessageService {
+		return func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+			for _, k := range []string{"ANTHROPIC_FOUNDRY_API_KEY", "ANTHROPIC_FOUNDRY_RESOURCE", "ANTHROPIC_FOUNDRY_BASE_URL"} {
+				t.Setenv(k, "")
+			}
+			cfg := foundry.ClientConfig{Resource: "test-resource", APIKey: "0123456789abcdef0123456789abcdef"}
+			if entra {
+				cfg.APIKey = ""
+				cfg.AzureADTokenProvider = func(context.Context) (string, error) { return jwt, nil }
+			}
+			c, err := foundry.NewClient(cfg, append(first, memHTTP(h))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Messages
+		}
+	}
+	return []platform{
+		{name: "first-party", messages: firstParty(""), provider: "anthropic", auth: "Bearer sk-ant-test"},
+		{name: "first-party, explicit URL", messages: firstParty("https://api.anthropic.com"), provider: "anthropic"},
+		{name: "bedrock, SigV4", provider: "aws.bedrock", auth: "AWS4-HMAC-SHA256 ", fix: "bedrock.WithConfig",
+			messages: func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+				return anthropic.NewClient(append(first, bedrock.WithConfig(awsCreds(t, "eu-west-3")), memHTTP(h))...).Messages
+			}},
+		{name: "bedrock, bearer token", provider: "aws.bedrock", auth: "Bearer bedrock-key", fix: "bedrock.WithConfig",
+			messages: func(t *testing.T, h http.Handler, first ...option.RequestOption) anthropic.MessageService {
+				cfg := awsCreds(t, "us-east-1")
+				t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-key")
+				return anthropic.NewClient(append(first, bedrock.WithConfig(cfg), memHTTP(h))...).Messages
+			}},
+		{name: "bedrock mantle, SigV4", messages: mantle(""), provider: "aws.bedrock", auth: "AWS4-HMAC-SHA256 ", fix: "bedrock.NewMantleClient"},
+		{name: "bedrock mantle, API key", messages: mantle("mantle-key"), provider: "aws.bedrock", auth: "Bearer mantle-key"},
+		{name: "aws gateway, SigV4", messages: gateway(""), provider: "anthropic", auth: "AWS4-HMAC-SHA256 ", fix: "aws.NewClient"},
+		{name: "aws gateway, API key", messages: gateway("sk-ant-test"), provider: "anthropic", auth: "Bearer sk-ant-test"},
+		{name: "foundry, Entra ID", messages: azure(true), provider: "anthropic", auth: "Bearer " + jwt, fix: "foundry.NewClient"},
+		{name: "foundry, API key", messages: azure(false), provider: "anthropic"},
+		// A first-party client pointed at Foundry sends its API key as a
+		// bearer token, which is not one Foundry's middleware added.
+		{name: "foundry, first-party options", messages: firstParty("https://test-resource.services.ai.azure.com/anthropic/"), provider: "anthropic", auth: "Bearer sk-ant-test"},
+		{name: "vertex, regional", messages: vertex("https://us-east5-aiplatform.googleapis.com/", "us-east5"), provider: "gcp.vertex_ai", fix: "vertex.WithGoogleAuth"},
+		{name: "vertex, global", messages: vertex("https://aiplatform.googleapis.com/", "global"), provider: "gcp.vertex_ai", fix: "vertex.WithGoogleAuth"},
+		{name: "vertex, us multi-region", messages: vertex("https://aiplatform.us.rep.googleapis.com/", "us"), provider: "gcp.vertex_ai", fix: "vertex.WithGoogleAuth"},
+		{name: "vertex, eu multi-region", messages: vertex("https://aiplatform.eu.rep.googleapis.com/", "eu"), provider: "gcp.vertex_ai", fix: "vertex.WithGoogleAuth"},
+		{name: "google cloud gateway", messages: googleCloud, provider: "anthropic", auth: "Bearer ya29.", fix: "googlecloud.NewClient"},
+	}
+}
+
+// TestPlatforms: on every platform the SDK serves, Damper given before the
+// platform's own middleware retries with each attempt signed afresh and
+// reports the SDK's provider name; given to one call, after the platform's
+// middleware, it refuses the call before any request is sent, with an error
+// that names the option to move, unless the platform signs nothing in
+// middleware.
+func TestPlatforms(t *testing.T) {
+	for _, p := range platforms() {
+		t.Run(p.name+"/damper first", func(t *testing.T) {
+			fake := &bedrockFake{}
+			d, err := damper.New(damper.Policy{BackoffBase: 1, BackoffMax: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep damper.Report
+			svc := p.messages(t, fake, d.Option())
+			msg, err := svc.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+			if err != nil || msg.Content[0].Text != "ok" {
+				t.Fatalf("err = %v", err)
+			}
+			if rep.Provider != p.provider {
+				t.Errorf("provider = %q, want %q", rep.Provider, p.provider)
+			}
+			if len(fake.paths) != 2 || rep.Attempts != 2 {
+				t.Fatalf("server saw %d attempts, report %d; want 2", len(fake.paths), rep.Attempts)
+			}
+			for i, auth := range fake.auths {
+				if !strings.HasPrefix(auth, p.auth) {
+					t.Errorf("attempt %d has Authorization %q, want it to start with %q", i+1, auth, p.auth)
+				}
+			}
+		})
+		t.Run(p.name+"/damper at the call site", func(t *testing.T) {
+			fake := &bedrockFake{}
+			d, err := damper.New(damper.Policy{BackoffBase: 1, BackoffMax: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// seen is where Damper would send the caller, for the request
+			// Damper sees.
+			var seen string
+			probe := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+				seen = damper.SignedByForTest(r)
+				return next(r)
+			})
+			var rep damper.Report
+			svc := p.messages(t, fake)
+			_, err = svc.New(context.Background(), params("claude-sonnet-4-6"),
+				probe, d.Option(), option.WithMaxRetries(0), damper.ReportInto(&rep))
+			if p.fix == "" {
+				if err != nil || seen != "" {
+					t.Fatalf("err = %v, Damper would say %q; want the call run", err, seen)
+				}
+				if rep.Provider != p.provider || rep.Attempts != 2 {
+					t.Errorf("provider = %q after %d attempts, want %q after 2", rep.Provider, rep.Attempts, p.provider)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), p.fix) || !strings.Contains(seen, p.fix) {
+				t.Fatalf("err = %v, Damper would say %q; want the option-order error naming %s", err, seen, p.fix)
+			}
+			var apiErr *anthropic.Error
+			if errors.As(err, &apiErr) || len(fake.paths) != 0 {
+				t.Errorf("the request reached the server %d times", len(fake.paths))
 			}
 		})
 	}

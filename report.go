@@ -1,28 +1,21 @@
 package damper
 
 import (
-	"context"
-	"net/http"
 	"time"
 
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 )
 
 // Outcome is how a logical request ended.
 type Outcome string
 
-// Outcomes of a logical request. The Denied* outcomes name the admission
-// gate that refused a retry.
+// Outcomes of a logical request that no gate decided. The outcomes of the
+// admission gates, which refuse a retry, are declared with the gates
+// (gates.go).
 const (
-	OutcomeSuccess           Outcome = "success"
-	OutcomeError             Outcome = "error"              // a failure that is not retried
-	OutcomeAttemptsExhausted Outcome = "attempts_exhausted" // MaxAttempts reached
-	OutcomeBudgetExhausted   Outcome = "budget_exhausted"
-	OutcomeCostCeiling       Outcome = "cost_ceiling"
-	OutcomeRetryAfterTooLong Outcome = "retry_after_too_long"
-	OutcomeDeadline          Outcome = "deadline"
-	OutcomeCanceled          Outcome = "canceled" // the caller's context ended
-	OutcomeAmbiguous         Outcome = "ambiguous"
+	OutcomeSuccess   Outcome = "success"
+	OutcomeError     Outcome = "error"    // a failure that is not retried
+	OutcomeCanceled  Outcome = "canceled" // the caller's context ended
+	OutcomeAmbiguous Outcome = "ambiguous"
 )
 
 // Report is the account of one logical request: what Damper tried, what it
@@ -73,22 +66,4 @@ type AttemptReport struct {
 	Duration  time.Duration
 	// Backoff is the wait before the next attempt, 0 when none followed.
 	Backoff time.Duration
-}
-
-// reportSinkKey carries the *Report of [ReportInto] to Damper's middleware.
-type reportSinkKey struct{}
-
-// ReportInto is a per-call option that makes Damper write the call's
-// [Report] into dst once the call returns (and again when a stream ends).
-// It works whichever order it is given in with the Damper option; without
-// a Damper on the client it leaves dst untouched.
-func ReportInto(dst *Report) option.RequestOption {
-	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		if c, ok := req.Context().Value(callKey{}).(*call); ok {
-			// The option is inside Damper's middleware: this is one attempt.
-			c.setSink(dst)
-			return next(req)
-		}
-		return next(req.WithContext(context.WithValue(req.Context(), reportSinkKey{}, dst)))
-	})
 }

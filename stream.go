@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/anthropics/anthropic-sdk-go/v2"
 )
 
 // The rules a stream follows are in the package documentation, under
@@ -55,7 +54,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 				return c.release(b, held, from, kind == sseMessageStop, fail)
 			case sseError:
 				data, _ := b.sc.eventData()
-				return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
+				return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 			}
 		}
 		if err == nil {
@@ -74,7 +73,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 			return c.release(b, held, len(held), true, fail)
 		case sseError:
 			data, _ := b.sc.eventData()
-			return fail(sseEventError(res, data), Failure{Body: append([]byte(nil), data...)})
+			return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 		}
 		return fail(errTruncated, Failure{})
 	}
@@ -99,21 +98,6 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 	b.complete.Store(complete)
 	b.res.Body = b
 	return attemptResult{res: b.res}
-}
-
-// sseEventError is the error the SDK builds from an SSE error event.
-func sseEventError(res *http.Response, data []byte) error {
-	apiErr := &anthropic.Error{
-		Request:     res.Request,
-		Response:    res,
-		StatusCode:  res.StatusCode,
-		RequestID:   res.Header.Get("request-id"),
-		WorkspaceID: res.Header.Get("anthropic-workspace-id"),
-	}
-	if apiErr.UnmarshalJSON(data) != nil {
-		return fmt.Errorf("received error while streaming: %s", data)
-	}
-	return apiErr
 }
 
 // stallError is a stream that sent nothing for the idle limit.
@@ -312,7 +296,7 @@ func (b *streamBody) scanErrorEvent(q []byte) bool {
 func (b *streamBody) failErrorEvent() {
 	data, _ := b.sc.eventData()
 	data = append([]byte(nil), data...)
-	b.fail(sseEventError(b.res, data), Failure{Body: data})
+	b.fail(b.c.d.client.eventError(b.res, data), Failure{Body: data})
 }
 
 // readErrorEvent reads the rest of a withheld error event, from held and

@@ -374,13 +374,3 @@ func requestErrorType(outcome Outcome, last AttemptReport) string {
 	}
 	return string(outcome)
 }
-
-// isDenial reports whether outcome is an admission gate refusing a retry.
-func isDenial(o Outcome) bool {
-	switch o {
-	case OutcomeAttemptsExhausted, OutcomeBudgetExhausted, OutcomeCostCeiling,
-		OutcomeRetryAfterTooLong, OutcomeDeadline:
-		return true
-	}
-	return false
-}

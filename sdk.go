@@ -1,0 +1,171 @@
+package damper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+)
+
+// The SDK adapter: what is specific to the official Go SDK sits here, and
+// the engine (call.go, attempt.go, stream.go, gates.go) works on
+// *http.Request and *http.Response alone, so that another front (a proxy
+// serving the Messages API) can drive it.
+
+// Option returns the SDK option that puts Damper in charge of a client's
+// Messages calls. Give it to anthropic.NewClient (or to one call).
+//
+// Damper works as SDK middleware, so its place among other middleware
+// matters: middleware given before it sees each logical request once,
+// middleware given after it sees every attempt. With Bedrock or Vertex,
+// give Damper's option before bedrock.WithConfig / vertex.WithGoogleAuth so
+// that each attempt is signed afresh; the other order is refused with an
+// error on the first call.
+//
+// The SDK's own retry loop never runs for a Messages call through Damper:
+// every failure Damper returns comes with x-should-retry: false. The SDK's
+// request timeout (option.WithRequestTimeout, 10 minutes by default for
+// Messages.New) wraps Damper's whole loop, so it becomes the deadline of
+// the logical request, retries and waits included; PerAttemptTimeout bounds
+// each attempt. When that timeout cuts Damper's loop short, the SDK tries
+// the call again after its own backoff; Damper refuses that run at once,
+// with an error that matches context.DeadlineExceeded, so that no provider
+// attempt is made outside Damper's count. Damper knows the SDK's run again
+// by the request it belongs to, not by any header, so headers a caller sets
+// change nothing.
+func (d *Damper) Option() option.RequestOption {
+	return everyRequest(func() option.RequestOption {
+		var ran atomic.Bool
+		return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			return d.middleware(req, next, &ran)
+		})
+	})
+}
+
+// everyRequest is an SDK option that builds a fresh option for each request
+// the SDK makes: the SDK applies a client's options once per logical
+// request (once per method call), however many times it then sends it.
+// O and C are the SDK's option type and the request configuration it
+// applies to, inferred from f.
+func everyRequest[O interface{ Apply(C) error }, C any](f func() O) requestOption[O, C] {
+	return f
+}
+
+type requestOption[O interface{ Apply(C) error }, C any] func() O
+
+func (f requestOption[O, C]) Apply(c C) error { return f().Apply(c) }
+
+// middleware is the SDK middleware: it runs Damper's retry loop for
+// Messages calls and passes everything else through. Every error it
+// returns comes with x-should-retry: false, so that the SDK returns it at
+// once. ran is the logical
+// request's own: set by its first run, it marks any later one as the SDK's.
+func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *atomic.Bool) (*http.Response, error) {
+	if fix := signedBy(req); fix != "" {
+		return noRetry(req), fmt.Errorf("%w; give damper's Option() %s (an Option() given to one call runs after all of them)", errOptionOrder, fix)
+	}
+	if !isMessagesPath(req) {
+		return next(req)
+	}
+	if ran.Swap(true) {
+		return noRetry(req), errSDKRequestTimeout
+	}
+	c, err := d.newCall(req)
+	if err != nil {
+		return noRetry(req), err
+	}
+	res, err := c.run(next)
+	if err != nil {
+		return noRetry(req), err
+	}
+	if res.StatusCode >= 400 {
+		// The SDK turns it into its own *anthropic.Error, and retries it
+		// not.
+		res.Header.Set("X-Should-Retry", "false")
+	}
+	return res, nil
+}
+
+// errOptionOrder is a Messages call that reached Damper already signed
+// for a platform: Damper was given after the platform's option.
+var errOptionOrder = errors.New("damper: the Messages request reached Damper already signed or rewritten for a cloud platform, so its retries could not be signed afresh")
+
+// errSDKRequestTimeout is the answer to the SDK's retry of a Messages call.
+// The SDK retries a call through Damper only when its request timeout
+// expired around Damper's loop: every failure Damper returns says
+// x-should-retry: false.
+var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
+
+// clientAdapter is how the client in front of the engine reports a
+// provider's errors: the engine builds the errors it returns with it, so
+// that a caller gets what its client alone would give.
+type clientAdapter struct {
+	// statusError is the error for a response with an error status,
+	// whose body (at most 1 MiB of it) is body.
+	statusError func(req *http.Request, res *http.Response, body []byte) error
+	// eventError is the error for an SSE error event of a stream, whose
+	// data is data.
+	eventError func(res *http.Response, data []byte) error
+}
+
+// sdkClient reports errors as the SDK does: *anthropic.Error.
+var sdkClient = clientAdapter{statusError: sdkStatusError, eventError: sdkEventError}
+
+func sdkStatusError(req *http.Request, res *http.Response, body []byte) error {
+	apiErr := &anthropic.Error{
+		Request:     req,
+		Response:    res,
+		StatusCode:  res.StatusCode,
+		RequestID:   res.Header.Get("request-id"),
+		WorkspaceID: res.Header.Get("anthropic-workspace-id"),
+	}
+	_ = apiErr.UnmarshalJSON(body)
+	return apiErr
+}
+
+func sdkEventError(res *http.Response, data []byte) error {
+	apiErr := &anthropic.Error{
+		Request:     res.Request,
+		Response:    res,
+		StatusCode:  res.StatusCode,
+		RequestID:   res.Header.Get("request-id"),
+		WorkspaceID: res.Header.Get("anthropic-workspace-id"),
+	}
+	if apiErr.UnmarshalJSON(data) != nil {
+		return fmt.Errorf("received error while streaming: %s", data)
+	}
+	return apiErr
+}
+
+// noRetry is the response that goes with an error Damper returns: the SDK
+// does not retry an attempt whose response says x-should-retry: false, and
+// returns the error as it is.
+func noRetry(req *http.Request) *http.Response {
+	return &http.Response{
+		Status:  "damper: no response",
+		Header:  http.Header{"X-Should-Retry": {"false"}},
+		Request: req,
+	}
+}
+
+// reportSinkKey carries the *Report of [ReportInto] to Damper's middleware.
+type reportSinkKey struct{}
+
+// ReportInto is a per-call option that makes Damper write the call's
+// [Report] into dst once the call returns (and again when a stream ends).
+// It works whichever order it is given in with the Damper option; without
+// a Damper on the client it leaves dst untouched.
+func ReportInto(dst *Report) option.RequestOption {
+	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		if c, ok := req.Context().Value(callKey{}).(*call); ok {
+			// The option is inside Damper's middleware: this is one attempt.
+			c.setSink(dst)
+			return next(req)
+		}
+		return next(req.WithContext(context.WithValue(req.Context(), reportSinkKey{}, dst)))
+	})
+}
