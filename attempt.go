@@ -37,7 +37,7 @@ type attempt struct {
 func (c *call) startAttempt(n int) *attempt {
 	a := &attempt{c: c, n: n, start: c.d.clock.Now()}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
-	a.ctx, a.cancel = c.d.tel.attemptStart(ctx, c, n), cancel
+	a.ctx, a.cancel = c.trace.attemptStart(ctx, n), cancel
 	limit := c.d.policy.PerAttemptTimeout
 	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
 	c.mu.Lock()

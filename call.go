@@ -52,7 +52,7 @@ type call struct {
 
 	ending sync.Once // see end
 
-	tel callTelemetry // spans and timings of this call, see telemetry.go
+	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
 
 func (d *Damper) newCall(req *http.Request) (*call, error) {
@@ -102,7 +102,10 @@ func requestBody(req *http.Request) ([]byte, error) {
 // It returns the response to hand on (an answer, or an error status to
 // pass on as it came) or the error that ends the call.
 func (c *call) run(next sendFunc) (*http.Response, error) {
-	c.d.tel.requestStart(c)
+	c.trace = c.d.tel.startCall(c.ctx, callFacts{
+		provider: c.report.Provider, model: c.report.Model, stream: c.stream,
+		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
+	})
 	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
@@ -154,7 +157,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		c.report.RetryCostUSD = retryCost
 		c.report.AttemptLog[len(c.report.AttemptLog)-1].Backoff = wait
 		c.mu.Unlock()
-		c.d.tel.retry(c, n, cls, wait)
+		c.trace.retry(n, c.report.AttemptLog[len(c.report.AttemptLog)-1], cls, wait, retryCost)
 		closeBody(r.res)
 
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
@@ -207,9 +210,8 @@ func (c *call) budgetError(op string, err error) {
 func (c *call) record(ar AttemptReport) {
 	c.mu.Lock()
 	c.report.AttemptLog = append(c.report.AttemptLog, ar)
-	n := len(c.report.AttemptLog)
 	c.mu.Unlock()
-	c.d.tel.attemptEnd(c, n, ar)
+	c.trace.attemptEnd(ar)
 }
 
 // surface ends the call with the failure of attempt a. With refusal nil the
@@ -280,7 +282,8 @@ func (c *call) end(outcome Outcome, err error, cleanup func()) (first bool) {
 			cleanup()
 		}
 		c.recordOutcome(outcome)
-		c.d.tel.requestEnd(c, err)
+		rep, last := c.lastOf()
+		c.trace.end(&rep, last)
 	})
 	return first
 }
@@ -302,6 +305,19 @@ func (c *call) recordOutcome(outcome Outcome) {
 	c.report.Duration = now.Sub(c.start)
 	c.report.BudgetBalance = balance
 	c.mu.Unlock()
+}
+
+// lastOf returns the report, without its log, and its last attempt.
+func (c *call) lastOf() (Report, AttemptReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rep := c.report
+	rep.AttemptLog = nil
+	var last AttemptReport
+	if n := len(c.report.AttemptLog); n > 0 {
+		last = c.report.AttemptLog[n-1]
+	}
+	return rep, last
 }
 
 // publish copies the report to the ReportInto destination, if any.

@@ -88,7 +88,8 @@ type Damper struct {
 	clock  Clock
 	rand   func() float64
 	tel    *telemetry
-	client clientAdapter // how the client in front reports errors
+	telCfg telemetryConfig // as the Settings left it, until New builds tel
+	client clientAdapter   // how the client in front reports errors
 
 	// The engine's hooks (gates.go): gates that admit every attempt, and
 	// observers that hear every attempt's end.
@@ -153,7 +154,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		// The policy was validated above, so this cannot fail.
 		d.budget, _ = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
 	}
-	d.tel = newTelemetry(d)
+	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d)
 	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
 	return d, nil
 }

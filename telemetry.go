@@ -35,6 +35,7 @@ const (
 	keyModel         = attribute.Key("damper.model")
 	keyStream        = attribute.Key("damper.stream")
 	keyDenialReason  = attribute.Key("damper.denial.reason")
+	keyName          = attribute.Key("damper.name")
 
 	// Keys of the OpenTelemetry semantic conventions.
 	keyErrorType   = attribute.Key("error.type")
@@ -71,7 +72,7 @@ func WithTracerProvider(tp trace.TracerProvider) Setting {
 		if tp == nil {
 			return fmt.Errorf("damper: WithTracerProvider(nil): a tracer provider is required (leave the setting out to use the global one)")
 		}
-		d.telemetrySettings().tracerProvider = tp
+		d.telCfg.tracerProvider = tp
 		return nil
 	}
 }
@@ -85,7 +86,7 @@ func WithMeterProvider(mp metric.MeterProvider) Setting {
 		if mp == nil {
 			return fmt.Errorf("damper: WithMeterProvider(nil): a meter provider is required (leave the setting out to use the global one)")
 		}
-		d.telemetrySettings().meterProvider = mp
+		d.telCfg.meterProvider = mp
 		return nil
 	}
 }
@@ -100,7 +101,27 @@ func WithLogger(l *slog.Logger) Setting {
 		if l == nil {
 			return fmt.Errorf("damper: WithLogger(nil): a logger is required (leave the setting out to log nothing)")
 		}
-		d.telemetrySettings().logger = l
+		d.telCfg.logger = l
+		return nil
+	}
+}
+
+// WithName names the Damper in its telemetry: every metric it records and
+// every damper.request span carry damper.name, and every log line a
+// "damper" field, so that two Dampers on one MeterProvider (one per tenant,
+// say) keep separate series. Without it they carry none. The name must be
+// 1 to 64 printable ASCII characters: it is a label, not a free text.
+func WithName(name string) Setting {
+	return func(d *Damper) error {
+		if len(name) == 0 || len(name) > 64 {
+			return fmt.Errorf("damper: WithName(%q): the name must be 1 to 64 characters", name)
+		}
+		for _, r := range name {
+			if r < 0x21 || r > 0x7e {
+				return fmt.Errorf("damper: WithName(%q): the name must be printable ASCII without spaces", name)
+			}
+		}
+		d.telCfg.name = name
 		return nil
 	}
 }
@@ -110,104 +131,121 @@ type telemetryConfig struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
-}
-
-// telemetrySettings returns the telemetry configuration being built by
-// the Settings given to New.
-func (d *Damper) telemetrySettings() *telemetryConfig {
-	if d.tel == nil {
-		d.tel = &telemetry{}
-	}
-	return &d.tel.cfg
+	name           string // WithName; "" for none
 }
 
 // telemetry records spans, metrics and log lines for the calls of one
-// Damper. Its methods are called from the retry loop, never with a lock
-// held; it is safe for concurrent use by many calls.
+// Damper. It is built once, by New, and is safe for concurrent use by many
+// calls; what it keeps of one call is that call's callTrace.
 type telemetry struct {
-	cfg    telemetryConfig // as the Settings left it
 	tracer trace.Tracer
 	log    *slog.Logger // nil: silent
 	m      metrics
 	ratio  float64
 	clock  Clock
+	name   attribute.KeyValue // damper.name, when the Damper has one
+	named  bool
 	// virtualTime is whether the clock is not the real one: spans then
 	// take their times from it.
 	virtualTime bool
 }
 
-// newTelemetry builds d's telemetry from the Settings given to New. It
-// must run after d's budget and clock are set: the budget gauge reads them.
-func newTelemetry(d *Damper) *telemetry {
-	t := d.tel
-	if t == nil {
-		t = &telemetry{}
-	}
-	tp := t.cfg.tracerProvider
+// newTelemetry builds the telemetry of a Damper with policy p, clock and
+// budget from cfg. The budget gauge's callback holds budget and clock; it
+// is unregistered once owner is collected.
+func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, owner *Damper) *telemetry {
+	tp := cfg.tracerProvider
 	if tp == nil {
 		// The global provider delegates to whatever is registered later.
 		tp = otel.GetTracerProvider()
 	}
-	mp := t.cfg.meterProvider
+	mp := cfg.meterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t.tracer = tp.Tracer(instrumentationName)
-	t.log = t.cfg.logger
-	t.ratio = d.policy.RetryBudgetRatio
-	t.clock = d.clock
-	_, real := d.clock.(realClock)
-	t.virtualTime = !real
-	t.m = newMetrics(d, mp.Meter(instrumentationName))
+	_, real := clock.(realClock)
+	t := &telemetry{
+		tracer:      tp.Tracer(instrumentationName),
+		log:         cfg.logger,
+		ratio:       p.RetryBudgetRatio,
+		clock:       clock,
+		virtualTime: !real,
+	}
+	if cfg.name != "" {
+		t.name, t.named = keyName.String(cfg.name), true
+		if t.log != nil {
+			t.log = t.log.With(slog.String("damper", cfg.name))
+		}
+	}
+	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, budget, clock, owner)
 	return t
 }
 
-// callTelemetry is what telemetry keeps of one call. The retry loop's
-// goroutine uses it and then, for an answered call, the goroutine that ends
-// the call (a Read or Close of its body, or the watch on its context);
-// never both at once.
-type callTelemetry struct {
-	request trace.Span
-	// attempt is the attempt span still open, nil when none is. A failed
-	// attempt's span stays open until the loop decides whether a retry
-	// follows, so that it can carry the backoff.
-	attempt    trace.Span
-	attemptEnd time.Time // when the open attempt ended; zero while it runs
-	retryAt    time.Time // when the pending retry was authorized; zero if none
-	ended      bool
+// callFacts are what telemetry labels a call with, known from its start.
+type callFacts struct {
+	provider, model string
+	stream, priced  bool
+	estimateUSD     float64 // one attempt's estimated cost, when priced
+	start           time.Time
 }
 
-// requestStart opens the damper.request span of c.
-func (t *telemetry) requestStart(c *call) {
-	_, span := t.start(c.ctx, spanRequest, c.start)
-	c.tel.request = span
+// callTrace is the telemetry of one call: its facts, its spans and the
+// times its metrics need. The retry loop's goroutine uses it and then, for
+// an answered call, the goroutine that ends the call (a Read or Close of
+// its body, or the watch on its context); never both at once. Its methods
+// are fed values (an attempt's record, a report), never the call itself.
+type callTrace struct {
+	t     *telemetry
+	ctx   context.Context // the caller's
+	facts callFacts
+	// request is the damper.request span. attempt is the attempt span
+	// still open, nil when none is: a failed attempt's span stays open
+	// until the loop decides whether a retry follows, so that it can carry
+	// the backoff.
+	request    trace.Span
+	attempt   trace.Span
+	attemptAt time.Time // when the open attempt ended; zero while it runs
+	retryAt   time.Time // when the pending retry was authorized; zero if none
+	ended     bool
+}
+
+// startCall opens the damper.request span of a call made in ctx.
+func (t *telemetry) startCall(ctx context.Context, f callFacts) *callTrace {
+	ct := &callTrace{t: t, ctx: ctx, facts: f}
+	_, span := t.start(ctx, spanRequest, f.start)
+	ct.request = span
 	if !span.IsRecording() {
-		return
+		return ct
 	}
-	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs, keyBudgetRatio.Float64(t.ratio))
-	if c.report.Provider != "" {
-		attrs = append(attrs, keyProvider.String(c.report.Provider))
+	if t.named {
+		attrs = append(attrs, t.name)
 	}
-	if c.report.Model != "" {
-		attrs = append(attrs, keyModel.String(c.report.Model))
+	if f.provider != "" {
+		attrs = append(attrs, keyProvider.String(f.provider))
 	}
-	if c.report.Priced {
-		attrs = append(attrs, keyCostEstimate.Float64(c.report.EstimatedCostUSD))
+	if f.model != "" {
+		attrs = append(attrs, keyModel.String(f.model))
+	}
+	if f.priced {
+		attrs = append(attrs, keyCostEstimate.Float64(f.estimateUSD))
 	}
 	span.SetAttributes(attrs...)
+	return ct
 }
 
 // attemptStart opens the damper.attempt span of attempt n and returns ctx
 // carrying it, so that the attempt's HTTP request is its child.
-func (t *telemetry) attemptStart(ctx context.Context, c *call, n int) context.Context {
+func (ct *callTrace) attemptStart(ctx context.Context, n int) context.Context {
+	t := ct.t
 	now := t.clock.Now()
-	t.closeAttempt(c, now)
-	if !c.tel.retryAt.IsZero() {
-		t.m.backoffWaited(ctx, c, now.Sub(c.tel.retryAt))
-		c.tel.retryAt = time.Time{}
+	ct.closeAttempt(now)
+	if !ct.retryAt.IsZero() {
+		t.m.backoffWaited(ctx, ct.facts.provider, now.Sub(ct.retryAt))
+		ct.retryAt = time.Time{}
 	}
-	req := c.tel.request
+	req := ct.request
 	if req == nil || !req.IsRecording() && !req.SpanContext().IsValid() {
 		// No tracing at all: an attempt span would be a no-op too.
 		return ctx
@@ -216,87 +254,73 @@ func (t *telemetry) attemptStart(ctx context.Context, c *call, n int) context.Co
 	if n > 1 && span.IsRecording() {
 		span.SetAttributes(keyResendCount.Int(n - 1))
 	}
-	c.tel.attempt, c.tel.attemptEnd = span, time.Time{}
+	ct.attempt, ct.attemptAt = span, time.Time{}
 	return ctx
 }
 
-// attemptEnd records the end of attempt n. A successful attempt's span
+// attemptEnd records the end of an attempt, a. A successful attempt's span
 // ends here; a failed attempt's when the loop has decided what follows it.
-func (t *telemetry) attemptEnd(c *call, n int, a AttemptReport) {
-	span := c.tel.attempt
+func (ct *callTrace) attemptEnd(a AttemptReport) {
+	span := ct.attempt
 	if span == nil {
 		return // already ended: an attempt is counted once
 	}
-	now := t.clock.Now()
-	t.recordAttempt(c, span, a)
+	now := ct.t.clock.Now()
+	ct.t.m.attempt(ct.ctx, ct.facts.provider, a)
+	if span.IsRecording() {
+		if a.StatusCode > 0 {
+			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
+		}
+		if a.Class != 0 {
+			span.SetAttributes(keyErrorClass.String(a.Kind), keyErrorType.String(attemptErrorType(a)))
+			span.SetStatus(codes.Error, a.Kind)
+		}
+	}
 	if a.Class == 0 {
 		endSpan(span, now)
-		c.tel.attempt = nil
+		ct.attempt = nil
 		return
 	}
-	c.tel.attemptEnd = now
+	ct.attemptAt = now
 }
 
-// recordAttempt counts attempt a and sets its attributes on span.
-func (t *telemetry) recordAttempt(c *call, span trace.Span, a AttemptReport) {
-	t.m.attempt(c, a)
-	if !span.IsRecording() {
-		return
-	}
-	if a.StatusCode > 0 {
-		span.SetAttributes(keyStatusCode.Int(a.StatusCode))
-	}
-	if a.Class != 0 {
-		span.SetAttributes(keyErrorClass.String(a.Kind), keyErrorType.String(attemptErrorType(a)))
-		span.SetStatus(codes.Error, a.Kind)
-	}
-}
-
-// retry records that a retry was authorized after attempt n, which failed
-// as cls, with wait before the next attempt.
-func (t *telemetry) retry(c *call, n int, cls Classification, wait time.Duration) {
-	now := t.clock.Now()
-	if span := c.tel.attempt; span != nil {
+// retry records that a retry was authorized after attempt n, whose record
+// is a and which failed as cls, with wait before the next attempt; the
+// call's retries have cost retryCostUSD so far.
+func (ct *callTrace) retry(n int, a AttemptReport, cls Classification, wait time.Duration, retryCostUSD float64) {
+	now := ct.t.clock.Now()
+	if span := ct.attempt; span != nil {
 		if span.IsRecording() {
 			span.SetAttributes(keyBackoff.Float64(wait.Seconds()))
 		}
-		t.closeAttempt(c, now)
+		ct.closeAttempt(now)
 	}
-	c.tel.retryAt = now
-	t.m.retry(c, cls)
-	t.logRetry(c, n, cls, wait)
+	ct.retryAt = now
+	ct.t.m.retry(ct.ctx, ct.facts, cls)
+	ct.logRetry(n, a, cls, wait, retryCostUSD)
 }
 
-// requestEnd ends the damper.request span of c, once, with the outcome in
-// c's report.
-func (t *telemetry) requestEnd(c *call, err error) {
-	if c.tel.ended {
+// end ends the damper.request span, once, with the call's report rep and
+// its last attempt's record, last; err is what the call returned.
+func (ct *callTrace) end(rep *Report, last AttemptReport) {
+	if ct.ended {
 		return
 	}
-	c.tel.ended = true
+	ct.ended = true
+	t := ct.t
 	now := t.clock.Now()
-
-	c.mu.Lock()
-	rep := c.report
-	var last AttemptReport
-	if n := len(c.report.AttemptLog); n > 0 {
-		last = c.report.AttemptLog[n-1]
-	}
-	c.mu.Unlock()
-	rep.AttemptLog = nil
-	t.closeAttempt(c, now)
-
-	if !c.tel.retryAt.IsZero() {
+	ct.closeAttempt(now)
+	if !ct.retryAt.IsZero() {
 		// The wait was cut short: the caller's context ended during it.
-		t.m.backoffWaited(c.ctx, c, now.Sub(c.tel.retryAt))
-		c.tel.retryAt = time.Time{}
+		t.m.backoffWaited(ct.ctx, ct.facts.provider, now.Sub(ct.retryAt))
+		ct.retryAt = time.Time{}
 	}
-	t.m.request(c, &rep)
+	t.m.request(ct.ctx, rep)
 	if last.Class != 0 && last.Backoff == 0 {
-		t.logNoRetry(c, &rep, last)
+		ct.logNoRetry(rep, last)
 	}
 
-	span := c.tel.request
+	span := ct.request
 	if span == nil {
 		return
 	}
@@ -337,18 +361,18 @@ func endSpan(span trace.Span, at time.Time) {
 	span.End()
 }
 
-// closeAttempt ends c's open attempt span, at the time its attempt ended.
-func (t *telemetry) closeAttempt(c *call, now time.Time) {
-	span := c.tel.attempt
+// closeAttempt ends the open attempt span, at the time its attempt ended.
+func (ct *callTrace) closeAttempt(now time.Time) {
+	span := ct.attempt
 	if span == nil {
 		return
 	}
-	end := c.tel.attemptEnd
+	end := ct.attemptAt
 	if end.IsZero() {
 		end = now
 	}
 	endSpan(span, end)
-	c.tel.attempt, c.tel.attemptEnd = nil, time.Time{}
+	ct.attempt, ct.attemptAt = nil, time.Time{}
 }
 
 // attemptErrorType is the error.type of a failed attempt: its HTTP status,

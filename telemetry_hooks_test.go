@@ -2,7 +2,6 @@ package damper
 
 import (
 	"context"
-	"net/http"
 	"testing"
 )
 
@@ -16,15 +15,12 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://api.anthropic.com/v1/messages", nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		c := &call{d: d, ctx: ctx, req: req, start: d.clock.Now()}
-		c.report.Provider, c.report.Model = "anthropic", "claude-sonnet-4-5"
-		d.tel.requestStart(c)
-		_ = d.tel.attemptStart(ctx, c, 1)
-		d.tel.attemptEnd(c, 1, AttemptReport{StatusCode: 200})
-		c.report.Outcome = OutcomeSuccess
-		d.tel.requestEnd(c, nil)
+		ct := d.tel.startCall(ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()})
+		_ = ct.attemptStart(ctx, 1)
+		ct.attemptEnd(AttemptReport{StatusCode: 200})
+		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}
+		ct.end(&rep, AttemptReport{StatusCode: 200})
 	}
 }

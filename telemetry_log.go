@@ -8,62 +8,58 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// logRetry writes the line of a retry authorized after attempt n.
-func (t *telemetry) logRetry(c *call, n int, cls Classification, wait time.Duration) {
-	ctx := t.logContext(c)
-	if t.log == nil || !t.log.Enabled(ctx, slog.LevelInfo) {
+// logRetry writes the line of a retry authorized after attempt n, whose
+// record is a.
+func (ct *callTrace) logRetry(n int, a AttemptReport, cls Classification, wait time.Duration, retryCostUSD float64) {
+	log := ct.t.log
+	ctx := ct.logContext()
+	if log == nil || !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var a AttemptReport
-	c.mu.Lock()
-	if n >= 1 && n <= len(c.report.AttemptLog) {
-		a = c.report.AttemptLog[n-1]
-	}
-	retryCost := c.report.RetryCostUSD
-	c.mu.Unlock()
-	attrs := append(t.logAttrs(c, n, a),
+	attrs := append(ct.logAttrs(n, a),
 		slog.String("decision", "retry"),
 		slog.String("signal", cls.Signal.String()),
 		slog.Duration("backoff", wait),
 	)
-	if c.report.Priced {
-		attrs = append(attrs, slog.Float64("retry_cost_usd", retryCost))
+	if ct.facts.priced {
+		attrs = append(attrs, slog.Float64("retry_cost_usd", retryCostUSD))
 	}
-	t.log.LogAttrs(ctx, slog.LevelInfo, "damper: retrying", attrs...)
+	log.LogAttrs(ctx, slog.LevelInfo, "damper: retrying", attrs...)
 }
 
 // logNoRetry writes the line of a call that ends on a failed attempt, last,
 // without a retry: a gate refused one (at Warn), or the failure is not one
 // to retry (at Info).
-func (t *telemetry) logNoRetry(c *call, rep *Report, last AttemptReport) {
+func (ct *callTrace) logNoRetry(rep *Report, last AttemptReport) {
 	level := slog.LevelInfo
 	if isDenial(rep.Outcome) {
 		level = slog.LevelWarn
 	}
-	ctx := t.logContext(c)
-	if t.log == nil || !t.log.Enabled(ctx, level) {
+	log := ct.t.log
+	ctx := ct.logContext()
+	if log == nil || !log.Enabled(ctx, level) {
 		return
 	}
-	attrs := append(t.logAttrs(c, rep.Attempts, last),
+	attrs := append(ct.logAttrs(rep.Attempts, last),
 		slog.String("decision", "no_retry"),
 		slog.String("reason", string(rep.Outcome)),
 		slog.Float64("budget_balance", rep.BudgetBalance),
 	)
-	t.log.LogAttrs(ctx, level, "damper: not retrying", attrs...)
+	log.LogAttrs(ctx, level, "damper: not retrying", attrs...)
 }
 
 // logAttrs are the fields every decision line has: which call, which
 // attempt, and how that attempt failed. The attempt's error text is left
 // out: the kind and status say what happened, and the text may quote more
 // of the request than a log should hold.
-func (t *telemetry) logAttrs(c *call, n int, a AttemptReport) []slog.Attr {
+func (ct *callTrace) logAttrs(n int, a AttemptReport) []slog.Attr {
 	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs,
 		slog.Int("attempt", n),
-		slog.String("provider", c.report.Provider),
+		slog.String("provider", ct.facts.provider),
 	)
-	if c.report.Model != "" {
-		attrs = append(attrs, slog.String("model", c.report.Model))
+	if ct.facts.model != "" {
+		attrs = append(attrs, slog.String("model", ct.facts.model))
 	}
 	if a.StatusCode > 0 {
 		attrs = append(attrs, slog.Int("status", a.StatusCode))
@@ -82,11 +78,11 @@ func (t *telemetry) logAttrs(c *call, n int, a AttemptReport) []slog.Attr {
 // logContext is the context a decision line is logged with: the caller's,
 // holding the damper.request span, so that a handler that adds trace IDs
 // to its lines ties them to the trace.
-func (t *telemetry) logContext(c *call) context.Context {
-	if t.log == nil || c.tel.request == nil {
-		return c.ctx
+func (ct *callTrace) logContext() context.Context {
+	if ct.t.log == nil || ct.request == nil {
+		return ct.ctx
 	}
-	return trace.ContextWithSpan(c.ctx, c.tel.request)
+	return trace.ContextWithSpan(ct.ctx, ct.request)
 }
 
 // logBudgetError logs a failure of the retry budget's store, at Warn: the

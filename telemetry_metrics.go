@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 )
@@ -25,6 +26,8 @@ const (
 // attribute they record has a handful of values: provider, outcome, failure
 // kind, gate. The model is left out, as a caller can name any model.
 type metrics struct {
+	name      attribute.KeyValue // damper.name, recorded with every value when named
+	named     bool
 	attempts  metric.Int64Counter
 	retries   metric.Int64Counter
 	denials   metric.Int64Counter
@@ -33,12 +36,14 @@ type metrics struct {
 	duration  metric.Float64Histogram
 }
 
-// newMetrics creates d's instruments on meter. An instrument the meter
-// refuses is replaced by a no-op one and the error goes to otel.Handle, as
-// telemetry must never fail a call.
-func newMetrics(d *Damper, meter metric.Meter) metrics {
+// newMetrics creates a Damper's instruments on meter. An instrument the
+// meter refuses is replaced by a no-op one and the error goes to
+// otel.Handle, as telemetry must never fail a call.
+func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget Budget, clock Clock, owner *Damper) metrics {
 	var none noop.Meter
 	m := metrics{
+		name:  name,
+		named: named,
 		attempts: instrument(meter.Int64Counter(metricAttempts, metric.WithUnit("{attempt}"),
 			metric.WithDescription("Provider attempts made for Messages calls, first attempts included.")))(none.Int64Counter(metricAttempts)),
 		retries: instrument(meter.Int64Counter(metricRetries, metric.WithUnit("{retry}"),
@@ -55,10 +60,9 @@ func newMetrics(d *Damper, meter metric.Meter) metrics {
 			metric.WithExplicitBucketBoundaries(0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)))(none.Float64Histogram(metricRequestDuration)),
 	}
 
-	// The gauge's callback holds the budget and the clock, not d, so that a
-	// Damper nobody uses any more can be collected; its cleanup then
-	// unregisters the callback.
-	budget, clock := d.budget, d.clock
+	// The gauge's callback holds the budget and the clock, not the Damper,
+	// so that a Damper nobody uses any more can be collected; its cleanup
+	// then unregisters the callback.
 	gauge, err := meter.Float64ObservableGauge(metricBudgetBalance, metric.WithUnit("{retry}"),
 		metric.WithDescription("Retries the retry budget can still authorize in its current window."))
 	if err != nil {
@@ -70,55 +74,72 @@ func newMetrics(d *Damper, meter metric.Meter) metrics {
 		if err != nil {
 			return err // the SDK reports it; no value is better than a wrong one
 		}
-		o.ObserveFloat64(gauge, balance)
+		o.ObserveFloat64(gauge, balance, m.with()...)
 		return nil
 	}, gauge)
 	if err != nil {
 		otel.Handle(err)
 		return m
 	}
-	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	return m
 }
 
-// attempt counts one attempt of c.
-func (m *metrics) attempt(c *call, a AttemptReport) {
-	if !m.attempts.Enabled(c.ctx) {
+// attrs returns the option recording kvs, and the Damper's name if any.
+func (m *metrics) attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	if m.named {
+		kvs = append(kvs, m.name)
+	}
+	return metric.WithAttributes(kvs...)
+}
+
+// with returns the options of a value recorded with no attribute but the
+// Damper's name, if any.
+func (m *metrics) with() []metric.ObserveOption {
+	if !m.named {
+		return nil
+	}
+	return []metric.ObserveOption{metric.WithAttributes(m.name)}
+}
+
+// attempt counts one attempt, a, of a call to provider.
+func (m *metrics) attempt(ctx context.Context, provider string, a AttemptReport) {
+	if !m.attempts.Enabled(ctx) {
 		return
 	}
 	if a.Class == 0 {
-		m.attempts.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider)))
+		m.attempts.Add(ctx, 1, m.attrs(keyProvider.String(provider)))
 		return
 	}
-	m.attempts.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider), keyErrorClass.String(a.Kind)))
+	m.attempts.Add(ctx, 1, m.attrs(keyProvider.String(provider), keyErrorClass.String(a.Kind)))
 }
 
-// retry counts a retry authorized for c after a failure classified cls,
-// and its estimated cost.
-func (m *metrics) retry(c *call, cls Classification) {
-	if m.retries.Enabled(c.ctx) {
-		m.retries.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(c.report.Provider), keyErrorClass.String(cls.Kind)))
+// retry counts a retry authorized after a failure classified cls, and its
+// estimated cost.
+func (m *metrics) retry(ctx context.Context, f callFacts, cls Classification) {
+	if m.retries.Enabled(ctx) {
+		m.retries.Add(ctx, 1, m.attrs(keyProvider.String(f.provider), keyErrorClass.String(cls.Kind)))
 	}
-	if c.report.Priced && m.retryCost.Enabled(c.ctx) {
-		m.retryCost.Add(c.ctx, c.report.EstimatedCostUSD, metric.WithAttributes(keyProvider.String(c.report.Provider)))
+	if f.priced && m.retryCost.Enabled(ctx) {
+		m.retryCost.Add(ctx, f.estimateUSD, m.attrs(keyProvider.String(f.provider)))
 	}
 }
 
-// backoffWaited records a wait before a retry of c.
-func (m *metrics) backoffWaited(ctx context.Context, c *call, d time.Duration) {
+// backoffWaited records a wait before a retry.
+func (m *metrics) backoffWaited(ctx context.Context, provider string, d time.Duration) {
 	if m.backoff.Enabled(ctx) {
-		m.backoff.Record(ctx, d.Seconds(), metric.WithAttributes(keyProvider.String(c.report.Provider)))
+		m.backoff.Record(ctx, d.Seconds(), m.attrs(keyProvider.String(provider)))
 	}
 }
 
-// request records the end of c, whose report is rep: its duration and,
+// request records the end of a call whose report is rep: its duration and,
 // when a gate refused a retry, the denial.
-func (m *metrics) request(c *call, rep *Report) {
-	if isDenial(rep.Outcome) && m.denials.Enabled(c.ctx) {
-		m.denials.Add(c.ctx, 1, metric.WithAttributes(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
+func (m *metrics) request(ctx context.Context, rep *Report) {
+	if isDenial(rep.Outcome) && m.denials.Enabled(ctx) {
+		m.denials.Add(ctx, 1, m.attrs(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
 	}
-	if m.duration.Enabled(c.ctx) {
-		m.duration.Record(c.ctx, rep.Duration.Seconds(), metric.WithAttributes(
+	if m.duration.Enabled(ctx) {
+		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(
 			keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)))
 	}
 }
