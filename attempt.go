@@ -297,4 +297,3 @@ func closeBody(res *http.Response) {
 		_ = res.Body.Close()
 	}
 }
-

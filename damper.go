@@ -75,7 +75,6 @@ package damper
 import (
 	"fmt"
 	"math/rand/v2"
-
 )
 
 // Damper owns the retries of Messages calls for every client built with its

@@ -2,7 +2,6 @@ package damper
 
 import (
 	"time"
-
 )
 
 // Outcome is how a logical request ended.

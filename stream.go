@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/internal/sse"
 )
 
 // The rules a stream follows are in the package documentation, under
@@ -44,16 +45,16 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 		from := len(held)
 		held = held[:from+n]
 		for from < len(held) {
-			k, kind := b.sc.scan(held[from:])
+			k, kind := b.sc.Scan(held[from:])
 			from += k
 			switch kind {
-			case sseContent, sseMessageStop:
-				if kind == sseMessageStop {
+			case sse.Content, sse.MessageStop:
+				if kind == sse.MessageStop {
 					held = held[:from] // nothing after message_stop is read
 				}
-				return c.release(b, held, from, kind == sseMessageStop, fail)
-			case sseError:
-				data, _ := b.sc.eventData()
+				return c.release(b, held, from, kind == sse.MessageStop, fail)
+			case sse.ErrorEvent:
+				data, _ := b.sc.EventData()
 				return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 			}
 		}
@@ -65,14 +66,14 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 		}
 		// A last line without "\n" may still dispatch an event, as it
 		// does for the SDK's decoder.
-		switch b.sc.eof() {
-		case sseContent:
+		switch b.sc.EOF() {
+		case sse.Content:
 			b.srcDone = true
 			return c.release(b, held, len(held), false, fail)
-		case sseMessageStop:
+		case sse.MessageStop:
 			return c.release(b, held, len(held), true, fail)
-		case sseError:
-			data, _ := b.sc.eventData()
+		case sse.ErrorEvent:
+			data, _ := b.sc.EventData()
 			return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 		}
 		return fail(errTruncated, Failure{})
@@ -114,7 +115,7 @@ func (stallError) Timeout() bool { return true }
 
 // maxErrorEvent bounds what Damper reads of an SSE error event after content
 // before it gives up on the rest of it.
-const maxErrorEvent = maxEventData + 64<<10
+const maxErrorEvent = sse.MaxEventData + 64<<10
 
 // streamBody is the body of a stream whose first content has come. Read is
 // called by one goroutine at a time (the SDK's decoder); Close may be called
@@ -125,7 +126,7 @@ type streamBody struct {
 	att *attempt // the attempt the stream is: it ends with the stream
 	res *http.Response
 	rc  io.ReadCloser
-	sc  sseScanner
+	sc  sse.Scanner
 
 	// Used by Read only.
 	held     []byte // bytes read before content, still to be returned
@@ -242,19 +243,19 @@ func (b *streamBody) readSource(p []byte) (int, error) {
 // starts within it.
 func (b *streamBody) pass(p []byte, from int) int {
 	for off := from; off < len(p); {
-		k, kind := b.sc.scan(p[off:])
+		k, kind := b.sc.Scan(p[off:])
 		off += k
 		switch kind {
-		case sseMessageStop:
+		case sse.MessageStop:
 			b.complete.Store(true)
 			return off
-		case sseErrorStarted:
+		case sse.ErrorStarted:
 			// The SDK has the line naming the event, but never gets the
 			// empty line that would dispatch it.
 			b.errEvent = true
 			b.scanErrorEvent(p[off:])
 			return off
-		case sseError:
+		case sse.ErrorEvent:
 			// A dispatch with no name line before it cannot happen;
 			// withhold the event all the same.
 			b.errEvent = true
@@ -272,13 +273,13 @@ func (b *streamBody) pass(p []byte, from int) int {
 // whether the event was settled either way.
 func (b *streamBody) scanErrorEvent(q []byte) bool {
 	for off := 0; off < len(q); {
-		k, kind := b.sc.scan(q[off:])
+		k, kind := b.sc.Scan(q[off:])
 		b.withheld = append(b.withheld, q[off:off+k]...)
 		b.errRead += k
 		off += k
 		switch kind {
-		case sseNone, sseErrorStarted:
-		case sseErrorRenamed:
+		case sse.None, sse.ErrorStarted:
+		case sse.ErrorRenamed:
 			back := append(append(b.withheld, q[off:]...), b.held...)
 			b.held, b.skip = back, len(b.withheld)
 			b.errEvent, b.errRead, b.withheld = false, 0, nil
@@ -294,7 +295,7 @@ func (b *streamBody) scanErrorEvent(q []byte) bool {
 // failErrorEvent fails the stream with the withheld error event, as far as
 // it came.
 func (b *streamBody) failErrorEvent() {
-	data, _ := b.sc.eventData()
+	data, _ := b.sc.EventData()
 	data = append([]byte(nil), data...)
 	b.fail(b.c.d.client.eventError(b.res, data), Failure{Body: data})
 }
@@ -314,8 +315,8 @@ func (b *streamBody) readErrorEvent() {
 	}
 	for b.err == nil && b.errEvent {
 		if b.srcDone || b.errRead > maxErrorEvent {
-			b.sc.eof()
-			if data, _ := b.sc.eventData(); len(data) == 0 || !b.sc.errorNamed {
+			b.sc.EOF()
+			if data, _ := b.sc.EventData(); len(data) == 0 || !b.sc.ErrorNamed() {
 				b.fail(errTruncated, Failure{})
 				return
 			}
@@ -346,8 +347,8 @@ func (b *streamBody) sourceEnd(err error) {
 		b.err = io.EOF
 		b.end(OutcomeSuccess, nil, nil)
 	case err == io.EOF:
-		switch b.sc.eof() {
-		case sseMessageStop:
+		switch b.sc.EOF() {
+		case sse.MessageStop:
 			b.complete.Store(true)
 			b.delivered.Store(true)
 			b.err = io.EOF

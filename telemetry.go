@@ -202,7 +202,7 @@ type callTrace struct {
 	// still open, nil when none is: a failed attempt's span stays open
 	// until the loop decides whether a retry follows, so that it can carry
 	// the backoff.
-	request    trace.Span
+	request   trace.Span
 	attempt   trace.Span
 	attemptAt time.Time // when the open attempt ended; zero while it runs
 	retryAt   time.Time // when the pending retry was authorized; zero if none

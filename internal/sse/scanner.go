@@ -1,4 +1,9 @@
-package damper
+// Package sse follows a text/event-stream body of the Messages API as the
+// SDK's decoder reads it, so that a stream's hold-back and its caller agree
+// on every event: where the first content is, where the message ends, and
+// which event is an error. It is pure (bytes in, events out) and fuzzed
+// against the SDK's own decoder.
+package sse
 
 import (
 	"bytes"
@@ -6,26 +11,26 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// sseKind is what a dispatched server-sent event means to a stream's
+// Kind is what a dispatched server-sent event means to a stream's
 // hold-back: whether it is content, the end of the message, or an error.
-type sseKind uint8
+type Kind uint8
 
 const (
-	sseNone         sseKind = iota // no event dispatched in the bytes scanned
-	sseHeld                        // an event before content: message_start, ping, an empty block, ...
-	sseContent                     // the first content an SDK caller sees
-	sseMessageStop                 // message_stop: the answer is complete
-	sseError                       // an event named error
-	sseErrorStarted                // not an event: a line `event: error` has just ended
-	sseErrorRenamed                // not an event: a line has renamed an event named error
+	None         Kind = iota // no event dispatched in the bytes scanned
+	Held                     // an event before content: message_start, ping, an empty block, ...
+	Content                  // the first content an SDK caller sees
+	MessageStop              // message_stop: the answer is complete
+	ErrorEvent               // an event named error
+	ErrorStarted             // not an event: a line `event: error` has just ended
+	ErrorRenamed             // not an event: a line has renamed an event named error
 )
 
 // Limits of what the scanner keeps of one event. An event name longer than
-// maxEventName is none Damper acts on; data beyond maxEventData is not kept
-// (an error event that large is reported without its body).
+// maxEventName is none a hold-back acts on; data beyond MaxEventData (1 MiB)
+// is not kept (an error event that large is reported without its body).
 const (
 	maxEventName = 32
-	maxEventData = maxErrorBody
+	MaxEventData = 1 << 20
 )
 
 // sseField is the field of the SSE line being read.
@@ -38,14 +43,14 @@ const (
 	fieldOther // a comment, an id, a retry or an unknown field: skipped
 )
 
-// sseScanner follows a text/event-stream body as the SDK's decoder
-// (packages/ssestream) reads it, so that Damper and the caller agree on
+// Scanner follows a text/event-stream body as the SDK's decoder
+// (packages/ssestream) reads it, so that the hold-back and the caller agree on
 // every event: lines end at "\n" with one trailing "\r" dropped, a field
 // name runs to the first ":" (one space after it is dropped), an empty line
 // dispatches the event when it has a name or data, and the last `event:`
 // line of an event names it.
 //
-// It keeps nothing of a line but its field name and, when Damper needs it,
+// It keeps nothing of a line but its field name and, when the hold-back needs it,
 // the event's name and data, and it finds line ends with bytes.IndexByte,
 // so scanning costs little more than the bytes' trip through memory. Data
 // is kept for every event before content (a content_block_start's block
@@ -54,7 +59,7 @@ const (
 // line naming another event is reported without all of it.
 //
 // The zero value is ready to use, in the before-content mode.
-type sseScanner struct {
+type Scanner struct {
 	afterContent bool // set once the first content has been dispatched
 
 	// The current line.
@@ -74,7 +79,7 @@ type sseScanner struct {
 	dataN      int    // bytes of data as the SDK holds it: each value and a '\n'
 	data       []byte // the data, when kept
 	drop       bool   // the event's name says its data is not needed
-	dataOver   bool   // data overflowed maxEventData, or was not all kept
+	dataOver   bool   // data overflowed MaxEventData, or was not all kept
 
 	// The event last dispatched: its data stays in data until the next
 	// call of scan or eof.
@@ -85,37 +90,37 @@ type sseScanner struct {
 // scan reads p up to the next point the stream's hold-back must act on and
 // returns how many bytes of p it consumed and what it found there: the
 // dispatch of an event (its line end included), the end of a line naming
-// the event "error" or renaming an event so named, or sseNone with all of
+// the event "error" or renaming an event so named, or None with all of
 // p consumed. The data of an
 // event is valid, through eventData, until the next call.
-func (s *sseScanner) scan(p []byte) (n int, kind sseKind) {
+func (s *Scanner) Scan(p []byte) (n int, kind Kind) {
 	s.forget()
 	for n < len(p) {
 		i := bytes.IndexByte(p[n:], '\n')
 		if i < 0 {
 			s.segment(p[n:])
-			return len(p), sseNone
+			return len(p), None
 		}
 		s.segment(p[n : n+i])
 		n += i + 1
-		if kind := s.endLine(); kind != sseNone {
+		if kind := s.endLine(); kind != None {
 			return n, kind
 		}
 	}
-	return n, sseNone
+	return n, None
 }
 
 // eof ends the stream: as the SDK's bufio.Scanner does at the end of its
 // input, a last line without "\n" still counts as a line, so a final "\r"
 // still dispatches an event.
-func (s *sseScanner) eof() sseKind {
+func (s *Scanner) EOF() Kind {
 	s.forget()
 	if s.lineN == 0 {
-		return sseNone
+		return None
 	}
 	kind := s.endLine()
-	if kind == sseErrorStarted || kind == sseErrorRenamed {
-		return sseNone
+	if kind == ErrorStarted || kind == ErrorRenamed {
+		return None
 	}
 	return kind
 }
@@ -123,19 +128,23 @@ func (s *sseScanner) eof() sseKind {
 // eventData returns the data of the event just dispatched, as the SDK
 // hands it to the JSON decoder (the final "\n" dropped), and whether all of
 // it was kept.
-func (s *sseScanner) eventData() ([]byte, bool) {
+func (s *Scanner) EventData() ([]byte, bool) {
 	return bytes.TrimSuffix(s.data, []byte("\n")), s.whole
 }
 
+// ErrorNamed reports whether the event being read is named "error" so
+// far: a later line may still rename it.
+func (s *Scanner) ErrorNamed() bool { return s.errorNamed }
+
 // forget drops the data of the event last dispatched.
-func (s *sseScanner) forget() {
+func (s *Scanner) forget() {
 	if s.dispatched {
 		s.data, s.drop, s.dataOver, s.dispatched = s.data[:0], false, false, false
 	}
 }
 
 // segment takes bytes of the current line, with no '\n' among them.
-func (s *sseScanner) segment(b []byte) {
+func (s *Scanner) segment(b []byte) {
 	if len(b) == 0 {
 		return
 	}
@@ -148,7 +157,7 @@ func (s *sseScanner) segment(b []byte) {
 			name = b[:colon]
 		}
 		if s.headN+len(name) > len(s.head) {
-			s.field = fieldOther // longer than any field Damper reads
+			s.field = fieldOther // longer than any field the scanner reads
 			return
 		}
 		s.headN += copy(s.head[s.headN:], name)
@@ -190,11 +199,11 @@ func fieldOf(name []byte) sseField {
 }
 
 // keepData appends b to the event's data if the event needs it.
-func (s *sseScanner) keepData(b []byte) {
+func (s *Scanner) keepData(b []byte) {
 	if s.drop || s.dataOver {
 		return
 	}
-	if len(s.data)+len(b) > maxEventData {
+	if len(s.data)+len(b) > MaxEventData {
 		s.dataOver = true
 		return
 	}
@@ -202,7 +211,7 @@ func (s *sseScanner) keepData(b []byte) {
 }
 
 // endLine ends the current line and reports what it dispatched or named.
-func (s *sseScanner) endLine() sseKind {
+func (s *Scanner) endLine() Kind {
 	field, lastCR := s.field, s.lastCR
 	if field == fieldUnknown {
 		// No colon: the whole line is the field name, with an empty value.
@@ -249,22 +258,22 @@ func (s *sseScanner) endLine() sseKind {
 		wasError := s.errorNamed
 		s.errorNamed = name == "error"
 		if s.errorNamed {
-			return sseErrorStarted
+			return ErrorStarted
 		}
 		if wasError {
-			return sseErrorRenamed
+			return ErrorRenamed
 		}
 	}
-	return sseNone
+	return None
 }
 
-func (s *sseScanner) resetLine() {
+func (s *Scanner) resetLine() {
 	s.field, s.headN, s.lineN, s.valueN, s.lastCR = fieldUnknown, 0, 0, 0, false
 }
 
 // eventName returns the name of the current event; a name too long to
-// keep reads as one Damper does not act on.
-func (s *sseScanner) eventName() string {
+// keep reads as one the hold-back does not act on.
+func (s *Scanner) eventName() string {
 	if s.nameLong {
 		return "\x00long"
 	}
@@ -272,14 +281,14 @@ func (s *sseScanner) eventName() string {
 }
 
 // dispatch ends the current event on an empty line and classifies it.
-func (s *sseScanner) dispatch() sseKind {
+func (s *Scanner) dispatch() Kind {
 	if s.nameN == 0 && !s.nameLong && s.dataN == 0 {
 		s.drop, s.dataOver = false, false
-		return sseNone // the SDK skips it: nothing to dispatch
+		return None // the SDK skips it: nothing to dispatch
 	}
 	s.whole = !s.drop && !s.dataOver
 	kind := s.classify()
-	if kind == sseContent {
+	if kind == Content {
 		s.afterContent = true
 	}
 	s.nameN, s.nameLong, s.dataN, s.dispatched, s.errorNamed = 0, false, 0, true, false
@@ -287,25 +296,25 @@ func (s *sseScanner) dispatch() sseKind {
 }
 
 // classify names the kind of the event being dispatched.
-func (s *sseScanner) classify() sseKind {
+func (s *Scanner) classify() Kind {
 	// The SDK skips an event whose data is empty once its final "\n" is
 	// dropped, so such an event is never content.
 	hasData := s.dataN > 1
 	switch s.eventName() {
 	case "error":
-		return sseError
+		return ErrorEvent
 	case "message_stop":
-		return sseMessageStop
+		return MessageStop
 	case "content_block_delta":
 		if hasData && !s.afterContent {
-			return sseContent
+			return Content
 		}
 	case "content_block_start":
 		if hasData && !s.afterContent && blockHasContent(s.data, s.whole) {
-			return sseContent
+			return Content
 		}
 	}
-	return sseHeld
+	return Held
 }
 
 // blockHasContent reports whether the data of a content_block_start event

@@ -1,4 +1,4 @@
-package damper
+package sse
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 // scanned is one event as the hold-back sees it.
 type scanned struct {
-	kind sseKind
+	kind Kind
 	data string // for error events
 }
 
@@ -31,17 +31,17 @@ func sdkEvents(body []byte) []scanned {
 	for dec.Next() {
 		ev := dec.Event()
 		data := bytes.TrimSuffix(ev.Data, []byte("\n"))
-		kind := sseHeld
+		kind := Held
 		switch {
 		case ev.Type == "error":
-			out = append(out, scanned{sseError, string(data)})
+			out = append(out, scanned{ErrorEvent, string(data)})
 			continue
 		case ev.Type == "message_stop":
-			kind = sseMessageStop
+			kind = MessageStop
 		case after || len(data) == 0:
 		case ev.Type == "content_block_delta",
 			ev.Type == "content_block_start" && blockHasContent(data, true):
-			kind, after = sseContent, true
+			kind, after = Content, true
 		}
 		out = append(out, scanned{kind: kind})
 	}
@@ -53,19 +53,19 @@ const partial = "\x00partial"
 
 // scanEvents runs the scanner over body cut into pieces of size n.
 func scanEvents(body []byte, n int) []scanned {
-	var s sseScanner
+	var s Scanner
 	var out []scanned
-	record := func(kind sseKind) {
+	record := func(kind Kind) {
 		switch kind {
-		case sseNone, sseErrorStarted, sseErrorRenamed:
-		case sseError:
-			data, whole := s.eventData()
+		case None, ErrorStarted, ErrorRenamed:
+		case ErrorEvent:
+			data, whole := s.EventData()
 			if !whole {
 				// Data before a line naming another event, after content:
 				// documented as not kept.
 				data = []byte(partial)
 			}
-			out = append(out, scanned{sseError, string(data)})
+			out = append(out, scanned{ErrorEvent, string(data)})
 		default:
 			out = append(out, scanned{kind: kind})
 		}
@@ -74,7 +74,7 @@ func scanEvents(body []byte, n int) []scanned {
 		chunk := body[:min(n, len(body))]
 		body = body[len(chunk):]
 		for off := 0; off < len(chunk); {
-			k, kind := s.scan(chunk[off:])
+			k, kind := s.Scan(chunk[off:])
 			if k == 0 {
 				panic("scan consumed nothing")
 			}
@@ -82,7 +82,7 @@ func scanEvents(body []byte, n int) []scanned {
 			record(kind)
 		}
 	}
-	record(s.eof())
+	record(s.EOF())
 	return out
 }
 
@@ -93,9 +93,9 @@ const anthropicStream = "event: message_start\ndata: {\"type\":\"message_start\"
 	"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n" +
 	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 
-// FuzzSSEScanner checks that the scanner sees the same events as the SDK's
+// FuzzScanner checks that the scanner sees the same events as the SDK's
 // decoder, whatever the bytes and however they are cut into reads.
-func FuzzSSEScanner(f *testing.F) {
+func FuzzScanner(f *testing.F) {
 	f.Add([]byte(anthropicStream), uint8(7))
 	f.Add(bytes.ReplaceAll([]byte(anthropicStream), []byte("\n"), []byte("\r\n")), uint8(1))
 	f.Add([]byte("data: {\"a\":1}\nevent: error\n\n:comment\nevent\ndata\n\n"), uint8(3))
@@ -106,7 +106,7 @@ func FuzzSSEScanner(f *testing.F) {
 		want := sdkEvents(body)
 		got := scanEvents(body, int(cut)%64+1)
 		for i := range min(len(got), len(want)) {
-			if got[i].kind == sseError && got[i].data == partial {
+			if got[i].kind == ErrorEvent && got[i].data == partial {
 				want[i].data = partial
 			}
 		}
@@ -117,10 +117,10 @@ func FuzzSSEScanner(f *testing.F) {
 }
 
 // Every cut of a real stream finds the same events.
-func TestSSEScannerEveryCut(t *testing.T) {
+func TestScannerEveryCut(t *testing.T) {
 	for _, body := range []string{anthropicStream, string(bytes.ReplaceAll([]byte(anthropicStream), []byte("\n"), []byte("\r\n")))} {
 		want := sdkEvents([]byte(body))
-		if len(want) != 6 || want[3].kind != sseContent || want[4].kind != sseError || want[5].kind != sseMessageStop {
+		if len(want) != 6 || want[3].kind != Content || want[4].kind != ErrorEvent || want[5].kind != MessageStop {
 			t.Fatalf("SDK events %v", want)
 		}
 		for n := 1; n <= len(body); n++ {
@@ -150,8 +150,8 @@ func TestBlockHasContent(t *testing.T) {
 	}
 }
 
-// BenchmarkSSEScan measures the scan of a long answer's bytes after content.
-func BenchmarkSSEScan(b *testing.B) {
+// BenchmarkScan measures the scan of a long answer's bytes after content.
+func BenchmarkScan(b *testing.B) {
 	var body bytes.Buffer
 	for body.Len() < 1<<20 {
 		body.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"some words of the answer, sixty-four bytes or so, as a delta\"}}\n\n")
@@ -160,9 +160,9 @@ func BenchmarkSSEScan(b *testing.B) {
 	b.SetBytes(int64(len(p)))
 	b.ReportAllocs()
 	for b.Loop() {
-		s := sseScanner{afterContent: true}
+		s := Scanner{afterContent: true}
 		for off := 0; off < len(p); {
-			k, _ := s.scan(p[off:min(off+32<<10, len(p))])
+			k, _ := s.Scan(p[off:min(off+32<<10, len(p))])
 			off += k
 		}
 	}
