@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 
 	"github.com/tidwall/gjson"
@@ -82,7 +83,7 @@ type Failure struct {
 	StatusCode int
 	// Header holds the response headers, when a response arrived.
 	Header http.Header
-	// Body is the start of the error body (at most 64 KiB), or the data of
+	// Body is the start of the error body (at most 1 MiB), or the data of
 	// an SSE error event.
 	Body []byte
 	// Err is the transport or stream error, when there is one.
@@ -103,11 +104,15 @@ const (
 	errorCodeContractSpendLimit = "contract_spend_limit_reached"
 )
 
-// Classify is Damper's built-in classification, as SPEC'd for the
-// Anthropic API: an explicit x-should-retry header wins (retrying even a
-// 400 when true), spend-limit 429s are final, other 429s and every 5xx are
-// retried, other 4xx are not; transport failures are retried unless content
-// already reached the caller, when they are ambiguous.
+// Classify is Damper's built-in classification. Any failure after content
+// reached the caller is ambiguous. Before that: an explicit x-should-retry
+// header wins (retrying even a 400 when true); spend-limit 429s are final,
+// other 429s and every 5xx are retried, other 4xx are not; an SSE error
+// event is retried when its type is transient: the API's overloaded_error,
+// api_error and rate_limit_error, or a transient Bedrock exception
+// (throttling, service unavailable, internal server, model stream error,
+// model timeout, model not ready) that the SDK's bedrock package turned
+// into an error event; transport failures are retried.
 func Classify(f Failure) Classification {
 	if f.AfterContent {
 		return Classification{Class: Ambiguous, Signal: signalOf(f), Kind: kindOf(f)}
@@ -145,11 +150,8 @@ func Classify(f Failure) Classification {
 	}
 	if f.Body != nil {
 		// An SSE error event on a 200 stream.
-		switch gjson.GetBytes(f.Body, "error.type").Str {
-		case "overloaded_error", "api_error", "rate_limit_error":
-			return Classification{Class: Retryable, Signal: signalOfSSE(f.Body), Kind: "sse_error"}
-		}
-		return Classification{Class: NotRetryable, Kind: "sse_error"}
+		t := sseErrorTypeOf(f.Body)
+		return Classification{Class: t.class, Signal: t.signal, Kind: "sse_error"}
 	}
 	switch {
 	case errors.Is(f.Err, ErrAttemptTimeout):
@@ -177,13 +179,66 @@ func signalOf(f Failure) Signal {
 }
 
 func signalOfSSE(body []byte) Signal {
-	switch gjson.GetBytes(body, "error.type").Str {
-	case "rate_limit_error":
-		return CallerTraffic
-	case "overloaded_error", "api_error":
-		return ProviderHealth
+	return sseErrorTypeOf(body).signal
+}
+
+// sseErrorType is the verdict on an SSE error event of one type.
+type sseErrorType struct {
+	class  Class
+	signal Signal
+}
+
+// sseErrorTypes holds the verdict on each error type an SSE error event
+// can carry; any other type is not retried. The SDK's bedrock package
+// turns a mid-stream AWS exception into an error event whose type is the
+// exception's name, so Bedrock's names stand beside their first-party
+// equivalents: throttling is the caller's rate, the transient server-side
+// exceptions are the provider's health.
+var sseErrorTypes = map[string]sseErrorType{
+	"rate_limit_error": {Retryable, CallerTraffic},
+	"overloaded_error": {Retryable, ProviderHealth},
+	"api_error":        {Retryable, ProviderHealth},
+
+	// Bedrock's exceptions, as the names of its stream's union members.
+	"throttlingException":         {Retryable, CallerTraffic},
+	"serviceUnavailableException": {Retryable, ProviderHealth},
+	"internalServerException":     {Retryable, ProviderHealth},
+	"modelStreamErrorException":   {Retryable, ProviderHealth},
+	"modelTimeoutException":       {Retryable, ProviderHealth},
+	"modelNotReadyException":      {Retryable, ProviderHealth},
+	// AWS's common errors, which an error frame may name.
+	"internalFailure":    {Retryable, ProviderHealth},
+	"serviceUnavailable": {Retryable, ProviderHealth},
+	// Final: the request, model, access or quota, which a retry does not
+	// change. Any name missing from the table is final too.
+	"validationException":           {NotRetryable, NoSignal},
+	"accessDeniedException":         {NotRetryable, NoSignal},
+	"resourceNotFoundException":     {NotRetryable, NoSignal},
+	"modelErrorException":           {NotRetryable, NoSignal},
+	"serviceQuotaExceededException": {NotRetryable, CallerTraffic},
+}
+
+// sseErrorTypeOf looks up the error type of an SSE error event's data.
+// The SDK names a Bedrock exception after the frame's exception-type header
+// ("throttlingException"), else after the code in its payload or error
+// header, an AWS error code ("ThrottlingException", maybe with a namespace
+// before "#" or a suffix after ":"): the name is cut to its bare form, as
+// AWS SDKs cut codes, and its first letter lowered before the lookup.
+func sseErrorTypeOf(body []byte) sseErrorType {
+	name := gjson.GetBytes(body, "error.type").Str
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		name = name[:i]
 	}
-	return NoSignal
+	if i := strings.IndexByte(name, '#'); i >= 0 {
+		name = name[i+1:]
+	}
+	if name != "" && 'A' <= name[0] && name[0] <= 'Z' {
+		name = string(name[0]+'a'-'A') + name[1:]
+	}
+	if t, ok := sseErrorTypes[name]; ok {
+		return t
+	}
+	return sseErrorType{NotRetryable, NoSignal}
 }
 
 func kindOf(f Failure) string {

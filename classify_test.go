@@ -65,8 +65,31 @@ func TestClassify(t *testing.T) {
 		{"SSE api_error", damper.Failure{Body: errBody("api_error", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
 		{"SSE rate limit", damper.Failure{Body: errBody("rate_limit_error", "")}, damper.Retryable, damper.CallerTraffic, "sse_error"},
 		{"SSE invalid request", damper.Failure{Body: errBody("invalid_request_error", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		// Bedrock exceptions, as the SDK's bedrock package names them.
+		{"SSE throttlingException", damper.Failure{Body: errBody("throttlingException", "")}, damper.Retryable, damper.CallerTraffic, "sse_error"},
+		{"SSE serviceUnavailableException", damper.Failure{Body: errBody("serviceUnavailableException", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE internalServerException", damper.Failure{Body: errBody("internalServerException", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE modelStreamErrorException", damper.Failure{Body: errBody("modelStreamErrorException", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE modelTimeoutException", damper.Failure{Body: errBody("modelTimeoutException", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE modelNotReadyException", damper.Failure{Body: errBody("modelNotReadyException", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE validationException", damper.Failure{Body: errBody("validationException", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		{"SSE accessDeniedException", damper.Failure{Body: errBody("accessDeniedException", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		{"SSE resourceNotFoundException", damper.Failure{Body: errBody("resourceNotFoundException", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		{"SSE modelErrorException", damper.Failure{Body: errBody("modelErrorException", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		{"SSE serviceQuotaExceededException", damper.Failure{Body: errBody("serviceQuotaExceededException", "")}, damper.NotRetryable, damper.CallerTraffic, "sse_error"},
+		{"SSE UnknownError", damper.Failure{Body: errBody("UnknownError", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		// AWS error codes, from a payload or an error frame.
+		{"SSE ThrottlingException", damper.Failure{Body: errBody("ThrottlingException", "")}, damper.Retryable, damper.CallerTraffic, "sse_error"},
+		{"SSE namespaced code", damper.Failure{Body: errBody("com.amazonaws.bedrock#ModelTimeoutException:http://internal/", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE ValidationException", damper.Failure{Body: errBody("ValidationException", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
+		{"SSE InternalFailure", damper.Failure{Body: errBody("InternalFailure", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE ServiceUnavailable", damper.Failure{Body: errBody("ServiceUnavailable", "")}, damper.Retryable, damper.ProviderHealth, "sse_error"},
+		{"SSE a type only near a Bedrock name", damper.Failure{Body: errBody("throttling", "")}, damper.NotRetryable, damper.NoSignal, "sse_error"},
 		{"reset after content", damper.Failure{Err: syscall.ECONNRESET, AfterContent: true}, damper.Ambiguous, damper.ProviderHealth, "transport"},
 		{"SSE error after content", damper.Failure{Body: errBody("overloaded_error", ""), AfterContent: true}, damper.Ambiguous, damper.ProviderHealth, "sse_error"},
+		{"SSE throttlingException after content", damper.Failure{Body: errBody("throttlingException", ""), AfterContent: true}, damper.Ambiguous, damper.CallerTraffic, "sse_error"},
+		{"SSE modelStreamErrorException after content", damper.Failure{Body: errBody("modelStreamErrorException", ""), AfterContent: true}, damper.Ambiguous, damper.ProviderHealth, "sse_error"},
+		{"SSE validationException after content", damper.Failure{Body: errBody("validationException", ""), AfterContent: true}, damper.Ambiguous, damper.NoSignal, "sse_error"},
 	}
 	for _, tt := range tests {
 		got := damper.Classify(tt.f)
