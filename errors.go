@@ -41,7 +41,11 @@ func (e *Error) Error() string {
 		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
 	}
 	if e.Report != nil {
-		msg += fmt.Sprintf(" after %d attempt(s)", e.Report.Attempts)
+		if e.Report.Attempts == 1 {
+			msg += " (1 attempt)"
+		} else {
+			msg += fmt.Sprintf(" (%d attempts)", e.Report.Attempts)
+		}
 	}
 	if e.Last != nil {
 		msg += ": " + e.Last.Error()

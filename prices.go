@@ -16,8 +16,8 @@ type Price struct {
 	LongContextTokens int
 	LongInputPerMTok  float64
 	LongOutputPerMTok float64
-	// Unconfirmed marks a price taken from the project's specification that
-	// was not checked against Anthropic's published pricing.
+	// Unconfirmed marks a price, known in November 2026, that was not
+	// checked against Anthropic's published pricing.
 	Unconfirmed bool
 }
 
@@ -93,12 +93,12 @@ func ModelFamily(model string) string {
 }
 
 // DefaultPriceTable returns the built-in snapshot. Entries marked
-// Unconfirmed come from this project's specification (prices known in
-// November 2026) and were not checked against the published price list.
+// Unconfirmed are prices known in November 2026 that were not checked
+// against the published price list.
 func DefaultPriceTable() *PriceTable { return defaultPrices }
 
 var defaultPrices = mustPriceTable("2026-11.1", "2026-11-30",
-	"Anthropic's published model pricing (platform.claude.com/docs/en/about-claude/pricing), with the entries marked Unconfirmed taken from the Damper specification",
+	"Anthropic's published model pricing (platform.claude.com/docs/en/about-claude/pricing), with the entries marked Unconfirmed not checked against it",
 	map[string]Price{
 		"claude-opus-5-5":   {InputPerMTok: 4, OutputPerMTok: 20, Unconfirmed: true},
 		"claude-opus-5":     {InputPerMTok: 5, OutputPerMTok: 25, Unconfirmed: true},

@@ -53,7 +53,10 @@ type Report struct {
 
 // AttemptReport describes one provider attempt.
 type AttemptReport struct {
-	// StatusCode is the HTTP status, 0 when no response arrived.
+	// StatusCode is the HTTP status of the attempt's response: 0 when none
+	// arrived, or when a stream's 200 failed before its first content (the
+	// failure is its SSE error event or its transport's); a stream that
+	// failed after content keeps its 200.
 	StatusCode int
 	// Class and Kind classify a failed attempt (see [Classification]);
 	// both are zero for a success.

@@ -26,10 +26,10 @@ type entry struct {
 	note string
 }
 
-// catalogue is the table of the article "A 429 with retry-after: 120 makes
-// the Anthropic SDK try to wait 120 seconds" (seeds/sdk-retry-after-120),
-// row for row, followed by the spend-limit 429 it measured separately and
-// the three stream failures of SPEC §1.
+// catalogue is the SDK's failure catalogue, row for row: how the SDK alone
+// handles each provider failure, followed by a spend-limit 429 and three
+// stream failures (after message_start, mid-stream, and an end without
+// message_stop).
 func catalogue() []entry {
 	ok := dampertest.OK()
 	rateLimited := dampertest.Status(429)

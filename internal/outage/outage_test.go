@@ -16,7 +16,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The README's demo: SPEC §11's numbers, exactly.
+// The README's demo: 1,000 requests through a full outage, 3,000 attempts
+// for the SDK alone and 1,010 through Damper, exactly.
 func TestDefaultDemo(t *testing.T) {
 	res, err := Simulate(context.Background(), DefaultConfig())
 	if err != nil {
@@ -48,7 +49,8 @@ func checkRun(t *testing.T, got, want Run, amp string) {
 	}
 }
 
-// expect is what the budget rule of SPEC §6 predicts for a run that stays
+// expect is what the budget rule (at most minTokens + ratio × first-attempt
+// successes retries a window) predicts for a run that stays
 // inside one budget window, with requests one at a time and every first
 // attempt failing (failures >= 1): the window holds minTokens units and
 // never grows; each request needs r = min(failures, maxAttempts-1) retries
