@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,18 @@ import (
 
 	"github.com/tidwall/gjson"
 )
+
+const (
+	// maxErrorBody bounds what Damper reads of an error response.
+	maxErrorBody = 1 << 20
+	// maxResponseBody bounds what Damper buffers of a successful plain
+	// response, far above any Messages answer (128k output tokens are a
+	// few MiB), so that a body without end fails instead of filling memory.
+	maxResponseBody = 64 << 20
+)
+
+// errResponseTooLarge is a plain response longer than maxResponseBody.
+var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", maxResponseBody>>20)
 
 // attempt is one provider attempt of a call. It owns its context, its
 // timer and its span, and ends exactly once (end): a failed attempt when

@@ -12,20 +12,9 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-const (
-	// minAttempt is the least time worth giving another attempt: a retry
-	// whose wait leaves less than this before the deadline is not started.
-	minAttempt = 500 * time.Millisecond
-	// maxErrorBody bounds what Damper reads of an error response.
-	maxErrorBody = 1 << 20
-	// maxResponseBody bounds what Damper buffers of a successful plain
-	// response, far above any Messages answer (128k output tokens are a
-	// few MiB), so that a body without end fails instead of filling memory.
-	maxResponseBody = 64 << 20
-)
-
-// errResponseTooLarge is a plain response longer than maxResponseBody.
-var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", maxResponseBody>>20)
+// minAttempt is the least time worth giving another attempt: a retry whose
+// wait leaves less than this before the deadline is not started.
+const minAttempt = 500 * time.Millisecond
 
 // callKey marks the context of each attempt with its logical call.
 type callKey struct{}
