@@ -98,11 +98,12 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
-		if refused := c.admitAttempt(n); refused != nil {
-			return c.surface(r, refused.gate.outcome, refused.err())
-		}
-		if c.ctx.Err() != nil {
+		refused, canceled := c.admitAttempt(n)
+		switch {
+		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
+		case refused != nil:
+			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		a := c.startAttempt(n)
 		r = c.send(a, next)
@@ -166,18 +167,19 @@ func (c *call) classify(f Failure) Classification {
 }
 
 // admitAttempt runs the attempt gates on attempt n, waiting as they ask,
-// and returns the first refusal.
-func (c *call) admitAttempt(n int) *denial {
+// and returns the first refusal, or whether the caller's context ended
+// during a wait.
+func (c *call) admitAttempt(n int) (refused *denial, canceled bool) {
 	for _, g := range c.d.attemptGates {
 		wait, refused := g.admitAttempt(c.ctx, n, c.d.clock.Now())
 		if refused != nil {
-			return refused
+			return refused, false
 		}
 		if wait > 0 && c.d.clock.Sleep(c.ctx, wait) != nil {
-			return nil // the caller's context ended: the loop sees it
+			return nil, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // observe tells every observer how an attempt ended.
