@@ -1,13 +1,17 @@
 package damper_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -171,6 +175,132 @@ func TestNewWindowBudgetRejectsBadValues(t *testing.T) {
 	} {
 		if _, err := damper.NewWindowBudget(tt.ratio, tt.window, tt.minTokens); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewWindowBudget(%v, %v, %d) error = %v, want one naming %q", tt.ratio, tt.window, tt.minTokens, err, tt.want)
+		}
+	}
+}
+
+// wallStepped returns t with its wall reading moved by step and its
+// monotonic reading kept: what time.Now returns after the system clock is
+// stepped. No exported function builds such a time, so this one edits the
+// wall seconds of time.Time's representation, and checks that it did.
+func wallStepped(t *testing.T, tm time.Time, step time.Duration) time.Time {
+	t.Helper()
+	if step%time.Second != 0 {
+		t.Fatalf("wallStepped(%v): whole seconds only", step)
+	}
+	const hasMonotonic = 1 << 63
+	type timeRepr struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	out := tm
+	r := (*timeRepr)(unsafe.Pointer(&out))
+	if r.wall&hasMonotonic == 0 {
+		t.Fatal("wallStepped: the time has no monotonic reading")
+	}
+	r.wall = uint64(int64(r.wall) + int64(step/time.Second)<<30)
+	if out.Sub(tm) != 0 || out.Round(0).Sub(tm.Round(0)) != step {
+		t.Fatalf("wallStepped: time.Time's representation changed; got mono %v, wall %v", out.Sub(tm), out.Round(0).Sub(tm.Round(0)))
+	}
+	return out
+}
+
+// A wall clock stepped back an hour does not bring an exhausted window
+// back: windows follow monotonic time, so the next one opens one window
+// after the first, as measured by the monotonic clock.
+func TestWindowBudgetFollowsMonotonicTime(t *testing.T) {
+	const window = 10 * time.Second
+	b := mustBudget(t, 0.1, window, 2)
+	// The first window starts at a multiple of the window since the epoch;
+	// t0, its first instant, keeps time.Now's monotonic reading.
+	now := time.Now()
+	t0 := now.Add(window - time.Duration(now.UnixNano()%int64(window)))
+	if !b.TryAcquire(t0) || !b.TryAcquire(t0) || b.TryAcquire(t0) {
+		t.Fatal("want exactly two units in the first window")
+	}
+	back := wallStepped(t, t0.Add(time.Second), -time.Hour)
+	if b.TryAcquire(back) {
+		t.Error("a unit was taken from the exhausted window after the wall clock stepped back")
+	}
+	if got := b.Balance(back); got != 0 {
+		t.Errorf("balance after the wall step = %v, want 0 (the same window)", got)
+	}
+	next := wallStepped(t, t0.Add(10*time.Second), -time.Hour)
+	if !b.TryAcquire(next) {
+		t.Error("the next window, ten monotonic seconds on, has no unit")
+	}
+	ahead := wallStepped(t, t0.Add(11*time.Second), 24*time.Hour)
+	if got := b.Balance(ahead); got != 1 {
+		t.Errorf("balance after the wall clock jumped a day ahead = %v, want 1 (the window of the unit just taken)", got)
+	}
+}
+
+// storeBudget is a budget whose store can fail: it records what it hears
+// and answers Acquire with grant and err.
+type storeBudget struct {
+	mu       sync.Mutex
+	observed []damper.AttemptOutcome
+	grant    bool
+	err      error
+}
+
+func (b *storeBudget) Observe(_ context.Context, _ time.Time, a damper.AttemptOutcome) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.observed = append(b.observed, a)
+	return b.err
+}
+
+func (b *storeBudget) Acquire(context.Context, time.Time) (bool, error) { return b.grant, b.err }
+
+func (b *storeBudget) Available(context.Context, time.Time) (float64, error) { return 0, b.err }
+
+// The budget hears every attempt, failed ones with their signal, not only
+// a successful first attempt.
+func TestBudgetHearsEveryAttempt(t *testing.T) {
+	b := &storeBudget{grant: true}
+	r := newRig(t, damper.Policy{}, damper.WithBudget(b))
+	r.srv.Script("", dampertest.Status(529), dampertest.Status(429), dampertest.OK())
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6")); err != nil {
+		t.Fatal(err)
+	}
+	want := []damper.AttemptOutcome{
+		{First: true, Signal: damper.ProviderHealth},
+		{Signal: damper.CallerTraffic},
+		{Success: true},
+	}
+	if len(b.observed) != len(want) {
+		t.Fatalf("observed %+v, want %+v", b.observed, want)
+	}
+	for i := range want {
+		if b.observed[i] != want[i] {
+			t.Errorf("attempt %d: observed %+v, want %+v", i+1, b.observed[i], want[i])
+		}
+	}
+}
+
+// A budget whose store fails still decides, fail open or fail closed as
+// it was built; Damper follows the decision and logs the error.
+func TestBudgetStoreErrorIsLoggedAndDecisionKept(t *testing.T) {
+	errStore := errors.New("store: i/o timeout")
+	for _, grant := range []bool{true, false} {
+		var logs bytes.Buffer
+		b := &storeBudget{grant: grant, err: errStore}
+		r := newRig(t, damper.Policy{}, damper.WithBudget(b), damper.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		r.srv.Script("", dampertest.Status(529), dampertest.OK())
+		var rep damper.Report
+		_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+		if grant && (err != nil || rep.Attempts != 2) {
+			t.Errorf("fail open: err %v, %d attempts; want a retried success", err, rep.Attempts)
+		}
+		if !grant && (!errors.Is(err, damper.ErrRetryBudgetExhausted) || rep.Attempts != 1) {
+			t.Errorf("fail closed: err %v, %d attempts; want the budget's refusal", err, rep.Attempts)
+		}
+		for _, op := range []string{`"op":"observe"`, `"op":"acquire"`, `"op":"available"`} {
+			if !strings.Contains(logs.String(), `"msg":"damper: retry budget error",`+op) || !strings.Contains(logs.String(), errStore.Error()) {
+				t.Errorf("grant %v: no log line for %s with the store's error in:\n%s", grant, op, logs.String())
+			}
 		}
 	}
 }

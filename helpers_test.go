@@ -1,6 +1,10 @@
 package damper_test
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,4 +59,74 @@ func mustBudget(tb testing.TB, ratio float64, window time.Duration, minTokens in
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// planServer answers the n-th request with the n-th stream of plans (the
+// last one repeating): the events of dampertest.Stream, cut by its Fault.
+// Its stalls wait only on the request's context, so that it serves tests in
+// synctest bubbles, where timeouts and stalls take no real time.
+type planServer struct {
+	plans []dampertest.Stream
+
+	mu sync.Mutex
+	n  int
+}
+
+func (s *planServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func (s *planServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	s.mu.Lock()
+	s.n++
+	n := s.n
+	s.mu.Unlock()
+	st := s.plans[min(n, len(s.plans))-1]
+
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("Request-Id", fmt.Sprintf("req_%d", n))
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+	evs := st.Events()
+	at := len(evs) + 1
+	if st.Fault != dampertest.FaultNone {
+		at = min(max(st.At, 0), len(evs))
+	}
+	for i := 0; i < len(evs) && i < at; i++ {
+		if _, err := io.WriteString(w, evs[i].String()); err != nil {
+			return
+		}
+	}
+	switch {
+	case at > len(evs):
+	case st.Fault == dampertest.FaultErrorEvent:
+		errorType := st.ErrorType
+		if errorType == "" {
+			errorType = "overloaded_error"
+		}
+		_, _ = fmt.Fprintf(w, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":%q,\"message\":\"scripted\"}}\n\n", errorType)
+	case st.Fault == dampertest.FaultReset:
+		panic(http.ErrAbortHandler)
+	case st.Fault == dampertest.FaultStall:
+		<-r.Context().Done()
+	}
+}
+
+// memClient is an SDK client through Damper d to h, in memory.
+func memClient(d *damper.Damper, h http.Handler) anthropic.Client {
+	return anthropic.NewClient(d.Option(),
+		option.WithBaseURL("http://api.invalid"), option.WithAPIKey("test-key"),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(h)}))
+}
+
+func newDamper(t *testing.T, p damper.Policy) *damper.Damper {
+	t.Helper()
+	d, err := damper.New(p, damper.WithRand(func() float64 { return 0.5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

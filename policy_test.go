@@ -54,15 +54,3 @@ func TestPolicyValidation(t *testing.T) {
 		}
 	}
 }
-
-func TestSettingsRejectNil(t *testing.T) {
-	for name, s := range map[string]damper.Setting{
-		"WithClock":  damper.WithClock(nil),
-		"WithRand":   damper.WithRand(nil),
-		"WithBudget": damper.WithBudget(nil),
-	} {
-		if _, err := damper.New(damper.Policy{}, s); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s(nil): error = %v", name, err)
-		}
-	}
-}

@@ -45,25 +45,6 @@ func loopbackProfiles() []soakProfile {
 	}
 }
 
-// step turns an attempt's plan into the fake API's script.
-func (a attemptPlan) step(stream bool) dampertest.Step {
-	s := dampertest.Step{Status: a.status, Header: a.header, ErrorCode: a.errCode, Delay: a.delay}
-	switch a.kind {
-	case fDropBeforeHeaders:
-		s.Drop = dampertest.DropBeforeHeaders
-	case fDropMidBody:
-		s.Drop = dampertest.DropMidBody
-	case fStall:
-		if !stream {
-			s.Delay = time.Hour // headers never come: the attempt's timeout ends it
-		}
-	}
-	if stream {
-		return s.WithStream(a.st)
-	}
-	return s.WithText(a.text)
-}
-
 // connCounter follows the server's connections through ConnState.
 type connCounter struct {
 	mu      sync.Mutex
@@ -134,13 +115,10 @@ func TestSoakLoopback(t *testing.T) {
 	fake := dampertest.NewServer()
 	for i := range plans {
 		plans[i] = drawPlan(rng, i, 100, profiles)
-		steps := make([]dampertest.Step, len(plans[i].attempts))
 		for k := range plans[i].attempts {
-			a := &plans[i].attempts[k]
-			a.msgID = "msg_dampertest" // the fake API's, for every message
-			steps[k] = a.step(plans[i].stream)
+			plans[i].attempts[k].msgID = "msg_dampertest" // the fake API's default, for every message
 		}
-		fake.Script(strconv.Itoa(i), steps...)
+		fake.Script(strconv.Itoa(i), plans[i].loopbackScript()...)
 	}
 	conns := newConnCounter()
 	ts := httptest.NewUnstartedServer(fake.Handler())
@@ -172,7 +150,7 @@ func TestSoakLoopback(t *testing.T) {
 			for i := range next {
 				p := plans[i]
 				pr := profiles[p.damper]
-				res, evs, msg := soakCall(clients[p.damper][i%2], p, pr.model)
+				res, evs, msg := soakCall(clients[p.damper][i%2], p)
 				results[i] = res
 				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, fake.Count(strconv.Itoa(i)), evs, msg, true, loopbackSlack)
 				tel.check(ck, fmt.Sprintf("request %d", i), res)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -295,68 +296,390 @@ func requestAttrs(rep damper.Report, extra ...attribute.KeyValue) map[attribute.
 	return attrs(append(kvs, extra...)...)
 }
 
-func TestTelemetryFirstTrySuccess(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	rep, err := r.call(t, "ok", pricedModel, dampertest.OK())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeSuccess || !rep.Priced || rep.EstimatedCostUSD <= 0 || rep.BudgetBalance != 10.1 {
-		t.Fatalf("report: %+v", rep)
-	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Attrs: attrs(attribute.Int("http.response.status_code", 200))},
-		{Name: reqSpan, Attrs: requestAttrs(rep)},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{" + anth + "}":   1,
-		durKey("success", false, "count"): 1,
-		durKey("success", false, "sum"):   0,
-		"damper.retry_budget.balance{}":   10.1,
-	})
-	checkLogs(t, r.logLines(t), nil)
+// telCase is one call through a rig and every output it must leave: the
+// caller's error and report, the spans, metrics and log lines.
+type telCase struct {
+	name     string
+	policy   damper.Policy
+	settings []damper.Setting
+	scenario string
+	model    string
+	steps    []dampertest.Step
+	stream   bool
+	// beforeRead runs once a stream is open, before the caller reads it.
+	beforeRead func(t *testing.T, r *telRig)
+
+	err    func(t *testing.T, err error)
+	report func(rep damper.Report, text string) bool // nil: not checked
+	spans  func(rep damper.Report) []wantSpan
+	// metrics are all the metrics, exactly; if nil, only that none starts
+	// with one of noMetrics is checked.
+	metrics   func(rep damper.Report) map[string]float64
+	noMetrics []string
+	// logs are all the log lines, exactly; if nil and logLine is set, there
+	// is one line, holding logLine's fields.
+	logs    func(rep damper.Report) []map[string]any
+	logLine map[string]any
 }
 
-func TestTelemetryRetryThenSuccess(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	rep, err := r.call(t, "busy", pricedModel, dampertest.Status(529), dampertest.OK())
+// run makes tc's call and returns the report, for a stream the text the
+// caller read, and the error.
+func (tc telCase) run(t *testing.T, r *telRig) (damper.Report, string, error) {
+	t.Helper()
+	if !tc.stream {
+		rep, err := r.call(t, tc.scenario, tc.model, tc.steps...)
+		return rep, "", err
+	}
+	r.srv.Script(tc.scenario, tc.steps...)
+	var rep damper.Report
+	stream := r.client.Messages.NewStreaming(context.Background(), telParams(tc.model), dampertest.Scenario(tc.scenario), damper.ReportInto(&rep))
+	if tc.beforeRead != nil {
+		tc.beforeRead(t, r)
+	}
+	var text strings.Builder
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "content_block_delta" {
+			text.WriteString(ev.Delta.Text)
+		}
+	}
+	err := stream.Err()
+	_ = stream.Close()
+	return rep, text.String(), err
+}
+
+func noError(t *testing.T, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Attempts != 2 || rep.RetryCostUSD != rep.EstimatedCostUSD || rep.BudgetBalance != 9 {
-		t.Fatalf("report: %+v", rep)
+}
+
+func errorIs(target error) func(*testing.T, error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		if !errors.Is(err, target) {
+			t.Fatalf("err = %v, want %v", err, target)
+		}
 	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 529),
-			attribute.String("damper.attempt.error_class", "overloaded"),
-			attribute.String("error.type", "529"),
-			attribute.Float64("damper.attempt.backoff_s", 0.5),
-		)},
-		{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: 500 * ms, Attrs: attrs(
-			attribute.Int("http.response.status_code", 200),
-			attribute.Int("http.request.resend_count", 1),
-		)},
-		{Name: reqSpan, End: 500 * ms, Attrs: requestAttrs(rep)},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{" + anth + "}":                                       1,
-		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}": 1,
-		"damper.retries{damper.attempt.error_class=overloaded," + anth + "}":  1,
-		"damper.retry.cost{" + anth + "}":                                     rep.EstimatedCostUSD,
-		"damper.retry.backoff{" + anth + "}.count":                            1,
-		"damper.retry.backoff{" + anth + "}.sum":                              0.5,
-		durKey("success", false, "count"):                                     1,
-		durKey("success", false, "sum"):                                       0.5,
-		"damper.retry_budget.balance{}":                                       9,
-	})
-	checkLogs(t, r.logLines(t), []map[string]any{{
-		"level": "INFO", "msg": "damper: retrying", "decision": "retry",
-		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
-		"class": "retryable", "kind": "overloaded", "signal": "provider_health",
-		"attempt_duration": 0.0, "request_id": "req_dampertest_busy_1",
-		"backoff": float64(500 * ms), "retry_cost_usd": rep.EstimatedCostUSD,
-	}})
+}
+
+// TestTelemetry checks, per kind of call, the spans (every attribute,
+// parent, time and status), the metrics and the log lines it leaves.
+func TestTelemetry(t *testing.T) {
+	cut := dampertest.Stream{Text: "a long enough answer to span several deltas", Fault: dampertest.FaultReset}
+	cut.At = cut.ContentIndex() + 1
+	cases := []telCase{{
+		name: "first try success", scenario: "ok", model: pricedModel,
+		steps: []dampertest.Step{dampertest.OK()},
+		err:   noError,
+		report: func(rep damper.Report, _ string) bool {
+			return rep.Attempts == 1 && rep.Outcome == damper.OutcomeSuccess && rep.Priced && rep.EstimatedCostUSD > 0 && rep.BudgetBalance == 10.1
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Attrs: attrs(attribute.Int("http.response.status_code", 200))},
+				{Name: reqSpan, Attrs: requestAttrs(rep)},
+			}
+		},
+		metrics: func(damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{" + anth + "}":   1,
+				durKey("success", false, "count"): 1,
+				durKey("success", false, "sum"):   0,
+				"damper.retry_budget.balance{}":   10.1,
+			}
+		},
+		logs: func(damper.Report) []map[string]any { return nil },
+	}, {
+		name: "retry then success", scenario: "busy", model: pricedModel,
+		steps: []dampertest.Step{dampertest.Status(529), dampertest.OK()},
+		err:   noError,
+		report: func(rep damper.Report, _ string) bool {
+			return rep.Attempts == 2 && rep.RetryCostUSD == rep.EstimatedCostUSD && rep.BudgetBalance == 9
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 529),
+					attribute.String("damper.attempt.error_class", "overloaded"),
+					attribute.String("error.type", "529"),
+					attribute.Float64("damper.attempt.backoff_s", 0.5),
+				)},
+				{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: 500 * ms, Attrs: attrs(
+					attribute.Int("http.response.status_code", 200),
+					attribute.Int("http.request.resend_count", 1),
+				)},
+				{Name: reqSpan, End: 500 * ms, Attrs: requestAttrs(rep)},
+			}
+		},
+		metrics: func(rep damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{" + anth + "}":                                       1,
+				"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}": 1,
+				"damper.retries{damper.attempt.error_class=overloaded," + anth + "}":  1,
+				"damper.retry.cost{" + anth + "}":                                     rep.EstimatedCostUSD,
+				"damper.retry.backoff{" + anth + "}.count":                            1,
+				"damper.retry.backoff{" + anth + "}.sum":                              0.5,
+				durKey("success", false, "count"):                                     1,
+				durKey("success", false, "sum"):                                       0.5,
+				"damper.retry_budget.balance{}":                                       9,
+			}
+		},
+		logs: func(rep damper.Report) []map[string]any {
+			return []map[string]any{{
+				"level": "INFO", "msg": "damper: retrying", "decision": "retry",
+				"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
+				"class": "retryable", "kind": "overloaded", "signal": "provider_health",
+				"attempt_duration": 0.0, "request_id": "req_dampertest_busy_1",
+				"backoff": float64(500 * ms), "retry_cost_usd": rep.EstimatedCostUSD,
+			}}
+		},
+	}, {
+		name: "budget denial", scenario: "busy", model: pricedModel,
+		settings: []damper.Setting{damper.WithBudget(denyBudget{})},
+		steps:    []dampertest.Step{dampertest.Status(529)},
+		err:      errorIs(damper.ErrRetryBudgetExhausted),
+		report: func(rep damper.Report, _ string) bool {
+			return rep.Attempts == 1 && rep.Outcome == damper.OutcomeBudgetExhausted && rep.RetryCostUSD == 0
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 529),
+					attribute.String("damper.attempt.error_class", "overloaded"),
+					attribute.String("error.type", "529"),
+				)},
+				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "budget_exhausted"))},
+			}
+		},
+		metrics: func(damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":      1,
+				"damper.retry.denials{damper.denial.reason=budget_exhausted," + anth + "}": 1,
+				durKey("budget_exhausted", false, "count"):                                 1,
+				durKey("budget_exhausted", false, "sum"):                                   0,
+				"damper.retry_budget.balance{}":                                            0,
+			}
+		},
+		logs: func(damper.Report) []map[string]any {
+			return []map[string]any{{
+				"level": "WARN", "msg": "damper: not retrying", "decision": "no_retry", "reason": "budget_exhausted",
+				"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
+				"class": "retryable", "kind": "overloaded", "attempt_duration": 0.0,
+				"request_id": "req_dampertest_busy_1", "budget_balance": 0.0,
+			}}
+		},
+	}, {
+		// A model with no price, under a ceiling: the retry is refused, and
+		// the spans carry no cost at all.
+		name: "cost ceiling denial", scenario: "busy", model: unpricedModel,
+		policy: damper.Policy{MaxRetryCostUSD: 0.05},
+		steps:  []dampertest.Step{dampertest.Status(500)},
+		err:    errorIs(damper.ErrRetryCostCeiling),
+		report: func(rep damper.Report, _ string) bool {
+			return rep.Attempts == 1 && rep.Outcome == damper.OutcomeCostCeiling && !rep.Priced
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 500),
+					attribute.String("damper.attempt.error_class", "server_error"),
+					attribute.String("error.type", "500"),
+				)},
+				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "cost_ceiling"))},
+			}
+		},
+		metrics: func(damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{damper.attempt.error_class=server_error," + anth + "}": 1,
+				"damper.retry.denials{damper.denial.reason=cost_ceiling," + anth + "}":  1,
+				durKey("cost_ceiling", false, "count"):                                  1,
+				durKey("cost_ceiling", false, "sum"):                                    0,
+				"damper.retry_budget.balance{}":                                         10,
+			}
+		},
+		logLine: map[string]any{"reason": "cost_ceiling", "level": "WARN"},
+	}, {
+		name: "retry after too long", scenario: "later", model: pricedModel,
+		steps: []dampertest.Step{dampertest.Status(429).RetryAfter("120"), dampertest.OK()},
+		err: func(t *testing.T, err error) {
+			var de *damper.Error
+			if !errors.As(err, &de) || !errors.Is(err, damper.ErrRetryAfterTooLong) || de.RetryAfter != 120*time.Second {
+				t.Fatalf("err = %v, want ErrRetryAfterTooLong with the delay", err)
+			}
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 429),
+					attribute.String("damper.attempt.error_class", "rate_limited"),
+					attribute.String("error.type", "429"),
+				)},
+				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "retry_after_too_long"))},
+			}
+		},
+		metrics: func(damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{damper.attempt.error_class=rate_limited," + anth + "}":        1,
+				"damper.retry.denials{damper.denial.reason=retry_after_too_long," + anth + "}": 1,
+				durKey("retry_after_too_long", false, "count"):                                 1,
+				durKey("retry_after_too_long", false, "sum"):                                   0,
+				"damper.retry_budget.balance{}":                                                10,
+			}
+		},
+		logLine: map[string]any{"reason": "retry_after_too_long", "status": 429.0},
+	}, {
+		// A failure that is not retried is an error on both spans, with the
+		// attempt's own error.type, and is no denial.
+		name: "not retryable", scenario: "bad", model: pricedModel,
+		steps: []dampertest.Step{dampertest.Status(400)},
+		err: func(t *testing.T, err error) {
+			var apiErr *anthropic.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+				t.Fatalf("err = %v, want a 400", err)
+			}
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 400),
+					attribute.String("damper.attempt.error_class", "client_error"),
+					attribute.String("error.type", "400"),
+				)},
+				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "400"))},
+			}
+		},
+		noMetrics: []string{"damper.retry.denials", "damper.retries"},
+		logLine:   map[string]any{"reason": "error", "level": "INFO"},
+	}, {
+		// A stream that fails after its first content is surfaced as
+		// ambiguous, never retried, and is no denial.
+		name: "ambiguous stream", scenario: "cut", model: pricedModel, stream: true,
+		steps: []dampertest.Step{dampertest.OK().WithStream(cut)},
+		err:   errorIs(damper.ErrAmbiguous),
+		report: func(rep damper.Report, _ string) bool {
+			return rep.Attempts == 1 && rep.Outcome == damper.OutcomeAmbiguous
+		},
+		// The connection reset after content is a transport failure,
+		// surfaced as ambiguous; the attempt span stays open while the
+		// caller reads.
+		spans: func(rep damper.Report) []wantSpan {
+			return []wantSpan{
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.Int("http.response.status_code", 200),
+					attribute.String("damper.attempt.error_class", "transport"),
+					attribute.String("error.type", "transport"),
+				)},
+				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "ambiguous"))},
+			}
+		},
+		metrics: func(damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{damper.attempt.error_class=transport," + anth + "}": 1,
+				durKey("ambiguous", true, "count"):                                   1,
+				durKey("ambiguous", true, "sum"):                                     0,
+				// The first attempt delivered content: a first-attempt
+				// success for the budget.
+				"damper.retry_budget.balance{}": 10.1,
+			}
+		},
+		logs: func(damper.Report) []map[string]any {
+			return []map[string]any{{
+				"level": "INFO", "msg": "damper: not retrying", "decision": "no_retry", "reason": "ambiguous",
+				"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 200.0,
+				"class": "ambiguous", "kind": "transport", "attempt_duration": 0.0,
+				"request_id": "req_dampertest_cut_1", "budget_balance": 10.1,
+			}}
+		},
+	}, {
+		// A stream that fails before its first content is retried; the
+		// retried attempt's span, and the request's, end when the caller
+		// has read the stream to its end.
+		name: "stream retried before content", scenario: "flaky", model: pricedModel, stream: true,
+		steps: []dampertest.Step{
+			dampertest.OK().WithStream(dampertest.Stream{Fault: dampertest.FaultErrorEvent, At: 1}),
+			dampertest.OK().WithStream(dampertest.Stream{Text: "fine"}),
+		},
+		beforeRead: func(t *testing.T, r *telRig) {
+			if len(r.spans.GetSpans()) != 1 {
+				t.Errorf("before the stream is read: %d spans ended, want 1 (the failed attempt)", len(r.spans.GetSpans()))
+			}
+			r.clock.Advance(2 * time.Second) // the caller takes its time reading
+		},
+		err: noError,
+		report: func(rep damper.Report, text string) bool {
+			return text == "fine" && rep.Attempts == 2 && rep.Outcome == damper.OutcomeSuccess
+		},
+		spans: func(rep damper.Report) []wantSpan {
+			end := 500*ms + 2*time.Second
+			return []wantSpan{
+				// A stream that fails after its 200 header has no status of
+				// its own.
+				{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+					attribute.String("damper.attempt.error_class", "sse_error"),
+					attribute.String("error.type", "sse_error"),
+					attribute.Float64("damper.attempt.backoff_s", 0.5),
+				)},
+				{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: end, Attrs: attrs(
+					attribute.Int("http.response.status_code", 200),
+					attribute.Int("http.request.resend_count", 1),
+				)},
+				{Name: reqSpan, End: end, Attrs: requestAttrs(rep)},
+			}
+		},
+		metrics: func(rep damper.Report) map[string]float64 {
+			return map[string]float64{
+				"damper.attempts{" + anth + "}":                                      1,
+				"damper.attempts{damper.attempt.error_class=sse_error," + anth + "}": 1,
+				"damper.retries{damper.attempt.error_class=sse_error," + anth + "}":  1,
+				"damper.retry.cost{" + anth + "}":                                    rep.EstimatedCostUSD,
+				"damper.retry.backoff{" + anth + "}.count":                           1,
+				"damper.retry.backoff{" + anth + "}.sum":                             0.5,
+				durKey("success", true, "count"):                                     1,
+				durKey("success", true, "sum"):                                       2.5,
+				"damper.retry_budget.balance{}":                                      9,
+			}
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTelRig(t, tc.policy, tc.settings)
+			rep, text, err := tc.run(t, r)
+			tc.err(t, err)
+			if tc.report != nil && !tc.report(rep, text) {
+				t.Fatalf("text %q, report: %+v", text, rep)
+			}
+			r.checkSpans(t, tc.spans(rep))
+			if tc.metrics != nil {
+				checkMetrics(t, r.metricValues(t), tc.metrics(rep))
+			} else {
+				got := r.metricValues(t)
+				for k := range got {
+					for _, prefix := range tc.noMetrics {
+						if strings.HasPrefix(k, prefix) {
+							t.Errorf("unexpected %s = %v", k, got[k])
+						}
+					}
+				}
+			}
+			switch {
+			case tc.logs != nil:
+				checkLogs(t, r.logLines(t), tc.logs(rep))
+			case tc.logLine != nil:
+				lines := r.logLines(t)
+				if len(lines) != 1 {
+					t.Errorf("log lines: %v", lines)
+					break
+				}
+				for k, v := range tc.logLine {
+					if lines[0][k] != v {
+						t.Errorf("log lines: %v", lines)
+						break
+					}
+				}
+			}
+		})
+	}
 }
 
 // denyBudget is a retry budget with nothing left.
@@ -365,173 +688,6 @@ type denyBudget struct{}
 func (denyBudget) Observe(context.Context, time.Time, damper.AttemptOutcome) error { return nil }
 func (denyBudget) Acquire(context.Context, time.Time) (bool, error)                { return false, nil }
 func (denyBudget) Available(context.Context, time.Time) (float64, error)           { return 0, nil }
-
-func TestTelemetryBudgetDenial(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, []damper.Setting{damper.WithBudget(denyBudget{})})
-	rep, err := r.call(t, "busy", pricedModel, dampertest.Status(529))
-	if !errors.Is(err, damper.ErrRetryBudgetExhausted) {
-		t.Fatalf("err = %v, want ErrRetryBudgetExhausted", err)
-	}
-	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeBudgetExhausted || rep.RetryCostUSD != 0 {
-		t.Fatalf("report: %+v", rep)
-	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 529),
-			attribute.String("damper.attempt.error_class", "overloaded"),
-			attribute.String("error.type", "529"),
-		)},
-		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "budget_exhausted"))},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":      1,
-		"damper.retry.denials{damper.denial.reason=budget_exhausted," + anth + "}": 1,
-		durKey("budget_exhausted", false, "count"):                                 1,
-		durKey("budget_exhausted", false, "sum"):                                   0,
-		"damper.retry_budget.balance{}":                                            0,
-	})
-	checkLogs(t, r.logLines(t), []map[string]any{{
-		"level": "WARN", "msg": "damper: not retrying", "decision": "no_retry", "reason": "budget_exhausted",
-		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 529.0,
-		"class": "retryable", "kind": "overloaded", "attempt_duration": 0.0,
-		"request_id": "req_dampertest_busy_1", "budget_balance": 0.0,
-	}})
-}
-
-func TestTelemetryCostCeilingDenial(t *testing.T) {
-	// A model with no price, under a ceiling: the retry is refused, and the
-	// spans carry no cost at all.
-	r := newTelRig(t, damper.Policy{MaxRetryCostUSD: 0.05}, nil)
-	rep, err := r.call(t, "busy", unpricedModel, dampertest.Status(500))
-	if !errors.Is(err, damper.ErrRetryCostCeiling) {
-		t.Fatalf("err = %v, want ErrRetryCostCeiling", err)
-	}
-	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeCostCeiling || rep.Priced {
-		t.Fatalf("report: %+v", rep)
-	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 500),
-			attribute.String("damper.attempt.error_class", "server_error"),
-			attribute.String("error.type", "500"),
-		)},
-		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "cost_ceiling"))},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{damper.attempt.error_class=server_error," + anth + "}": 1,
-		"damper.retry.denials{damper.denial.reason=cost_ceiling," + anth + "}":  1,
-		durKey("cost_ceiling", false, "count"):                                  1,
-		durKey("cost_ceiling", false, "sum"):                                    0,
-		"damper.retry_budget.balance{}":                                         10,
-	})
-	lines := r.logLines(t)
-	if len(lines) != 1 || lines[0]["reason"] != "cost_ceiling" || lines[0]["level"] != "WARN" {
-		t.Errorf("log lines: %v", lines)
-	}
-}
-
-func TestTelemetryRetryAfterTooLong(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	rep, err := r.call(t, "later", pricedModel, dampertest.Status(429).RetryAfter("120"), dampertest.OK())
-	var de *damper.Error
-	if !errors.As(err, &de) || !errors.Is(err, damper.ErrRetryAfterTooLong) || de.RetryAfter != 120*time.Second {
-		t.Fatalf("err = %v, want ErrRetryAfterTooLong with the delay", err)
-	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 429),
-			attribute.String("damper.attempt.error_class", "rate_limited"),
-			attribute.String("error.type", "429"),
-		)},
-		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "retry_after_too_long"))},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{damper.attempt.error_class=rate_limited," + anth + "}":        1,
-		"damper.retry.denials{damper.denial.reason=retry_after_too_long," + anth + "}": 1,
-		durKey("retry_after_too_long", false, "count"):                                 1,
-		durKey("retry_after_too_long", false, "sum"):                                   0,
-		"damper.retry_budget.balance{}":                                                10,
-	})
-	lines := r.logLines(t)
-	if len(lines) != 1 || lines[0]["reason"] != "retry_after_too_long" || lines[0]["status"] != 429.0 {
-		t.Errorf("log lines: %v", lines)
-	}
-}
-
-// TestTelemetryNotRetryable: a failure that is not retried is an error on
-// both spans, with the attempt's own error.type, and is no denial.
-func TestTelemetryNotRetryable(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	rep, err := r.call(t, "bad", pricedModel, dampertest.Status(400))
-	var apiErr *anthropic.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
-		t.Fatalf("err = %v, want a 400", err)
-	}
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 400),
-			attribute.String("damper.attempt.error_class", "client_error"),
-			attribute.String("error.type", "400"),
-		)},
-		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "400"))},
-	})
-	got := r.metricValues(t)
-	for k := range got {
-		if strings.HasPrefix(k, "damper.retry.denials") || strings.HasPrefix(k, "damper.retries") {
-			t.Errorf("unexpected %s = %v", k, got[k])
-		}
-	}
-	lines := r.logLines(t)
-	if len(lines) != 1 || lines[0]["reason"] != "error" || lines[0]["level"] != "INFO" {
-		t.Errorf("log lines: %v", lines)
-	}
-}
-
-// TestTelemetryAmbiguousStream: a stream that fails after its first
-// content is surfaced as ambiguous, never retried, and is no denial.
-func TestTelemetryAmbiguousStream(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	st := dampertest.Stream{Text: "a long enough answer to span several deltas", Fault: dampertest.FaultReset}
-	st.At = st.ContentIndex() + 1
-	r.srv.Script("cut", dampertest.Step{Stream: &st})
-	var rep damper.Report
-	stream := r.client.Messages.NewStreaming(context.Background(), telParams(pricedModel), dampertest.Scenario("cut"), damper.ReportInto(&rep))
-	for stream.Next() {
-	}
-	err := stream.Err()
-	_ = stream.Close()
-	if !errors.Is(err, damper.ErrAmbiguous) {
-		t.Fatalf("err = %v, want ErrAmbiguous", err)
-	}
-	if rep.Attempts != 1 || rep.Outcome != damper.OutcomeAmbiguous {
-		t.Fatalf("report: %+v", rep)
-	}
-	// The connection reset after content is a transport failure, surfaced
-	// as ambiguous; the attempt span stays open while the caller reads.
-	const kind = "transport"
-	r.checkSpans(t, []wantSpan{
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.Int("http.response.status_code", 200),
-			attribute.String("damper.attempt.error_class", kind),
-			attribute.String("error.type", kind),
-		)},
-		{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "ambiguous"))},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{damper.attempt.error_class=" + kind + "," + anth + "}": 1,
-		durKey("ambiguous", true, "count"):                                      1,
-		durKey("ambiguous", true, "sum"):                                        0,
-		// The first attempt delivered content: a first-attempt success
-		// for the budget.
-		"damper.retry_budget.balance{}": 10.1,
-	})
-	checkLogs(t, r.logLines(t), []map[string]any{{
-		"level": "INFO", "msg": "damper: not retrying", "decision": "no_retry", "reason": "ambiguous",
-		"attempt": 1.0, "provider": "anthropic", "model": pricedModel, "status": 200.0,
-		"class": "ambiguous", "kind": kind, "attempt_duration": 0.0,
-		"request_id": "req_dampertest_cut_1", "budget_balance": 10.1,
-	}})
-}
 
 // TestTelemetrySDKSpanTree runs a retried call with the SDK's own tracing
 // on the same provider: the SDK's anthropic.messages.create span is the
@@ -710,55 +866,75 @@ func TestTelemetrySilentByDefault(t *testing.T) {
 	}
 }
 
-// TestTelemetryStreamRetriedBeforeContent: a stream that fails before its
-// first content is retried; the retried attempt's span, and the request's,
-// end when the caller has read the stream to its end.
-func TestTelemetryStreamRetriedBeforeContent(t *testing.T) {
-	r := newTelRig(t, damper.Policy{}, nil)
-	bad := dampertest.Stream{Fault: dampertest.FaultErrorEvent, At: 1}
-	r.srv.Script("flaky", dampertest.Step{Stream: &bad}, dampertest.Step{Stream: &dampertest.Stream{Text: "fine"}})
-	var rep damper.Report
-	stream := r.client.Messages.NewStreaming(context.Background(), telParams(pricedModel), dampertest.Scenario("flaky"), damper.ReportInto(&rep))
-	if len(r.spans.GetSpans()) != 1 {
-		t.Errorf("before the stream is read: %d spans ended, want 1 (the failed attempt)", len(r.spans.GetSpans()))
-	}
-	r.clock.Advance(2 * time.Second) // the caller takes its time reading
-	var text strings.Builder
-	for stream.Next() {
-		if ev := stream.Current(); ev.Type == "content_block_delta" {
-			text.WriteString(ev.Delta.Text)
+// Two Dampers on one MeterProvider, one per tenant, keep their series
+// apart when named, and their request spans say which is which.
+func TestWithNameKeepsSeriesApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		for name, calls := range map[string]int{"tenant-a": 1, "tenant-b": 2} {
+			d, err := damper.New(damper.Policy{}, damper.WithName(name), damper.WithMeterProvider(mp), damper.WithTracerProvider(tp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := memClient(d, http.HandlerFunc(okHandler))
+			for range calls {
+				if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint64{}
+		balances := map[string]bool{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch data := m.Data.(type) {
+				case metricdata.Histogram[float64]:
+					if m.Name == "damper.request.duration" {
+						for _, p := range data.DataPoints {
+							v, _ := p.Attributes.Value(attribute.Key("damper.name"))
+							got[v.AsString()] += p.Count
+						}
+					}
+				case metricdata.Gauge[float64]:
+					for _, p := range data.DataPoints {
+						v, _ := p.Attributes.Value(attribute.Key("damper.name"))
+						balances[v.AsString()] = true
+					}
+				}
+			}
+		}
+		if got["tenant-a"] != 1 || got["tenant-b"] != 2 || len(got) != 2 {
+			t.Errorf("requests by damper.name %v, want tenant-a 1, tenant-b 2", got)
+		}
+		if !balances["tenant-a"] || !balances["tenant-b"] || len(balances) != 2 {
+			t.Errorf("budget balance series %v, want one per name", balances)
+		}
+		named := map[string]int{}
+		for _, s := range spans.GetSpans() {
+			for _, kv := range s.Attributes {
+				if s.Name == "damper.request" && kv.Key == "damper.name" {
+					named[kv.Value.AsString()]++
+				}
+			}
+		}
+		if named["tenant-a"] != 1 || named["tenant-b"] != 2 {
+			t.Errorf("damper.request spans by name %v", named)
+		}
+	})
+}
+
+func TestWithNameRefusesBadNames(t *testing.T) {
+	for _, name := range []string{"", "has space", "tab\tname", strings.Repeat("x", 65), "é"} {
+		_, err := damper.New(damper.Policy{}, damper.WithName(name))
+		if err == nil || !strings.Contains(err.Error(), "WithName(") {
+			t.Errorf("WithName(%q): err %v, want an error naming the setting", name, err)
 		}
 	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = stream.Close()
-	if text.String() != "fine" || rep.Attempts != 2 || rep.Outcome != damper.OutcomeSuccess {
-		t.Fatalf("text %q, report %+v", text.String(), rep)
-	}
-	end := 500*ms + 2*time.Second
-	r.checkSpans(t, []wantSpan{
-		// A stream that fails after its 200 header has no status of its own.
-		{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
-			attribute.String("damper.attempt.error_class", "sse_error"),
-			attribute.String("error.type", "sse_error"),
-			attribute.Float64("damper.attempt.backoff_s", 0.5),
-		)},
-		{Name: tryoSpan, Parent: reqSpan, Start: 500 * ms, End: end, Attrs: attrs(
-			attribute.Int("http.response.status_code", 200),
-			attribute.Int("http.request.resend_count", 1),
-		)},
-		{Name: reqSpan, End: end, Attrs: requestAttrs(rep)},
-	})
-	checkMetrics(t, r.metricValues(t), map[string]float64{
-		"damper.attempts{" + anth + "}":                                      1,
-		"damper.attempts{damper.attempt.error_class=sse_error," + anth + "}": 1,
-		"damper.retries{damper.attempt.error_class=sse_error," + anth + "}":  1,
-		"damper.retry.cost{" + anth + "}":                                    rep.EstimatedCostUSD,
-		"damper.retry.backoff{" + anth + "}.count":                           1,
-		"damper.retry.backoff{" + anth + "}.sum":                             0.5,
-		durKey("success", true, "count"):                                     1,
-		durKey("success", true, "sum"):                                       2.5,
-		"damper.retry_budget.balance{}":                                      9,
-	})
 }

@@ -6,8 +6,9 @@
 // A [Server] answers POST /v1/messages from scripts: per scenario, a list of
 // [Step] values, one per request, that set the status, the headers
 // (retry-after, retry-after-ms, x-should-retry, request-id), the error type
-// and error code of an Anthropic error body, a delay, a dropped connection,
-// or an SSE [Stream] that ends cleanly or fails at a chosen event. The
+// and error code of an Anthropic error body, a delay, a dropped or stalled
+// connection, the message's id, or an SSE [Stream] that ends cleanly or
+// fails at a chosen event. The
 // request header [ScenarioHeader], set from the SDK with [Scenario], picks
 // the scenario. The server logs what it receives, with secrets redacted.
 //
@@ -22,5 +23,7 @@
 // server with [WithClock], it also times the server's delays.
 //
 // [Transport] serves any http.Handler, such as [Server.Handler], in memory,
-// for simulations that make thousands of calls without a network.
+// for simulations that make thousands of calls without a network. A Server
+// made with [InMemory] listens nowhere and is reached that way; made inside
+// a testing/synctest bubble, it waits on the bubble's clock.
 package dampertest

@@ -149,3 +149,48 @@ func ExampleWithClock() {
 	// Output:
 	// true 00:01:00
 }
+
+// InMemory serves the fake API with no network. Made inside a
+// testing/synctest bubble, its delays take none of the test's time.
+func ExampleInMemory() {
+	srv := dampertest.NewServer(dampertest.InMemory())
+	defer srv.Close()
+	srv.Script("slow", dampertest.OK().WithDelay(10*time.Millisecond).WithText("late"))
+
+	client := anthropic.NewClient(srv.Options()...) // reaches srv through dampertest.Transport
+	msg, err := client.Messages.New(context.Background(), params, dampertest.Scenario("slow"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(srv.URL(), msg.Content[0].Text)
+	// Output:
+	// http://dampertest.invalid late
+}
+
+// WithStepFunc decides each request's answer as it comes: here every
+// scenario's first attempt is overloaded and its second succeeds, each
+// message with an id of its own.
+func ExampleWithStepFunc() {
+	srv := dampertest.NewServer(dampertest.WithStepFunc(func(r dampertest.Request) dampertest.Step {
+		if r.N == 1 {
+			return dampertest.Status(529)
+		}
+		return dampertest.OK().WithMessageID(fmt.Sprintf("msg_%s_%d", r.Scenario, r.N))
+	}))
+	defer srv.Close()
+
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+	for _, scenario := range []string{"a", "a", "b", "b"} {
+		msg, err := client.Messages.New(context.Background(), params, dampertest.Scenario(scenario))
+		if err != nil {
+			fmt.Println(scenario, "failed")
+			continue
+		}
+		fmt.Println(scenario, msg.ID)
+	}
+	// Output:
+	// a failed
+	// a msg_a_2
+	// b failed
+	// b msg_b_2
+}

@@ -13,6 +13,7 @@ type call struct {
 	model     string
 	stream    bool
 	requestID string
+	messageID string // of the message sent
 }
 
 // respond answers r with step.
@@ -35,38 +36,60 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 	}
 	requestID := h.Get("Request-Id")
 	status := cmp.Or(step.Status, http.StatusOK)
+	c.messageID = cmp.Or(step.MessageID, messageID)
 
 	switch {
 	case step.Body != nil:
-		writeBody(w, status, step.Body, step.Drop)
+		s.writeBody(ctx, w, status, step.Body, step.Drop)
 	case status >= 400:
 		errorType := cmp.Or(step.ErrorType, DefaultErrorType(status))
-		writeBody(w, status, errorJSON(errorType, step.ErrorCode, step.Message, requestID), step.Drop)
+		s.writeBody(ctx, w, status, errorJSON(errorType, step.ErrorCode, step.Message, requestID), step.Drop)
 	case step.Stream != nil || c.stream:
 		st := Stream{Text: step.Text}
 		if step.Stream != nil {
 			st = *step.Stream
 		}
-		s.writeStream(ctx, w, status, st, c.model, requestID, step.Drop)
+		s.writeStream(ctx, w, status, st, c, requestID, step.Drop)
 	default:
-		writeBody(w, status, messageJSON(c.model, cmp.Or(step.Text, "ok")), step.Drop)
+		s.writeBody(ctx, w, status, messageJSON(c.messageID, c.model, cmp.Or(step.Text, "ok")), step.Drop)
 	}
 }
 
 // writeBody sends a whole JSON (or raw) body, or half of it when drop is
-// DropMidBody. The full Content-Length is declared either way, so that the
-// client can tell a cut body from a short one.
-func writeBody(w http.ResponseWriter, status int, body []byte, drop Drop) {
+// DropMidBody or StallMidBody. The full Content-Length is declared either
+// way, so that the client can tell a cut body from a short one.
+func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, status int, body []byte, drop Drop) {
 	h := w.Header()
 	setDefault(h, "Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	if drop == DropMidBody {
+	if drop == DropMidBody || drop == StallMidBody {
 		w.Write(body[:len(body)/2])
 		flush(w)
-		abort()
+		s.stopMidBody(ctx, drop)
+		return
 	}
 	w.Write(body)
+}
+
+// stopMidBody ends a response sent in part: DropMidBody cuts the
+// connection, StallMidBody holds it.
+func (s *Server) stopMidBody(ctx context.Context, drop Drop) {
+	if drop == StallMidBody {
+		s.stall(ctx)
+		return
+	}
+	abort()
+}
+
+// stall sends nothing until the request's context ends; Close cuts the
+// connection instead, so that it never waits on a stalled handler.
+func (s *Server) stall(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-s.closing:
+		abort()
+	}
 }
 
 // hold waits d before a response, on the server's clock, and reports whether

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Drop says whether, and when, the server cuts the connection instead of
-// finishing a response.
+// Drop says whether, and when, the server cuts the connection, or stops
+// sending on it, instead of finishing a response.
 type Drop int
 
 const (
@@ -22,6 +22,11 @@ const (
 	// an SSE stream sends half the bytes of its clean events. (To cut a
 	// stream at a chosen event, use FaultReset.)
 	DropMidBody
+	// StallMidBody sends what DropMidBody sends, then keeps the connection
+	// open, sending nothing more, until the request's context ends (or the
+	// server closes): a body that stops and never ends. (To stall a stream
+	// at a chosen event, use FaultStall.)
+	StallMidBody
 )
 
 // String returns the constant's name.
@@ -33,6 +38,8 @@ func (d Drop) String() string {
 		return "DropBeforeHeaders"
 	case DropMidBody:
 		return "DropMidBody"
+	case StallMidBody:
+		return "StallMidBody"
 	}
 	return "Drop(" + strconv.Itoa(int(d)) + ")"
 }
@@ -41,7 +48,8 @@ func (d Drop) String() string {
 // default message. Steps are values: their methods return a modified copy,
 // so one base step can be reused.
 //
-// What is sent, after Delay and unless Drop cuts it, in order of precedence:
+// What is sent, after Delay and unless Drop cuts or stalls it, in order of
+// precedence:
 //   - Body set: Body as it is, with Status;
 //   - Status >= 400: an Anthropic error body, even if Stream is set, as the
 //     API answers errors before any stream starts;
@@ -69,12 +77,16 @@ type Step struct {
 	// Delay holds the response this long before its headers, on the
 	// server's clock (see [WithClock]).
 	Delay time.Duration
-	// Drop cuts the connection before or during the response.
+	// Drop cuts the connection before or during the response, or stalls it.
 	Drop Drop
 	// Stream, when set, makes a successful response an SSE stream.
 	Stream *Stream
 	// Text is the text of the default message; empty means "ok".
 	Text string
+	// MessageID is the id of the message sent, plain or in a stream's
+	// message_start; empty means "msg_dampertest". A distinct id per step
+	// tells the answers of two attempts apart.
+	MessageID string
 }
 
 // OK returns a step that answers 200 with the default message.
@@ -161,6 +173,13 @@ func (s Step) WithStream(st Stream) Step {
 // WithText returns a copy of s whose default message says text.
 func (s Step) WithText(text string) Step {
 	s.Text = text
+	return s
+}
+
+// WithMessageID returns a copy of s whose message, plain or streamed, has
+// the id id.
+func (s Step) WithMessageID(id string) Step {
+	s.MessageID = id
 	return s
 }
 

@@ -32,15 +32,16 @@ func Scenario(name string) option.RequestOption {
 const defaultGrace = 2 * time.Second
 
 // Server is a fake Anthropic Messages API on a loopback
-// [httptest.Server], for tests and simulations of code that calls the API
-// through the official SDK.
+// [httptest.Server], or in memory only (see [InMemory]), for tests and
+// simulations of code that calls the API through the official SDK.
 //
 // It answers POST /v1/messages (any query, such as ?beta=true, is
 // accepted) from scripts of [Step] values, one script per scenario (see
 // [ScenarioHeader] and [Server.Script]). A scenario without a script gets
-// 200 with a default message, or a clean stream if the request asked for
-// one. Any other method or path gets a 404 not_found_error. Every request is
-// logged (see [Server.Requests]), with secrets redacted.
+// the step of [WithStepFunc] if set, else 200 with a default message, or a
+// clean stream if the request asked for one. Any other method or path gets
+// a 404 not_found_error. Every request is logged (see [Server.Requests]),
+// with secrets redacted.
 //
 // Every response carries a request-id header, req_dampertest_<scenario>_<n>,
 // unless its step sets one; error bodies and SSE error events repeat it as
@@ -48,9 +49,11 @@ const defaultGrace = 2 * time.Second
 //
 // A Server is safe for concurrent use. Close it when done.
 type Server struct {
-	ts      *httptest.Server
+	ts      *httptest.Server // nil for a server made with InMemory
+	memory  bool
 	clock   *Clock                                     // nil: real time
 	sleep   func(context.Context, time.Duration) error // nil: use clock
+	stepFor func(Request) Step                         // nil: the default answer
 	grace   time.Duration
 	closing chan struct{} // closed by Close, to release held responses
 	once    sync.Once
@@ -89,7 +92,38 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) ServerOpt
 	return func(s *Server) { s.sleep = sleep }
 }
 
-// NewServer starts a Server on a loopback address.
+// WithStepFunc makes the server answer a Messages request whose scenario has
+// no script (see [Server.Script]) with the step f returns for it, so that a
+// test can decide each request's answer as it comes, from a table of its
+// own or from the request itself. f gets the request as the log records it:
+// its Scenario and N say which request of which scenario it is. It is called
+// once per request, on the request's goroutine and concurrently with other
+// requests; it must not change r's Header or Body, which the log shares,
+// and should not block: a step's Delay is the way to make a request wait.
+func WithStepFunc(f func(r Request) Step) ServerOption {
+	return func(s *Server) { s.stepFor = f }
+}
+
+// InMemory makes a server that listens on no address: a client reaches it
+// through [Transport], as [Server.Options] sets up, and its URL is
+// [MemoryURL].
+//
+// Such a server starts no goroutine of its own, so one made inside a
+// testing/synctest bubble belongs to the bubble: without WithClock or
+// WithSleep a step's Delay waits on the bubble's clock, and a stall (a
+// [FaultStall] stream or a [StallMidBody] body) leaves its handler durably
+// blocked until the request's context ends.
+func InMemory() ServerOption {
+	return func(s *Server) { s.memory = true }
+}
+
+// MemoryURL is the base URL of a server made with [InMemory]. Its domain
+// is reserved for invalid names: a client that bypasses Transport reaches
+// no host.
+const MemoryURL = "http://dampertest.invalid"
+
+// NewServer starts a Server on a loopback address, or, with [InMemory],
+// makes one that listens nowhere.
 //
 // Without WithClock or WithSleep a step's Delay waits on real time, ending
 // early if the request's context ends.
@@ -103,26 +137,44 @@ func NewServer(opts ...ServerOption) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	s.ts = httptest.NewServer(s.Handler())
+	if !s.memory {
+		s.ts = httptest.NewServer(s.Handler())
+	}
 	return s
 }
 
-// URL returns the server's base URL, such as http://127.0.0.1:41234.
-func (s *Server) URL() string { return s.ts.URL }
+// URL returns the server's base URL, such as http://127.0.0.1:41234, or
+// [MemoryURL] for a server made with [InMemory].
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return MemoryURL
+	}
+	return s.ts.URL
+}
 
 // Options returns the SDK options that point a client at the server:
-// option.WithBaseURL(s.URL()) and option.WithAPIKey("test-key"), nothing
-// else. Append option.WithMaxRetries(0) to see every response yourself.
+// option.WithBaseURL(s.URL()) and option.WithAPIKey("test-key"), and for a
+// server made with [InMemory] option.WithHTTPClient with [Transport] of
+// [Server.Handler]; nothing else. Append option.WithMaxRetries(0) to see
+// every response yourself.
 func (s *Server) Options() []option.RequestOption {
-	return []option.RequestOption{option.WithBaseURL(s.URL()), option.WithAPIKey("test-key")}
+	opts := []option.RequestOption{option.WithBaseURL(s.URL()), option.WithAPIKey("test-key")}
+	if s.ts == nil {
+		opts = append(opts, option.WithHTTPClient(&http.Client{Transport: Transport(s.Handler())}))
+	}
+	return opts
 }
 
 // Close releases every held response (delays and stalls end by cutting the
-// connection), shuts the server down and waits for its handlers to return.
-// It may be called more than once.
+// connection), shuts the server down and waits for its handlers to return;
+// for a server made with [InMemory] it does not wait, as each handler runs
+// on the goroutine Transport gave its request and returns once released.
+// Close may be called more than once.
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closing) })
-	s.ts.Close()
+	if s.ts != nil {
+		s.ts.Close()
+	}
 }
 
 // Script sets the steps of a scenario: the n-th request of the scenario
@@ -183,21 +235,25 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var step Step
+	scripted := false
 	s.mu.Lock()
 	if isMessages {
 		s.counts[scenario]++
 		entry.N = s.counts[scenario]
 		if sc, ok := s.scripts[scenario]; ok {
-			step = sc.step(entry.N)
+			step, scripted = sc.step(entry.N), true
 		}
 	}
 	s.log = append(s.log, entry)
 	s.mu.Unlock()
+	if isMessages && !scripted && s.stepFor != nil {
+		step = s.stepFor(entry) // outside the lock: f may call the server
+	}
 
 	requestID := "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
 	if !isMessages {
 		w.Header().Set("Request-Id", requestID)
-		writeBody(w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, requestID), DropNone)
+		s.writeBody(r.Context(), w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, requestID), DropNone)
 		return
 	}
 	if model == "" {

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -376,4 +380,217 @@ func TestOptions(t *testing.T) {
 		t.Errorf("URL = %q", srv.URL())
 	}
 	srv.Close() // twice is fine
+}
+
+func TestStepFunc(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	var srv *Server
+	srv = NewServer(WithStepFunc(func(r Request) Step {
+		mu.Lock()
+		asked = append(asked, r.Scenario+"#"+strconv.Itoa(r.N))
+		mu.Unlock()
+		if r.N == 1 {
+			return Status(529)
+		}
+		// f may call the server: it runs outside the server's lock.
+		return OK().WithText(r.Scenario + " " + strconv.Itoa(srv.Count(r.Scenario)))
+	}))
+	defer srv.Close()
+	srv.Script("scripted", OK().WithText("from the script"))
+	client := newClient(srv)
+	ctx := context.Background()
+
+	_, err := client.Messages.New(ctx, params(), Scenario("a"))
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 529 || apiErr.RequestID != "req_dampertest_a_1" {
+		t.Fatalf("first request: err = %v, want the 529 f chose", err)
+	}
+	msg, err := client.Messages.New(ctx, params(), Scenario("a"))
+	if err != nil || msg.Content[0].Text != "a 2" {
+		t.Fatalf("second request: msg %v, err %v", msg, err)
+	}
+	res := readStream(t, &client, ctx, "a", nil)
+	if res.err != nil || res.msg.Content[0].Text != "a 3" {
+		t.Errorf("stream: text %q, err %v", res.msg.Content[0].Text, res.err)
+	}
+	// A script takes precedence; f is not asked.
+	msg, err = client.Messages.New(ctx, params(), Scenario("scripted"))
+	if err != nil || msg.Content[0].Text != "from the script" {
+		t.Errorf("scripted: msg %v, err %v", msg, err)
+	}
+	// Other endpoints take no step.
+	if _, err := client.Models.Get(ctx, "claude-x", anthropic.ModelGetParams{}, Scenario("m")); err == nil {
+		t.Error("GET /v1/models answered without error")
+	}
+	if want := []string{"a#1", "a#2", "a#3"}; !slices.Equal(asked, want) {
+		t.Errorf("f asked for %v, want %v", asked, want)
+	}
+}
+
+func TestStepFuncConcurrent(t *testing.T) {
+	var calls atomic.Int32
+	srv := NewServer(InMemory(), WithStepFunc(func(r Request) Step {
+		calls.Add(1)
+		return OK().WithText(r.Scenario)
+	}))
+	defer srv.Close()
+	client := newClient(srv)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			name := strconv.Itoa(i % 4)
+			msg, err := client.Messages.New(context.Background(), params(), Scenario(name))
+			if err != nil || msg.Content[0].Text != name {
+				t.Errorf("scenario %s: msg %v, err %v", name, msg, err)
+			}
+		})
+	}
+	wg.Wait()
+	if calls.Load() != 20 || srv.Count("0") != 5 {
+		t.Errorf("f called %d times, Count(0) = %d", calls.Load(), srv.Count("0"))
+	}
+}
+
+func TestMessageID(t *testing.T) {
+	srv := NewServer()
+	defer srv.Close()
+	client := newClient(srv)
+	base := OK()
+	srv.Script("id", base.WithMessageID("msg_first").WithText("one"), OK().WithMessageID("msg_second").WithStream(Stream{Text: "two"}), base)
+	if base.MessageID != "" {
+		t.Fatal("WithMessageID changed its receiver")
+	}
+
+	msg, err := client.Messages.New(context.Background(), params(), Scenario("id"))
+	if err != nil || msg.ID != "msg_first" || msg.Content[0].Text != "one" {
+		t.Fatalf("plain: msg %v, err %v", msg, err)
+	}
+	res := readStream(t, &client, context.Background(), "id", nil)
+	if res.err != nil || res.msg.ID != "msg_second" || res.msg.Content[0].Text != "two" {
+		t.Fatalf("stream: id %q text %q, err %v", res.msg.ID, res.msg.Content[0].Text, res.err)
+	}
+	if msg, err := client.Messages.New(context.Background(), params(), Scenario("id")); err != nil || msg.ID != messageID {
+		t.Fatalf("default: msg %v, err %v", msg, err)
+	}
+}
+
+// TestStallMidBody is a body that stops halfway and never ends: the caller
+// gets nothing until its context ends, over loopback and in memory.
+func TestStallMidBody(t *testing.T) {
+	if got := StallMidBody.String(); got != "StallMidBody" {
+		t.Errorf("String() = %q", got)
+	}
+	for _, where := range []string{"loopback", "in memory"} {
+		var opts []ServerOption
+		if where == "in memory" {
+			opts = append(opts, InMemory())
+		}
+		srv := NewServer(opts...)
+		client := newClient(srv)
+		srv.Script("plain", OK().WithText(strings.Repeat("x", 200)).WithDrop(StallMidBody))
+		srv.Script("error", Status(503).WithDrop(StallMidBody))
+		srv.Script("stream", OK().WithStream(Stream{Text: strings.Repeat("y", 200)}).WithDrop(StallMidBody))
+		for _, scenario := range []string{"plain", "error", "stream"} {
+			t.Run(where+" "+scenario, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				var err error
+				var types []string
+				if scenario == "stream" {
+					res := readStream(t, &client, ctx, scenario, nil)
+					err, types = res.err, res.types
+				} else {
+					_, err = client.Messages.New(ctx, params(), Scenario(scenario))
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("err = %v, want context.DeadlineExceeded", err)
+				}
+				if scenario == "stream" && (len(types) == 0 || slices.Contains(types, "message_stop")) {
+					t.Errorf("events %v: want the first half's, without message_stop", types)
+				}
+			})
+		}
+		srv.Close()
+	}
+}
+
+func TestStallMidBodyReleasedByClose(t *testing.T) {
+	srv := NewServer(InMemory())
+	srv.Script("", OK().WithDrop(StallMidBody))
+	req, _ := http.NewRequest("POST", MemoryURL+"/v1/messages", strings.NewReader(`{"model":"m"}`))
+	resp, err := Transport(srv.Handler()).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	half := make([]byte, resp.ContentLength/2)
+	if _, err := io.ReadFull(resp.Body, half); err != nil || !strings.HasPrefix(string(messageJSON(messageID, "m", "ok")), string(half)) {
+		t.Fatalf("first half %q, err %v", half, err)
+	}
+	srv.Close() // must not leave the stalled handler waiting
+	if rest, err := io.ReadAll(resp.Body); len(rest) != 0 || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("after Close: %q, err %v, want io.ErrUnexpectedEOF (connection cut)", rest, err)
+	}
+}
+
+func TestInMemory(t *testing.T) {
+	srv := NewServer(InMemory())
+	defer srv.Close()
+	if srv.URL() != MemoryURL || len(srv.Options()) != 3 {
+		t.Errorf("URL %q, %d options", srv.URL(), len(srv.Options()))
+	}
+	srv.Script("s", Status(529), OK().WithText("in memory"))
+	client := newClient(srv)
+	if _, err := client.Messages.New(context.Background(), params(), Scenario("s")); err == nil {
+		t.Error("first request: no error, want the 529")
+	}
+	msg, err := client.Messages.New(context.Background(), params(), Scenario("s"))
+	if err != nil || msg.Content[0].Text != "in memory" {
+		t.Fatalf("msg %v, err %v", msg, err)
+	}
+	if reqs := srv.Requests(); len(reqs) != 2 || reqs[1].N != 2 || reqs[1].Header.Get("Authorization") != Redacted {
+		t.Errorf("log = %+v", reqs)
+	}
+	srv.Close() // twice is fine
+}
+
+// TestInMemoryInABubble: a server made in a synctest bubble waits on the
+// bubble's clock, and its stalls end with the request's context, exactly.
+func TestInMemoryInABubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := NewServer(InMemory())
+		defer srv.Close()
+		client := newClient(srv)
+		srv.Script("slow", OK().WithDelay(90*time.Second))
+		srv.Script("stall", OK().WithDrop(StallMidBody))
+		st := Stream{Fault: FaultStall}
+		st.At = st.ContentIndex() + 1
+		srv.Script("stream", OK().WithStream(st))
+
+		start := time.Now()
+		if _, err := client.Messages.New(context.Background(), params(), Scenario("slow")); err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got != 90*time.Second {
+			t.Errorf("the delay took %v of the bubble's time, want 90s", got)
+		}
+
+		for _, scenario := range []string{"stall", "stream"} {
+			// Within the SDK's own 10-minute timeout for Messages.New.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			start := time.Now()
+			var err error
+			if scenario == "stream" {
+				err = readStream(t, &client, ctx, scenario, nil).err
+			} else {
+				_, err = client.Messages.New(ctx, params(), Scenario(scenario))
+			}
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 5*time.Minute {
+				t.Errorf("%s: err %v after %v, want context.DeadlineExceeded after 5m", scenario, err, time.Since(start))
+			}
+		}
+		synctest.Wait() // the handlers have returned: the bubble checks none is left
+	})
 }

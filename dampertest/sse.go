@@ -107,9 +107,10 @@ func (e Event) String() string {
 
 // Events returns the full event sequence of s without its fault: what a
 // caller should see from a clean stream. message_start names
-// [DefaultModel]; a served stream names the request's model instead.
+// [DefaultModel] and the id msg_dampertest; a served stream names the
+// request's model instead, and its step's MessageID if set.
 func (s Stream) Events() []Event {
-	return s.events(DefaultModel)
+	return s.events(messageID, DefaultModel)
 }
 
 // ContentIndex returns the index of the first content_block_delta, the
@@ -119,13 +120,13 @@ func (s Stream) ContentIndex() int {
 	return 2 + max(s.Pings, 0)
 }
 
-func (s Stream) events(model string) []Event {
+func (s Stream) events(id, model string) []Event {
 	text := cmp.Or(s.Text, "ok")
 	evs := []Event{{"message_start", marshal(struct {
 		Type    string  `json:"type"`
 		Message message `json:"message"`
 	}{"message_start", message{
-		ID: messageID, Type: "message", Role: "assistant", Model: model,
+		ID: id, Type: "message", Role: "assistant", Model: model,
 		Content: []textBlock{},
 		Usage:   usage{InputTokens: inputTokens, OutputTokens: 1},
 	}})}}
@@ -178,12 +179,12 @@ func padding(n int) []byte {
 }
 
 // writeStream sends st as the body of a response whose headers w holds.
-func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status int, st Stream, model, requestID string, drop Drop) {
-	evs := st.events(model)
+func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status int, st Stream, c call, requestID string, drop Drop) {
+	evs := st.events(c.messageID, c.model)
 	h := w.Header()
 	setDefault(h, "Content-Type", "text/event-stream; charset=utf-8")
 	setDefault(h, "Cache-Control", "no-cache")
-	if drop == DropMidBody {
+	if drop == DropMidBody || drop == StallMidBody {
 		var all bytes.Buffer
 		for _, e := range evs {
 			all.WriteString(e.String())
@@ -191,7 +192,8 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status 
 		w.WriteHeader(status)
 		w.Write(all.Bytes()[:all.Len()/2])
 		flush(w)
-		abort()
+		s.stopMidBody(ctx, drop)
+		return
 	}
 	w.WriteHeader(status)
 	flush(w) // headers go out before the first event, as from the API
@@ -229,10 +231,6 @@ func (s *Server) fault(ctx context.Context, w http.ResponseWriter, st Stream, re
 	case FaultReset:
 		abort()
 	case FaultStall:
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-			abort()
-		}
+		s.stall(ctx)
 	}
 }

@@ -11,8 +11,8 @@ import (
 // echoes the request's model.
 const DefaultModel = "claude-dampertest"
 
-// messageID is the id of every message the server sends, so that scripted
-// streams are byte-for-byte predictable.
+// messageID is the id of every message the server sends unless its step
+// sets one, so that scripted streams are byte-for-byte predictable.
 const messageID = "msg_dampertest"
 
 // inputTokens is the input usage reported for every request; the server
@@ -119,10 +119,10 @@ type usage struct {
 }
 
 // messageJSON returns a complete Messages API message saying text.
-func messageJSON(model, text string) []byte {
+func messageJSON(id, model, text string) []byte {
 	endTurn := "end_turn"
 	return marshal(message{
-		ID: messageID, Type: "message", Role: "assistant", Model: model,
+		ID: id, Type: "message", Role: "assistant", Model: model,
 		Content:    []textBlock{{Type: "text", Text: text}},
 		StopReason: &endTurn,
 		Usage:      usage{InputTokens: inputTokens, OutputTokens: outputTokens(text)},

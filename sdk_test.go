@@ -3,10 +3,15 @@ package damper_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	anthropicaws "github.com/anthropics/anthropic-sdk-go/v2/aws"
@@ -325,5 +330,171 @@ func TestPlatforms(t *testing.T) {
 				t.Errorf("the request reached the server %d times", len(fake.paths))
 			}
 		})
+	}
+}
+
+// A caller may set any X-Stainless-Retry-Count it likes: Damper tells the
+// SDK's own retry by the logical request, not by that header, so every
+// value leaves its calls and retries as they are.
+func TestCallerRetryCountHeaderChangesNothing(t *testing.T) {
+	for _, v := range []string{"0", "1", "5", "not a number"} {
+		r := newRig(t, damper.Policy{})
+		r.srv.Script("", dampertest.Status(529), dampertest.OK())
+		var rep damper.Report
+		_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"),
+			option.WithHeader("X-Stainless-Retry-Count", v), damper.ReportInto(&rep))
+		if err != nil || rep.Attempts != 2 || rep.Outcome != damper.OutcomeSuccess || r.srv.Count("") != 2 {
+			t.Errorf("X-Stainless-Retry-Count %q: err %v, report %d attempts %q, server %d; want a success on the second attempt",
+				v, err, rep.Attempts, rep.Outcome, r.srv.Count(""))
+		}
+	}
+}
+
+// With the header set by the caller, the SDK numbers nothing; its own run
+// again after its request timeout is still refused without an attempt.
+func TestSDKRetryRefusedWhateverTheHeader(t *testing.T) {
+	for _, v := range []string{"", "0", "7"} {
+		srv := &rawServer{handlers: []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // until the SDK's request timeout
+		}}}
+		synctest.Test(t, func(t *testing.T) {
+			client := memClient(newDamper(t, damper.Policy{}), srv)
+			opts := []option.RequestOption{option.WithRequestTimeout(2 * time.Second)}
+			if v != "" {
+				opts = append(opts, option.WithHeader("X-Stainless-Retry-Count", v))
+			}
+			_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5"), opts...)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("header %q: err = %v, want context.DeadlineExceeded", v, err)
+			}
+			if n := srv.requests.Load(); n != 1 {
+				t.Fatalf("header %q: the server got %d requests, want 1: the SDK's runs again reached it", v, n)
+			}
+		})
+	}
+}
+
+// TestSDKRetriesNeverStack: with one attempt allowed, the SDK's own loop
+// (two retries by default) must not run either.
+func TestSDKRetriesNeverStack(t *testing.T) {
+	for _, step := range []dampertest.Step{
+		dampertest.Status(529),
+		dampertest.Status(429).RetryAfter("1"),
+		dampertest.OK().WithDrop(dampertest.DropBeforeHeaders),
+	} {
+		r := newRig(t, damper.Policy{MaxAttempts: 1})
+		r.srv.Script("", step)
+		if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6")); err == nil {
+			t.Fatal("want an error")
+		}
+		if got := r.srv.Count(""); got != 1 {
+			t.Errorf("%+v: provider attempts = %d, want 1", step, got)
+		}
+	}
+}
+
+// TestOtherEndpointsPassThrough: calls other than Messages are the SDK's,
+// retries included. An endpoint that answers 529 is tried again after the
+// SDK's own backoff, up to its default two retries, and Damper neither
+// counts nor reports those attempts. The bubble's clock makes the backoff
+// take no real time and shows its length.
+func TestOtherEndpointsPassThrough(t *testing.T) {
+	countTokens := func(client anthropic.Client, rep *damper.Report) error {
+		res, err := client.Messages.CountTokens(context.Background(), anthropic.MessageCountTokensParams{
+			Model:    "claude-sonnet-4-6",
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+		}, damper.ReportInto(rep))
+		if err == nil && res.InputTokens != 12 {
+			return fmt.Errorf("input_tokens = %d, want the last attempt's 12", res.InputTokens)
+		}
+		return err
+	}
+	listModels := func(client anthropic.Client, rep *damper.Report) error {
+		page, err := client.Models.List(context.Background(), anthropic.ModelListParams{}, damper.ReportInto(rep))
+		if err == nil && (len(page.Data) != 1 || page.Data[0].ID != "claude-sonnet-4-6") {
+			return fmt.Errorf("models = %+v, want the last attempt's one model", page.Data)
+		}
+		return err
+	}
+	for _, tt := range []struct {
+		name, method, path, body string
+		do                       func(anthropic.Client, *damper.Report) error
+	}{
+		{"count_tokens", http.MethodPost, "/v1/messages/count_tokens", `{"input_tokens":12}`, countTokens},
+		{"models list", http.MethodGet, "/v1/models", `{"data":[{"type":"model","id":"claude-sonnet-4-6","display_name":"Claude Sonnet 4.6","created_at":"2026-01-01T00:00:00Z"}],"has_more":false,"first_id":"claude-sonnet-4-6","last_id":"claude-sonnet-4-6"}`, listModels},
+	} {
+		for _, run := range []struct {
+			name     string
+			failures int // 529s the endpoint sends before its answer
+		}{{"fails once", 1}, {"keeps failing", math.MaxInt}} {
+			failures := run.failures
+			t.Run(tt.name+", "+run.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var mu sync.Mutex
+					var tries []string // X-Stainless-Retry-Count of each attempt
+					h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						mu.Lock()
+						tries = append(tries, r.Header.Get("X-Stainless-Retry-Count"))
+						n := len(tries)
+						mu.Unlock()
+						w.Header().Set("Content-Type", "application/json")
+						if r.Method != tt.method || r.URL.Path != tt.path {
+							w.WriteHeader(http.StatusNotFound)
+							w.Write([]byte(`{"type":"error","error":{"type":"not_found_error","message":"` + r.Method + " " + r.URL.Path + `"}}`))
+							return
+						}
+						if n <= failures {
+							w.WriteHeader(529)
+							w.Write([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
+							return
+						}
+						w.Write([]byte(tt.body))
+					})
+					client := memClient(newDamper(t, damper.Policy{}), h)
+					var rep damper.Report
+					start := time.Now()
+					err := tt.do(client, &rep)
+					elapsed := time.Since(start)
+
+					// The SDK waits 0.5 s before its first retry and 1 s
+					// before its second, less up to a quarter of jitter.
+					wantTries, lo, hi := []string{"0", "1"}, 375*time.Millisecond, 500*time.Millisecond
+					var apiErr *anthropic.Error
+					if failures > 2 {
+						wantTries, lo, hi = []string{"0", "1", "2"}, 1125*time.Millisecond, 1500*time.Millisecond
+						if !errors.As(err, &apiErr) || apiErr.StatusCode != 529 {
+							t.Fatalf("err = %v, want the SDK's 529 after its retries", err)
+						}
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if !slices.Equal(tries, wantTries) {
+						t.Errorf("attempts with retry counts %q, want %q", tries, wantTries)
+					}
+					if elapsed < lo || elapsed > hi {
+						t.Errorf("took %v, want the SDK's backoff of %v to %v", elapsed, lo, hi)
+					}
+					if rep.Attempts != 0 || rep.Outcome != "" {
+						t.Errorf("Damper reported %+v on a call it does not own", rep)
+					}
+				})
+			})
+		}
+	}
+}
+
+func TestBetaMessagesNew(t *testing.T) {
+	r := newRig(t, damper.Policy{})
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	_, err := r.client.Beta.Messages.New(context.Background(), anthropic.BetaMessageNewParams{
+		Model:     "claude-sonnet-4-6",
+		MaxTokens: 16,
+		Messages:  []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("hi"))},
+	}, damper.ReportInto(&rep))
+	if err != nil || rep.Attempts != 2 || rep.Outcome != damper.OutcomeSuccess {
+		t.Fatalf("err = %v, report = %+v; want success on attempt 2", err, rep)
 	}
 }
