@@ -138,7 +138,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		if cls.Class != Retryable {
 			return c.surface(r, OutcomeError, nil)
 		}
-		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand())
+		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand)
 		if refused != nil {
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}

@@ -598,3 +598,18 @@ func TestContextEndAfterCallsChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// Jitter is drawn once per retry and never for the last attempt, so that a
+// run on a seeded random source gives the same waits whatever the gates.
+func TestJitterDrawnOnlyForRetries(t *testing.T) {
+	var draws int
+	r := newRig(t, damper.Policy{}, damper.WithRand(func() float64 { draws++; return 0.5 }))
+	r.srv.Script("", dampertest.Status(529), dampertest.Status(529), dampertest.Status(529))
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err == nil {
+		t.Fatal("want the last 529")
+	}
+	if rep.Attempts != 3 || rep.Outcome != damper.OutcomeAttemptsExhausted || draws != 2 {
+		t.Fatalf("%d attempts, outcome %q, %d draws; want 3 attempts exhausted after 2 draws", rep.Attempts, rep.Outcome, draws)
+	}
+}

@@ -88,12 +88,15 @@ func (d *denial) err() *Error {
 // refused before the deadline is weighed: it is the more useful reason,
 // since a queue can reschedule on it. The budget goes last, so that no
 // unit is spent on a retry that another gate refuses.
-func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost, rnd float64) (time.Duration, *denial) {
+//
+// rnd draws the jitter; it is called only for a retry that the attempts
+// gate admits, so that a call's last attempt draws nothing.
+func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, rnd func() float64) (time.Duration, *denial) {
 	p := &c.d.policy
 	if n >= p.MaxAttempts {
 		return 0, &denial{gate: gateAttempts}
 	}
-	wait, hint, hasHint := c.retryWait(n, f, now, rnd)
+	wait, hint, hasHint := c.retryWait(n, f, now, rnd())
 	switch {
 	case hasHint && hint > p.MaxRetryAfter:
 		return 0, &denial{gate: gateRetryAfter, retryAfter: hint}

@@ -47,7 +47,7 @@ func FuzzPlan(f *testing.F) {
 		h.Set("retry-after", retryAfter)
 		h.Set("retry-after-ms", retryAfterMs)
 		c := &call{d: &Damper{policy: p, budget: budget}, ctx: ctx}
-		wait, refused := c.admitRetry(n, &Failure{StatusCode: 429, Header: h}, now, 0, rnd)
+		wait, refused := c.admitRetry(n, &Failure{StatusCode: 429, Header: h}, now, 0, func() float64 { return rnd })
 		if refused != nil {
 			if wait != 0 || !isDenial(refused.gate.outcome) {
 				t.Fatalf("refused (%v) with wait %v", refused.gate.outcome, wait)
