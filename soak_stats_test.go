@@ -48,7 +48,11 @@ func (st *soakStats) String() string {
 		st.ends[endAgreed], st.ends[endDropped], st.ends[endSDKGap])
 	outcomes := make([]string, 0, len(st.outcomes))
 	for o, n := range st.outcomes {
-		outcomes = append(outcomes, fmt.Sprintf("%s %d", o, n))
+		name := string(o)
+		if o == "" {
+			name = "none (streams the SDK dropped)"
+		}
+		outcomes = append(outcomes, fmt.Sprintf("%s %d", name, n))
 	}
 	sort.Strings(outcomes)
 	fmt.Fprintf(&b, "outcomes: %s\nattempts served by fault:", strings.Join(outcomes, ", "))
