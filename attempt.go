@@ -2,6 +2,7 @@ package damper
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,6 @@ var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", max
 // connection is released at once, its record written once classified.
 type attempt struct {
 	c         *call
-	n         int
 	start     time.Time
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -48,7 +48,7 @@ type attempt struct {
 // call (for ReportInto) and the attempt's span, and its timer cancels it
 // after PerAttemptTimeout.
 func (c *call) startAttempt(n int) *attempt {
-	a := &attempt{c: c, n: n, start: c.d.clock.Now()}
+	a := &attempt{c: c, start: c.d.clock.Now()}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
 	a.ctx, a.cancel = c.trace.attemptStart(ctx, n), cancel
 	limit := c.d.policy.PerAttemptTimeout
@@ -113,6 +113,7 @@ type attemptResult struct {
 	res     *http.Response
 	err     error // the transport error, as the SDK would return it
 	failure *Failure
+	answer  answerBody // res.Body of an answered attempt, with which the call ends
 }
 
 // send sends attempt a and, for a plain call, reads its whole body inside
@@ -171,8 +172,9 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
 	}
 	a.end(succeeded(res))
-	res.Body = &plainBody{r: bytes.NewReader(body), c: c}
-	return attemptResult{res: res}
+	answer := &plainBody{r: bytes.NewReader(body), c: c}
+	res.Body = answer
+	return attemptResult{res: res, answer: answer}
 }
 
 // answerBody is the body of a successful attempt, handed to the SDK. The
@@ -241,7 +243,7 @@ func cutErrorBody(prefix []byte) []byte {
 		msg = cutString(prefix, `"message"`)
 	}
 	e := map[string]any{
-		"type":    cmpOr(r.Get("error.type").String(), "api_error"),
+		"type":    cmp.Or(r.Get("error.type").String(), "api_error"),
 		"message": msg + " [error body cut at 1 MiB by damper]",
 	}
 	if d := r.Get("error.details"); d.IsObject() && json.Valid([]byte(d.Raw)) {
@@ -290,13 +292,6 @@ func cutString(b []byte, key string) string {
 		return ""
 	}
 	return strings.TrimRight(out, "\uFFFD") // a character cut in two
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // readAll reads body to its end, or to limit bytes, and closes it.

@@ -108,16 +108,12 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		a := c.startAttempt(n)
 		r = c.send(a, next)
 		if r.failure == nil {
-			c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header})
+			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
-			body, ok := r.res.Body.(answerBody)
-			if !ok {
-				return r.res, c.finish(OutcomeSuccess, nil)
-			}
 			c.settle("")
 			c.mu.Lock()
-			c.stopWatch = context.AfterFunc(c.ctx, body.contextDone)
+			c.stopWatch = context.AfterFunc(c.ctx, r.answer.contextDone)
 			c.mu.Unlock()
 			return r.res, nil
 		}
@@ -125,12 +121,12 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		// recorded as such before any classifier sees it.
 		if c.ctx.Err() != nil {
 			a.end(failed(r.failure, Classification{Class: NotRetryable, Kind: "canceled"}))
-			c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1}, header: r.failure.Header, failure: r.failure})
+			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1}, header: r.failure.Header, failure: r.failure})
 			return c.surface(r, OutcomeCanceled, nil)
 		}
 		cls := c.classify(*r.failure)
 		a.end(failed(r.failure, cls))
-		c.observe(attemptEvent{n: n, outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, header: r.failure.Header, failure: r.failure})
+		c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, header: r.failure.Header, failure: r.failure})
 
 		if cls.Class == Ambiguous {
 			return c.surface(r, OutcomeAmbiguous, nil)
@@ -289,8 +285,14 @@ func (c *call) settle(outcome Outcome) {
 // recordOutcome sets the outcome, duration and budget balance of the report.
 func (c *call) recordOutcome(outcome Outcome) {
 	now := c.d.clock.Now()
-	balance, err := c.d.budget.Available(context.WithoutCancel(c.ctx), now)
-	c.budgetError("available", err)
+	var balance float64
+	if outcome != "" {
+		// The balance is the budget's when the call ended: no store is
+		// asked for it while the call goes on.
+		var err error
+		balance, err = c.d.budget.Available(context.WithoutCancel(c.ctx), now)
+		c.budgetError("available", err)
+	}
 	c.mu.Lock()
 	c.report.Outcome = outcome
 	c.report.Duration = now.Sub(c.start)

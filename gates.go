@@ -139,7 +139,6 @@ type attemptGate interface {
 
 // attemptEvent is what an observer hears of an attempt as it ends.
 type attemptEvent struct {
-	n       int
 	outcome AttemptOutcome
 	header  http.Header // the response's, when one came
 	failure *Failure    // nil for an answered attempt

@@ -141,30 +141,8 @@ func TestSoakLoopback(t *testing.T) {
 		option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: tr}))
 
 	ck := &checker{}
-	results := make([]soakResult, len(plans))
-	ends := make([]callEnd, len(plans))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				p := plans[i]
-				pr := profiles[p.damper]
-				res, evs, msg := soakCall(clients[p.damper][i%2], p)
-				results[i] = res
-				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, fake.Count(strconv.Itoa(i)), evs, msg, true, loopbackSlack)
-				tel.check(ck, fmt.Sprintf("request %d", i), res)
-			}
-		})
-	}
-	for i := range plans {
-		next <- i
-		if i%2000 == 1999 {
-			tel.flush(ck)
-		}
-	}
-	close(next)
-	wg.Wait()
+	received := func(i int) int { return fake.Count(strconv.Itoa(i)) }
+	results, ends := runSoak(ck, tel, workers, plans, profiles, clients, received, true, loopbackSlack)
 	// A call its context ended as Damper answered ends on a goroutine of
 	// its own: wait for every request span.
 	tel.waitSpans(ck, len(plans), 10*time.Second)

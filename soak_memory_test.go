@@ -1,12 +1,10 @@
 package damper_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"strconv"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -66,30 +64,7 @@ func TestSoakInMemory(t *testing.T) {
 		received := func(i int) int { return srv.Count(strconv.Itoa(i)) }
 		clients := soakClients(t, profiles, tel, rand.NewPCG(seed, 0x7a11),
 			option.WithBaseURL(srv.URL()), option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv.Handler())}))
-		results := make([]soakResult, len(plans))
-		ends := make([]callEnd, len(plans))
-		next := make(chan int)
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := range next {
-					p := plans[i]
-					pr := profiles[p.damper]
-					res, evs, msg := soakCall(clients[p.damper][i%2], p)
-					results[i] = res
-					ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, received(i), evs, msg, false, 0)
-					tel.check(ck, fmt.Sprintf("request %d", i), res)
-				}
-			})
-		}
-		for i := range plans {
-			next <- i
-			if i%2000 == 1999 {
-				tel.flush(ck) // keeps memory flat over the long form
-			}
-		}
-		close(next)
-		wg.Wait()
+		results, ends := runSoak(ck, tel, workers, plans, profiles, clients, received, false, 0)
 		synctest.Wait() // calls ended on a goroutine of their own, by their context
 		tel.flush(ck)
 		tel.checkOutcomes(ck, results)

@@ -3,6 +3,7 @@ package damper_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -118,4 +119,37 @@ func soakClients(t *testing.T, profiles []soakProfile, tel *soakTelemetry, src r
 		}
 	}
 	return clients
+}
+
+// runSoak makes every planned call from workers goroutines, each through
+// its Damper's clients, checks each as it ends (received(i) is what the
+// server got of call i; lossy and slack as checkCall takes them), and
+// returns the results and how each report stands to its caller's result.
+func runSoak(ck *checker, tel *soakTelemetry, workers int, plans []reqPlan, profiles []soakProfile, clients [][2]anthropic.Client,
+	received func(int) int, lossy bool, slack time.Duration) ([]soakResult, []callEnd) {
+	results := make([]soakResult, len(plans))
+	ends := make([]callEnd, len(plans))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				p := plans[i]
+				pr := profiles[p.damper]
+				res, evs, msg := soakCall(clients[p.damper][i%2], p)
+				results[i] = res
+				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, received(i), evs, msg, lossy, slack)
+				tel.check(ck, fmt.Sprintf("request %d", i), res)
+			}
+		})
+	}
+	for i := range plans {
+		next <- i
+		if i%2000 == 1999 {
+			tel.flush(ck) // keeps memory flat over the long form
+		}
+	}
+	close(next)
+	wg.Wait()
+	return results, ends
 }

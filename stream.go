@@ -98,7 +98,7 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 	b.held, b.skip = held, scanned
 	b.complete.Store(complete)
 	b.res.Body = b
-	return attemptResult{res: b.res}
+	return attemptResult{res: b.res, answer: b}
 }
 
 // stallError is a stream that sent nothing for the idle limit.
