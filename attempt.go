@@ -40,6 +40,7 @@ type attempt struct {
 	cancel    context.CancelCauseFunc
 	stopTimer func() bool
 	duration  time.Duration // set by over
+	probe     bool          // the breaker's probe
 	isOver    atomic.Bool
 	ended     atomic.Bool
 }
@@ -48,9 +49,9 @@ type attempt struct {
 // call (for ReportInto) and the attempt's span, and its timer cancels it
 // after PerAttemptTimeout.
 func (c *call) startAttempt(n int) *attempt {
-	a := &attempt{c: c, start: c.d.clock.Now()}
+	a := &attempt{c: c, start: c.d.clock.Now(), probe: c.probe}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
-	a.ctx, a.cancel = c.trace.attemptStart(ctx, n), cancel
+	a.ctx, a.cancel = c.trace.attemptStart(ctx, n, a.probe), cancel
 	limit := c.d.policy.PerAttemptTimeout
 	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
 	c.mu.Lock()
@@ -87,6 +88,7 @@ func (a *attempt) end(ar AttemptReport) {
 		return
 	}
 	ar.Duration = a.duration
+	ar.Probe = a.probe
 	a.c.record(ar)
 }
 

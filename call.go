@@ -41,6 +41,12 @@ type call struct {
 
 	ending sync.Once // see end
 
+	// passes are the gates' passes of the attempt under way, settled when
+	// it ends (observe); probe is whether that attempt is the breaker's
+	// probe. The loop alone touches them.
+	passes []pass
+	probe  bool
+
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
 
@@ -121,12 +127,12 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		// recorded as such before any classifier sees it.
 		if c.ctx.Err() != nil {
 			a.end(failed(r.failure, Classification{Class: NotRetryable, Kind: "canceled"}))
-			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1}, header: r.failure.Header, failure: r.failure})
+			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
 			return c.surface(r, OutcomeCanceled, nil)
 		}
 		cls := c.classify(*r.failure)
 		a.end(failed(r.failure, cls))
-		c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, header: r.failure.Header, failure: r.failure})
+		c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
 
 		if cls.Class == Ambiguous {
 			return c.surface(r, OutcomeAmbiguous, nil)
@@ -164,26 +170,52 @@ func (c *call) classify(f Failure) Classification {
 
 // admitAttempt runs the attempt gates on attempt n, waiting as they ask,
 // and returns the first refusal, or whether the caller's context ended
-// during a wait.
+// during a wait. The passes of an attempt that is not sent are given back
+// at once.
 func (c *call) admitAttempt(n int) (refused *denial, canceled bool) {
+	c.passes, c.probe = c.passes[:0], false
 	for _, g := range c.d.attemptGates {
-		wait, refused := g.admitAttempt(c.ctx, n, c.d.clock.Now())
-		if refused != nil {
-			return refused, false
+		adm := g.admitAttempt(c.ctx, n, c.d.clock.Now())
+		if adm.circuit != 0 {
+			c.mu.Lock()
+			c.report.Circuit = adm.circuit
+			c.mu.Unlock()
+			c.probe = adm.probe
 		}
-		if wait > 0 && c.d.clock.Sleep(c.ctx, wait) != nil {
+		if adm.pass != nil {
+			c.passes = append(c.passes, adm.pass)
+		}
+		if adm.refused != nil {
+			c.settlePasses(attemptEvent{})
+			return adm.refused, false
+		}
+		if adm.wait > 0 && c.d.clock.Sleep(c.ctx, adm.wait) != nil {
+			c.settlePasses(attemptEvent{})
 			return nil, true
 		}
 	}
 	return nil, false
 }
 
-// observe tells every observer how an attempt ended.
+// observe tells the attempt's passes and every observer how it ended.
 func (c *call) observe(e attemptEvent) {
+	c.settlePasses(e)
 	now := c.d.clock.Now()
 	for _, o := range c.d.observers {
 		o.observeAttempt(c.ctx, now, e)
 	}
+}
+
+// settlePasses settles the passes of the attempt under way with e.
+func (c *call) settlePasses(e attemptEvent) {
+	if len(c.passes) == 0 {
+		return
+	}
+	now := c.d.clock.Now()
+	for _, p := range c.passes {
+		p.settle(now, e)
+	}
+	c.passes = c.passes[:0]
 }
 
 // budgetError logs a failure of the budget's store, if any.

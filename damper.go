@@ -94,6 +94,9 @@ type Damper struct {
 	// observers that hear every attempt's end.
 	attemptGates []attemptGate
 	observers    []attemptObserver
+
+	breaker  *circuitGate   // nil without Policy.Breaker
+	throttle *retryThrottle // nil without Policy.Throttle
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -155,6 +158,15 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	}
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d)
 	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
+	if p.Breaker != nil {
+		g := newCircuitGate(p.Breaker, p.PerAttemptTimeout, d.tel)
+		d.breaker = &g
+		d.attemptGates = append(d.attemptGates, g)
+	}
+	if p.Throttle != nil {
+		d.throttle = newRetryThrottle(p.Throttle)
+		d.observers = append(d.observers, d.throttle)
+	}
 	return d, nil
 }
 

@@ -29,10 +29,14 @@ var (
 // errors.As(err, &apiErr) and errors.Is(err, context.DeadlineExceeded) reach
 // it through the Error.
 type Error struct {
-	Reason     error
-	Last       error
-	RetryAfter time.Duration // the provider's delay, for ErrRetryAfterTooLong
-	Report     *Report
+	Reason error
+	Last   error
+	// RetryAfter is the provider's delay, for ErrRetryAfterTooLong, or the
+	// time until the breaker's next probe, for ErrCircuitOpen.
+	RetryAfter time.Duration
+	// NextProbe is when the breaker admits a probe, for ErrCircuitOpen.
+	NextProbe time.Time
+	Report    *Report
 }
 
 func (e *Error) Error() string {

@@ -20,6 +20,8 @@ const (
 	OutcomeDeadline          Outcome = "deadline"
 	OutcomeCostCeiling       Outcome = "cost_ceiling"
 	OutcomeBudgetExhausted   Outcome = "budget_exhausted"
+	OutcomeCircuitOpen       Outcome = "circuit_open"
+	OutcomeRetryThrottled    Outcome = "retry_throttled"
 )
 
 // Sentinels of the gates' refusals.
@@ -35,6 +37,14 @@ var (
 	ErrRetryCostCeiling = errors.New("damper: retry cost ceiling reached")
 	// ErrRetryBudgetExhausted: the shared retry budget had no unit left.
 	ErrRetryBudgetExhausted = errors.New("damper: retry budget exhausted")
+	// ErrCircuitOpen: the circuit breaker is open, or half-open with its
+	// probe in flight, so nothing was sent. [Error.NextProbe] holds when
+	// the breaker admits a probe, and [Error.RetryAfter] the time until
+	// then.
+	ErrCircuitOpen = errors.New("damper: circuit breaker open")
+	// ErrRetryThrottled: the retry throttle had half of its tokens or
+	// fewer left (see [ThrottlePolicy]).
+	ErrRetryThrottled = errors.New("damper: retry throttled")
 )
 
 // gate is one admission gate: the outcome of a call it refuses, and the
@@ -51,10 +61,12 @@ var (
 	gateDeadline   = gate{OutcomeDeadline, ErrDeadline}
 	gateCost       = gate{OutcomeCostCeiling, ErrRetryCostCeiling}
 	gateBudget     = gate{OutcomeBudgetExhausted, ErrRetryBudgetExhausted}
+	gateCircuit    = gate{OutcomeCircuitOpen, ErrCircuitOpen}
+	gateThrottle   = gate{OutcomeRetryThrottled, ErrRetryThrottled}
 )
 
 // gates lists every gate.
-var gates = []gate{gateAttempts, gateRetryAfter, gateDeadline, gateCost, gateBudget}
+var gates = []gate{gateAttempts, gateRetryAfter, gateDeadline, gateCost, gateBudget, gateCircuit, gateThrottle}
 
 // isDenial reports whether outcome is a gate's refusal.
 func isDenial(o Outcome) bool {
@@ -69,7 +81,8 @@ func isDenial(o Outcome) bool {
 // denial is a gate's refusal.
 type denial struct {
 	gate       gate
-	retryAfter time.Duration // the provider's delay, when it had one
+	retryAfter time.Duration // the provider's delay, or the time to nextProbe
+	nextProbe  time.Time     // when an open breaker admits a probe
 	asIs       bool          // the caller gets the last provider error as it is
 }
 
@@ -79,15 +92,17 @@ func (d *denial) err() *Error {
 	if d.asIs || d.gate.reason == nil {
 		return nil
 	}
-	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter}
+	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter, NextProbe: d.nextProbe}
 }
 
 // admitRetry runs the retry gates, in order, on the retry that would follow
 // failed attempt n, and returns the wait before it, or the refusal of the
 // first gate that refuses it. A provider delay past MaxRetryAfter is
 // refused before the deadline is weighed: it is the more useful reason,
-// since a queue can reschedule on it. The budget goes last, so that no
-// unit is spent on a retry that another gate refuses.
+// since a queue can reschedule on it. The attempt gates are asked whether
+// they would refuse the retry once its wait is over (an open breaker),
+// and the throttle is asked, before the budget, which goes last: no unit is
+// spent, and no wait started, for a retry that another gate refuses.
 //
 // rnd draws the jitter; it is called only for a retry that the attempts
 // gate admits, so that a call's last attempt draws nothing.
@@ -104,6 +119,14 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 		return 0, &denial{gate: gateDeadline, retryAfter: hint}
 	case p.MaxRetryCostUSD > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD):
 		return 0, &denial{gate: gateCost}
+	}
+	for _, g := range c.d.attemptGates {
+		if refused := g.refusesAt(now, now.Add(wait)); refused != nil {
+			return 0, refused
+		}
+	}
+	if t := c.d.throttle; t != nil && !t.allows() {
+		return 0, &denial{gate: gateThrottle}
 	}
 	granted, err := c.d.budget.Acquire(c.ctx, now)
 	c.budgetError("acquire", err)
@@ -131,21 +154,43 @@ func (c *call) pastDeadline(t time.Time) bool {
 }
 
 // attemptGate admits each attempt of a call, the first included, before it
-// is sent: it may ask for a wait first, or refuse. No built-in gate runs
-// there yet; a circuit breaker and a rate limiter are such gates.
+// is sent: it may ask for a wait first, or refuse, or hand the attempt a
+// pass that hears how it ended. The circuit breaker is one.
 type attemptGate interface {
-	admitAttempt(ctx context.Context, n int, now time.Time) (wait time.Duration, refused *denial)
+	admitAttempt(ctx context.Context, n int, now time.Time) admission
+	// refusesAt reports, taking nothing, whether the gate would refuse an
+	// attempt at the later time at, as far as it can tell at now: a retry
+	// it refuses is not waited for, nor paid for.
+	refusesAt(now, at time.Time) *denial
+}
+
+// admission is an attempt gate's answer.
+type admission struct {
+	wait    time.Duration // to wait before the attempt is sent
+	refused *denial
+	pass    pass // nil when the gate needs no word of the attempt's end
+
+	// What the breaker said, for the report and the attempt's span.
+	circuit CircuitState
+	probe   bool
+}
+
+// pass is a gate's admission of one attempt: it hears how that attempt
+// ended, or a zero event when it was never sent.
+type pass interface {
+	settle(now time.Time, e attemptEvent)
 }
 
 // attemptEvent is what an observer hears of an attempt as it ends.
 type attemptEvent struct {
 	outcome AttemptOutcome
+	class   Class       // a failure's; zero for an answered attempt
 	header  http.Header // the response's, when one came
 	failure *Failure    // nil for an answered attempt
 }
 
-// attemptObserver hears the end of every attempt: the budget does, and a
-// breaker or a limiter would, to learn the provider's health and limits.
+// attemptObserver hears the end of every attempt: the budget and the
+// throttle do, and a limiter would, to learn the provider's limits.
 type attemptObserver interface {
 	observeAttempt(ctx context.Context, now time.Time, e attemptEvent)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -70,23 +71,32 @@ type testGate struct {
 	wait     time.Duration
 	cancel   context.CancelFunc // called before a wait, when set
 	seen     []int
+	settled  []attemptEvent // what the passes it gave heard, in order
 }
 
 var errTestRefused = errors.New("test gate: refused")
 
-func (g *testGate) admitAttempt(_ context.Context, n int, _ time.Time) (time.Duration, *denial) {
+func (g *testGate) admitAttempt(_ context.Context, n int, _ time.Time) admission {
 	g.seen = append(g.seen, n)
 	if n == g.refuseAt {
-		return 0, &denial{gate: gate{outcome: "test_refused", reason: errTestRefused}}
+		return admission{refused: &denial{gate: gate{outcome: "test_refused", reason: errTestRefused}}}
 	}
 	if n > 1 && g.cancel != nil {
 		g.cancel()
 	}
+	adm := admission{pass: testPass{g}}
 	if n > 1 {
-		return g.wait, nil
+		adm.wait = g.wait
 	}
-	return 0, nil
+	return adm
 }
+
+func (g *testGate) refusesAt(_, _ time.Time) *denial { return nil }
+
+// testPass records what it is settled with in its gate.
+type testPass struct{ g *testGate }
+
+func (p testPass) settle(_ time.Time, e attemptEvent) { p.g.settled = append(p.g.settled, e) }
 
 // testObserver records every attempt's end.
 type testObserver struct{ events []attemptEvent }
@@ -156,6 +166,9 @@ func TestAttemptGateWaitsAndObserversHear(t *testing.T) {
 		o.events[1].outcome != (AttemptOutcome{Success: true}) || o.events[1].failure != nil || o.events[1].header.Get("request-id") == "" {
 		t.Errorf("observed %+v, want the 529 then the answer, with their headers", o.events)
 	}
+	if len(g.settled) != 2 || g.settled[0].class != Retryable || g.settled[0].failure == nil || !g.settled[1].outcome.Success {
+		t.Errorf("passes settled with %+v, want the 529 then the answer", g.settled)
+	}
 }
 
 // The caller's context ending during a gate's wait ends the call as
@@ -172,5 +185,9 @@ func TestAttemptGateWaitEndsWithContext(t *testing.T) {
 	}
 	if srv.Count("") != 1 || rep.Attempts != 1 || rep.Outcome != OutcomeCanceled {
 		t.Fatalf("server %d, report %+v; want one attempt, canceled", srv.Count(""), rep)
+	}
+	// The second attempt's pass, never sent, is given back with nothing.
+	if len(g.settled) != 2 || g.settled[0].failure == nil || !reflect.DeepEqual(g.settled[1], attemptEvent{}) {
+		t.Errorf("passes settled with %+v, want the 529, then a zero event", g.settled)
 	}
 }

@@ -75,6 +75,25 @@ type Policy struct {
 	// stream). Pings count as data: choose a limit well above the longest
 	// pause you expect between events, such as a minute.
 	StreamIdleTimeout time.Duration
+
+	// Breaker, when set, stops sending to a provider that fails most
+	// attempts on its health (see [BreakerPolicy]). Nil: no breaker.
+	Breaker *BreakerPolicy
+
+	// Throttle, when set, stops retries once failures outweigh successes
+	// (see [ThrottlePolicy]); a retry then needs both the throttle and the
+	// retry budget. Nil: no throttle.
+	Throttle *ThrottlePolicy
+}
+
+// RecommendedPolicy is the policy to start a production service with: the
+// defaults, a circuit breaker with its defaults and a retry throttle with
+// its defaults. In a full outage the provider then sees about one
+// attempt per request until the breaker opens, and one probe per open
+// period after; with one attempt in ten failing, neither ever acts. The
+// zero Policy, by contrast, keeps the retry budget alone.
+func RecommendedPolicy() Policy {
+	return Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}}
 }
 
 // BudgetExhaustedAction is what a call returns when the retry budget
@@ -164,6 +183,20 @@ func (p Policy) withDefaults() (Policy, error) {
 	p.MaxHoldBack = orDefault(p.MaxHoldBack, DefaultMaxHoldBack)
 	if p.PriceTable == nil {
 		p.PriceTable = DefaultPriceTable()
+	}
+	if p.Breaker != nil {
+		b, err := p.Breaker.withDefaults()
+		if err != nil {
+			return p, err
+		}
+		p.Breaker = b
+	}
+	if p.Throttle != nil {
+		t, err := p.Throttle.withDefaults()
+		if err != nil {
+			return p, err
+		}
+		p.Throttle = t
 	}
 
 	if p.BackoffBase > p.BackoffMax {

@@ -38,6 +38,9 @@ type Report struct {
 	RetryCostUSD float64
 	// BudgetBalance is the retry budget's balance when the call ended.
 	BudgetBalance float64
+	// Circuit is the breaker's state when it last admitted or refused an
+	// attempt of the call; zero when the Policy has no breaker.
+	Circuit CircuitState
 
 	// Duration is the time from the first attempt to the end of the call.
 	Duration time.Duration
@@ -68,4 +71,6 @@ type AttemptReport struct {
 	Duration  time.Duration
 	// Backoff is the wait before the next attempt, 0 when none followed.
 	Backoff time.Duration
+	// Probe is true for the attempt a half-open breaker let through.
+	Probe bool
 }

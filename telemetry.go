@@ -36,6 +36,10 @@ const (
 	keyStream        = attribute.Key("damper.stream")
 	keyDenialReason  = attribute.Key("damper.denial.reason")
 	keyName          = attribute.Key("damper.name")
+	keyCircuitState  = attribute.Key("damper.circuit.state")
+	keyCircuitProbe  = attribute.Key("damper.circuit.probe")
+	keyCircuitFrom   = attribute.Key("damper.circuit.from")
+	keyCircuitTo     = attribute.Key("damper.circuit.to")
 
 	// Keys of the OpenTelemetry semantic conventions.
 	keyErrorType   = attribute.Key("error.type")
@@ -237,7 +241,7 @@ func (t *telemetry) startCall(ctx context.Context, f callFacts) *callTrace {
 
 // attemptStart opens the damper.attempt span of attempt n and returns ctx
 // carrying it, so that the attempt's HTTP request is its child.
-func (ct *callTrace) attemptStart(ctx context.Context, n int) context.Context {
+func (ct *callTrace) attemptStart(ctx context.Context, n int, probe bool) context.Context {
 	t := ct.t
 	now := t.clock.Now()
 	ct.closeAttempt(now)
@@ -253,6 +257,9 @@ func (ct *callTrace) attemptStart(ctx context.Context, n int) context.Context {
 	ctx, span := t.start(trace.ContextWithSpan(ctx, req), spanAttempt, now)
 	if n > 1 && span.IsRecording() {
 		span.SetAttributes(keyResendCount.Int(n - 1))
+	}
+	if probe && span.IsRecording() {
+		span.SetAttributes(keyCircuitProbe.Bool(true))
 	}
 	ct.attempt, ct.attemptAt = span, time.Time{}
 	return ctx
@@ -333,6 +340,9 @@ func (ct *callTrace) end(rep *Report, last AttemptReport) {
 		if rep.Priced {
 			attrs = append(attrs, keyCostRetry.Float64(rep.RetryCostUSD))
 		}
+		if rep.Circuit != 0 {
+			attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
+		}
 		span.SetAttributes(attrs...)
 		if typ := requestErrorType(rep.Outcome, last); typ != "" {
 			span.SetAttributes(keyErrorType.String(typ))
@@ -397,4 +407,11 @@ func requestErrorType(outcome Outcome, last AttemptReport) string {
 		return attemptErrorType(last)
 	}
 	return string(outcome)
+}
+
+// circuitChange records a change of the breaker's state: a metric and a
+// log line. It belongs to no call, so it has no span.
+func (t *telemetry) circuitChange(c CircuitChange) {
+	t.m.circuitChange(context.Background(), c)
+	t.logCircuitChange(c)
 }

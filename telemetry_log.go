@@ -93,3 +93,21 @@ func (t *telemetry) logBudgetError(ctx context.Context, op string, err error) {
 	}
 	t.log.LogAttrs(ctx, slog.LevelWarn, "damper: retry budget error", slog.String("op", op), slog.String("error", err.Error()))
 }
+
+// logCircuitChange writes the line of a change of the breaker's state: at
+// Warn when it opens, at Info otherwise.
+func (t *telemetry) logCircuitChange(c CircuitChange) {
+	level := slog.LevelInfo
+	if c.To == CircuitOpen {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if t.log == nil || !t.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("from", c.From.String()), slog.String("to", c.To.String())}
+	if c.To == CircuitOpen {
+		attrs = append(attrs, slog.Duration("open_for", c.NextProbe.Sub(c.At)))
+	}
+	t.log.LogAttrs(ctx, level, "damper: circuit breaker "+c.To.String(), attrs...)
+}

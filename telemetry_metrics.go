@@ -20,6 +20,7 @@ const (
 	metricRetryCost       = "damper.retry.cost"
 	metricBudgetBalance   = "damper.retry_budget.balance"
 	metricRequestDuration = "damper.request.duration"
+	metricCircuitChanges  = "damper.circuit.changes"
 )
 
 // metrics are the instruments of one Damper, created once by New. Every
@@ -34,6 +35,7 @@ type metrics struct {
 	backoff   metric.Float64Histogram
 	retryCost metric.Float64Counter
 	duration  metric.Float64Histogram
+	circuit   metric.Int64Counter
 }
 
 // newMetrics creates a Damper's instruments on meter. An instrument the
@@ -48,8 +50,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithDescription("Provider attempts made for Messages calls, first attempts included.")))(none.Int64Counter(metricAttempts)),
 		retries: instrument(meter.Int64Counter(metricRetries, metric.WithUnit("{retry}"),
 			metric.WithDescription("Retries authorized by every admission gate.")))(none.Int64Counter(metricRetries)),
-		denials: instrument(meter.Int64Counter(metricDenials, metric.WithUnit("{retry}"),
-			metric.WithDescription("Retries refused, by the admission gate that refused them.")))(none.Int64Counter(metricDenials)),
+		denials: instrument(meter.Int64Counter(metricDenials, metric.WithUnit("{request}"),
+			metric.WithDescription("Requests ended by an admission gate's refusal (of a retry, or of a first attempt by an open breaker), by gate.")))(none.Int64Counter(metricDenials)),
 		backoff: instrument(meter.Float64Histogram(metricBackoff, metric.WithUnit("s"),
 			metric.WithDescription("Time waited before a retry, on the Damper's clock."),
 			metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricBackoff)),
@@ -58,6 +60,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 		duration: instrument(meter.Float64Histogram(metricRequestDuration, metric.WithUnit("s"),
 			metric.WithDescription("Duration of logical Messages requests, retries and waits included."),
 			metric.WithExplicitBucketBoundaries(0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)))(none.Float64Histogram(metricRequestDuration)),
+		circuit: instrument(meter.Int64Counter(metricCircuitChanges, metric.WithUnit("{change}"),
+			metric.WithDescription("Changes of the circuit breaker's state, by the state left and the state entered.")))(none.Int64Counter(metricCircuitChanges)),
 	}
 
 	// The gauge's callback holds the budget and the clock, not the Damper,
@@ -141,6 +145,13 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 	if m.duration.Enabled(ctx) {
 		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(
 			keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)))
+	}
+}
+
+// circuitChange counts a change of the breaker's state.
+func (m *metrics) circuitChange(ctx context.Context, c CircuitChange) {
+	if m.circuit.Enabled(ctx) {
+		m.circuit.Add(ctx, 1, m.attrs(keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())))
 	}
 }
 

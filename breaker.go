@@ -1,0 +1,167 @@
+package damper
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/damper-ai/damper-go/internal/breaker"
+)
+
+// BreakerPolicy configures the circuit breaker: when most attempts fail on
+// the provider's health (5xx, 529, transport failures, attempt timeouts),
+// Damper stops sending to the provider for a while, and then sends one
+// probe at a time until one succeeds. Rate limits, spend limits, other 4xx
+// and the caller's own cancellations never count.
+//
+// The zero value is a working breaker with the defaults written beside
+// each field; a nil *BreakerPolicy in a Policy means no breaker.
+type BreakerPolicy struct {
+	// FailureRatio is the share of failed attempts, among those with a
+	// verdict in Window, at which the breaker opens. Default 0.5.
+	FailureRatio float64
+	// MinAttempts is the fewest attempts with a verdict in Window for the
+	// breaker to open. Default 20.
+	MinAttempts int
+	// Window is how far back the closed breaker counts. Default 30 s.
+	Window time.Duration
+	// OpenFor is how long an open breaker refuses every attempt before it
+	// admits a probe. Default 30 s.
+	OpenFor time.Duration
+	// MaxOpenFor caps the open period, which each failed probe doubles.
+	// Default 300 s.
+	MaxOpenFor time.Duration
+	// OnStateChange, when set, hears every change of state, in order and
+	// one at a time, with no lock held: it may call back into the Damper.
+	// It runs on the goroutine of the call that caused the change, so it
+	// should be quick.
+	OnStateChange func(CircuitChange)
+}
+
+// Defaults of the BreakerPolicy fields.
+const (
+	DefaultBreakerFailureRatio = 0.5
+	DefaultBreakerMinAttempts  = 20
+	DefaultBreakerWindow       = 30 * time.Second
+	DefaultBreakerOpenFor      = 30 * time.Second
+	DefaultBreakerMaxOpenFor   = 300 * time.Second
+)
+
+// CircuitState is the state of a circuit breaker. The zero value means
+// that no breaker is configured.
+type CircuitState uint8
+
+const (
+	// CircuitClosed: attempts go through and are counted.
+	CircuitClosed CircuitState = CircuitState(breaker.Closed)
+	// CircuitOpen: every attempt is refused with [ErrCircuitOpen].
+	CircuitOpen CircuitState = CircuitState(breaker.Open)
+	// CircuitHalfOpen: one attempt at a time, the probe, goes through.
+	CircuitHalfOpen CircuitState = CircuitState(breaker.HalfOpen)
+)
+
+// String returns "closed", "open", "half_open", or "" for the zero value.
+func (s CircuitState) String() string {
+	if s == 0 {
+		return ""
+	}
+	return breaker.State(s).String()
+}
+
+// CircuitChange is one change of a breaker's state.
+type CircuitChange struct {
+	From, To CircuitState
+	At       time.Time
+	// NextProbe is, for a change to CircuitOpen, when a probe is admitted.
+	NextProbe time.Time
+}
+
+// withDefaults returns a copy of p with every zero field set to its
+// default, or an error naming the first field that cannot be used.
+func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) {
+	switch {
+	case math.IsNaN(p.FailureRatio) || p.FailureRatio < 0 || p.FailureRatio > 1:
+		return nil, fieldError("Breaker.FailureRatio", p.FailureRatio, "must be a share in (0, 1] (0 means the default, 0.5)")
+	case p.MinAttempts < 0:
+		return nil, fieldError("Breaker.MinAttempts", p.MinAttempts, "must be at least 1 (0 means the default, 20)")
+	case p.Window < 0:
+		return nil, fieldError("Breaker.Window", p.Window, "must be positive (0 means the default, 30s)")
+	case p.OpenFor < 0:
+		return nil, fieldError("Breaker.OpenFor", p.OpenFor, "must be positive (0 means the default, 30s)")
+	case p.MaxOpenFor < 0:
+		return nil, fieldError("Breaker.MaxOpenFor", p.MaxOpenFor, "must be positive (0 means the default, 5m0s)")
+	}
+	p.FailureRatio = orDefault(p.FailureRatio, DefaultBreakerFailureRatio)
+	p.MinAttempts = orDefault(p.MinAttempts, DefaultBreakerMinAttempts)
+	p.Window = orDefault(p.Window, DefaultBreakerWindow)
+	p.OpenFor = orDefault(p.OpenFor, DefaultBreakerOpenFor)
+	p.MaxOpenFor = orDefault(p.MaxOpenFor, DefaultBreakerMaxOpenFor)
+	if p.Window < breaker.Buckets {
+		return nil, fieldError("Breaker.Window", p.Window, fmt.Sprintf("must be at least %v", time.Duration(breaker.Buckets)))
+	}
+	if p.MaxOpenFor < p.OpenFor {
+		return nil, fieldError("Breaker.MaxOpenFor", p.MaxOpenFor, fmt.Sprintf("must not be shorter than OpenFor (%v)", p.OpenFor))
+	}
+	return &p, nil
+}
+
+// circuitGate is the breaker as the engine sees it: a gate before every
+// attempt, whose pass tells it how the attempt ended.
+type circuitGate struct {
+	b *breaker.Breaker
+}
+
+// newCircuitGate builds the breaker of p; every change of state reaches
+// the telemetry, then the policy's callback.
+func newCircuitGate(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry) circuitGate {
+	user := p.OnStateChange
+	return circuitGate{b: breaker.New(breaker.Settings{
+		FailureRatio: p.FailureRatio,
+		MinAttempts:  p.MinAttempts,
+		Window:       p.Window,
+		OpenFor:      p.OpenFor,
+		MaxOpenFor:   p.MaxOpenFor,
+		ProbeLimit:   attemptLimit,
+		OnChange: func(c breaker.Change) {
+			change := CircuitChange{From: CircuitState(c.From), To: CircuitState(c.To), At: c.At, NextProbe: c.NextProbe}
+			tel.circuitChange(change)
+			if user != nil {
+				user(change)
+			}
+		},
+	})}
+}
+
+func (g circuitGate) admitAttempt(_ context.Context, _ int, now time.Time) admission {
+	a := g.b.Allow(now)
+	state := CircuitState(a.State)
+	if !a.OK {
+		return admission{circuit: state, refused: &denial{gate: gateCircuit, nextProbe: a.NextProbe, retryAfter: a.NextProbe.Sub(now)}}
+	}
+	return admission{circuit: state, probe: a.Ticket.Probe, pass: circuitPass{g.b, a.Ticket}}
+}
+
+func (g circuitGate) refusesAt(now, at time.Time) *denial {
+	if refused, next := g.b.RefusesAt(now, at); refused {
+		return &denial{gate: gateCircuit, nextProbe: next, retryAfter: next.Sub(now)}
+	}
+	return nil
+}
+
+// circuitPass is one admitted attempt, which the breaker hears the end of.
+type circuitPass struct {
+	b *breaker.Breaker
+	t breaker.Ticket
+}
+
+func (p circuitPass) settle(now time.Time, e attemptEvent) {
+	v := breaker.Neutral
+	switch {
+	case e.outcome.Success:
+		v = breaker.Success
+	case e.outcome.Signal == ProviderHealth:
+		v = breaker.Failure
+	}
+	p.b.Done(p.t, now, v)
+}

@@ -1,0 +1,298 @@
+// Package breaker is a circuit breaker driven by the caller's clock: every
+// method is given the time, so that a virtual clock runs it exactly.
+//
+// Closed, it counts the attempts that ended in the last Window, in buckets,
+// and opens when at least MinAttempts of them have a verdict and at least
+// FailureRatio of those failed. Open, it refuses every attempt until its
+// open period has passed. Then it is half-open: it admits one attempt at a
+// time, the probe. A probe that succeeds closes it; one that fails opens it
+// again for twice as long, up to MaxOpenFor. An attempt with no verdict
+// (the caller's own error, a rate limit) counts for nothing, and frees the
+// probe's place if it was the probe.
+//
+// Every change of state starts a new generation; an attempt admitted in an
+// older generation counts for nothing when it ends.
+package breaker
+
+import (
+	"sync"
+	"time"
+)
+
+// State is a breaker's state.
+type State uint8
+
+const (
+	Closed State = iota + 1
+	Open
+	HalfOpen
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	}
+	return "none"
+}
+
+// Verdict is what an ended attempt says of the provider's health.
+type Verdict uint8
+
+const (
+	// Neutral: nothing (a 4xx, a rate limit, the caller's cancellation,
+	// an attempt never sent).
+	Neutral Verdict = iota
+	Success
+	Failure
+)
+
+// Change is one change of state.
+type Change struct {
+	From, To State
+	At       time.Time
+	// NextProbe is when the breaker admits a probe, for a change to Open.
+	NextProbe time.Time
+}
+
+// Settings configure a breaker. Every field must be set: the caller
+// validates them and fills in defaults.
+type Settings struct {
+	FailureRatio float64
+	MinAttempts  int
+	Window       time.Duration
+	OpenFor      time.Duration
+	MaxOpenFor   time.Duration
+	// ProbeLimit is the longest a probe can take (the attempt timeout):
+	// while one is in flight, the next can start no later than its start
+	// plus ProbeLimit.
+	ProbeLimit time.Duration
+	// OnChange, when set, hears every change, in order, one at a time, with
+	// no lock of the breaker held: it may call the breaker.
+	OnChange func(Change)
+}
+
+// Buckets is the number of slices the closed state's window is counted
+// in: a window must be at least this many nanoseconds.
+const Buckets = 30
+
+const buckets = Buckets
+
+type bucket struct {
+	start           int64 // index of the slice of time it counts: UnixNano / slice
+	total, failures int
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use.
+type Breaker struct {
+	s     Settings
+	slice time.Duration // the length of a bucket
+
+	mu         sync.Mutex
+	state      State
+	origin     time.Time // the first time counted: slice 0 starts there
+	generation uint64
+	window     [buckets]bucket
+	openFor    time.Duration // the current open period
+	openUntil  time.Time
+	probeStart time.Time
+	probing    bool
+
+	// Changes wait here, under mu, for one goroutine at a time to deliver
+	// them with mu released.
+	pending    []Change
+	delivering bool
+}
+
+// New returns a closed breaker.
+func New(s Settings) *Breaker {
+	return &Breaker{s: s, slice: max(s.Window/buckets, 1), state: Closed, openFor: s.OpenFor}
+}
+
+// Ticket is an admitted attempt, to give back to Done when it ends.
+type Ticket struct {
+	generation uint64
+	// Probe is true for the one attempt admitted while half-open.
+	Probe bool
+}
+
+// Admission is the answer of Allow.
+type Admission struct {
+	OK     bool
+	Ticket Ticket
+	// State is the breaker's state when it answered.
+	State State
+	// NextProbe is, for a refusal, the earliest time a probe may be
+	// admitted.
+	NextProbe time.Time
+}
+
+// Allow admits an attempt at now, or refuses it.
+func (b *Breaker) Allow(now time.Time) Admission {
+	b.mu.Lock()
+	b.tick(now)
+	a := Admission{State: b.state}
+	switch b.state {
+	case Closed:
+		a.OK = true
+	case Open:
+		a.NextProbe = b.openUntil
+	case HalfOpen:
+		if b.probing {
+			a.NextProbe = b.probeStart.Add(b.s.ProbeLimit)
+		} else {
+			b.probing, b.probeStart = true, now
+			a.OK, a.Ticket.Probe = true, true
+		}
+	}
+	a.Ticket.generation = b.generation
+	b.unlockAndDeliver()
+	return a
+}
+
+// RefusesAt reports whether an attempt at the later time at would be
+// refused, as far as can be told at now, without admitting anything: it
+// lets a caller spend nothing on a retry that would be refused.
+func (b *Breaker) RefusesAt(now, at time.Time) (refused bool, nextProbe time.Time) {
+	b.mu.Lock()
+	b.tick(now)
+	refused = b.state == Open && b.openUntil.After(at)
+	nextProbe = b.openUntil
+	b.unlockAndDeliver()
+	return refused, nextProbe
+}
+
+// Done records the end of the attempt admitted with t.
+func (b *Breaker) Done(t Ticket, now time.Time, v Verdict) {
+	b.mu.Lock()
+	b.tick(now)
+	if t.generation != b.generation {
+		b.mu.Unlock()
+		return
+	}
+	switch b.state {
+	case Closed:
+		if v != Neutral {
+			b.count(now, v == Failure)
+			if b.tripped(now) {
+				b.open(now, b.s.OpenFor)
+			}
+		}
+	case HalfOpen:
+		if !t.Probe {
+			break
+		}
+		b.probing = false
+		switch v {
+		case Success:
+			b.change(Closed, now)
+		case Failure:
+			b.open(now, min(2*b.openFor, b.s.MaxOpenFor))
+		}
+	}
+	b.unlockAndDeliver()
+}
+
+// State returns the state at now.
+func (b *Breaker) State(now time.Time) State {
+	b.mu.Lock()
+	b.tick(now)
+	s := b.state
+	b.unlockAndDeliver()
+	return s
+}
+
+// tick moves an open breaker whose period has passed to half-open.
+// Requires mu.
+func (b *Breaker) tick(now time.Time) {
+	if b.state == Open && !now.Before(b.openUntil) {
+		b.change(HalfOpen, now)
+	}
+}
+
+// open opens the breaker for d. Requires mu.
+func (b *Breaker) open(now time.Time, d time.Duration) {
+	b.openFor = d
+	b.openUntil = now.Add(d)
+	b.change(Open, now)
+}
+
+// change moves to state to, starting a new generation. Requires mu.
+func (b *Breaker) change(to State, now time.Time) {
+	c := Change{From: b.state, To: to, At: now}
+	if to == Open {
+		c.NextProbe = b.openUntil
+	}
+	if to == Closed {
+		b.openFor = b.s.OpenFor
+		b.window = [buckets]bucket{}
+	}
+	b.state = to
+	b.generation++
+	b.probing = false
+	if b.s.OnChange != nil {
+		b.pending = append(b.pending, c)
+	}
+}
+
+// count adds an attempt with a verdict to the bucket of now. Requires mu.
+func (b *Breaker) count(now time.Time, failed bool) {
+	i := b.sliceOf(now)
+	bk := &b.window[i%buckets]
+	if bk.start != i {
+		*bk = bucket{start: i}
+	}
+	bk.total++
+	if failed {
+		bk.failures++
+	}
+}
+
+// sliceOf returns the index of the slice of time that holds t, counted
+// from the first time the breaker saw, so that it is never negative.
+func (b *Breaker) sliceOf(t time.Time) int64 {
+	if b.origin.IsZero() {
+		b.origin = t
+	}
+	return int64(max(t.Sub(b.origin), 0) / b.slice)
+}
+
+// tripped reports whether the window's attempts open the breaker.
+// Requires mu.
+func (b *Breaker) tripped(now time.Time) bool {
+	i := b.sliceOf(now)
+	var total, failures int
+	for _, bk := range b.window {
+		if bk.start > i-buckets && bk.start <= i {
+			total += bk.total
+			failures += bk.failures
+		}
+	}
+	return total >= b.s.MinAttempts && float64(failures) >= b.s.FailureRatio*float64(total)
+}
+
+// unlockAndDeliver releases mu and delivers the pending changes, unless
+// another goroutine is delivering them already: that one delivers these
+// too, after its own, so that OnChange hears them in order.
+func (b *Breaker) unlockAndDeliver() {
+	if len(b.pending) == 0 || b.delivering {
+		b.mu.Unlock()
+		return
+	}
+	b.delivering = true
+	for len(b.pending) > 0 {
+		batch := b.pending
+		b.pending = nil
+		b.mu.Unlock()
+		for _, c := range batch {
+			b.s.OnChange(c)
+		}
+		b.mu.Lock()
+	}
+	b.delivering = false
+	b.mu.Unlock()
+}

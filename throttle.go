@@ -1,0 +1,94 @@
+package damper
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// ThrottlePolicy configures the retry throttle, the rule of gRPC's retry
+// throttling: a count of tokens that starts full at MaxTokens; each failed
+// attempt that could be retried costs one token, each answered attempt
+// earns TokenRatio, and no retry is made while half of MaxTokens or fewer
+// are left. Unlike the retry budget, failures drain it, so a provider that
+// answers nothing gets almost no retries. A retry needs both the throttle
+// and the retry budget.
+//
+// The zero value is a working throttle with the defaults written beside
+// each field; a nil *ThrottlePolicy in a Policy means no throttle.
+type ThrottlePolicy struct {
+	// MaxTokens is the number of tokens, and where the count starts.
+	// Default 10; at most 1000.
+	MaxTokens int
+	// TokenRatio is what each answered attempt earns, at most 1. Default
+	// 0.2: the count holds while fewer than one attempt in six fails.
+	TokenRatio float64
+}
+
+// Defaults of the ThrottlePolicy fields.
+const (
+	DefaultThrottleMaxTokens  = 10
+	DefaultThrottleTokenRatio = 0.2
+)
+
+// withDefaults returns a copy of p with every zero field set to its
+// default, or an error naming the first field that cannot be used.
+func (p ThrottlePolicy) withDefaults() (*ThrottlePolicy, error) {
+	if p.MaxTokens < 0 || p.MaxTokens > 1000 {
+		return nil, fieldError("Throttle.MaxTokens", p.MaxTokens, "must be in [1, 1000] (0 means the default, 10)")
+	}
+	if math.IsNaN(p.TokenRatio) || p.TokenRatio < 0 || p.TokenRatio > 1 {
+		return nil, fieldError("Throttle.TokenRatio", p.TokenRatio, "must be in (0, 1] (0 means the default, 0.2)")
+	}
+	p.MaxTokens = orDefault(p.MaxTokens, DefaultThrottleMaxTokens)
+	p.TokenRatio = orDefault(p.TokenRatio, DefaultThrottleTokenRatio)
+	if math.Round(p.TokenRatio*1000) < 1 {
+		return nil, fieldError("Throttle.TokenRatio", p.TokenRatio, "must be at least 0.001")
+	}
+	return &p, nil
+}
+
+// retryThrottle keeps the throttle's count in thousandths of a token, so
+// that it is one atomic integer.
+type retryThrottle struct {
+	max, half, ratio int64
+	tokens           atomic.Int64
+}
+
+func newRetryThrottle(p *ThrottlePolicy) *retryThrottle {
+	t := &retryThrottle{
+		max:   int64(p.MaxTokens) * 1000,
+		half:  int64(p.MaxTokens) * 500,
+		ratio: int64(math.Round(p.TokenRatio * 1000)),
+	}
+	t.tokens.Store(t.max)
+	return t
+}
+
+// observeAttempt takes a token for a failed attempt that could be retried
+// and gives back a share of one for an answered attempt.
+func (t *retryThrottle) observeAttempt(_ context.Context, _ time.Time, e attemptEvent) {
+	switch {
+	case e.outcome.Success:
+		t.add(t.ratio)
+	case e.class == Retryable:
+		t.add(-1000)
+	}
+}
+
+func (t *retryThrottle) add(delta int64) {
+	for {
+		old := t.tokens.Load()
+		n := min(max(old+delta, 0), t.max)
+		if n == old || t.tokens.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// allows reports whether a retry may be made now.
+func (t *retryThrottle) allows() bool { return t.tokens.Load() > t.half }
+
+// left returns the number of tokens left.
+func (t *retryThrottle) left() float64 { return float64(t.tokens.Load()) / 1000 }
