@@ -159,6 +159,12 @@ type reportSinkKey struct{}
 // [Report] into dst once the call returns (and again when a stream ends).
 // It works whichever order it is given in with the Damper option; without
 // a Damper on the client it leaves dst untouched.
+//
+// Given after the Damper option (a per-call option always is, when Damper
+// is on the client), it reaches Damper with the call's first attempt: a
+// call refused before any attempt, by an open circuit breaker, leaves dst
+// untouched, and its report is on the [*Error] only. [ContextWithReport]
+// has no such gap.
 func ReportInto(dst *Report) option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		if c, ok := req.Context().Value(callKey{}).(*call); ok {
@@ -166,6 +172,14 @@ func ReportInto(dst *Report) option.RequestOption {
 			c.setSink(dst)
 			return next(req)
 		}
-		return next(req.WithContext(context.WithValue(req.Context(), reportSinkKey{}, dst)))
+		return next(req.WithContext(ContextWithReport(req.Context(), dst)))
 	})
+}
+
+// ContextWithReport returns a copy of ctx that makes Damper write the
+// [Report] of a call made with it into dst, as [ReportInto] does, for
+// every call, including one refused before its first attempt. Give each
+// call its own destination.
+func ContextWithReport(ctx context.Context, dst *Report) context.Context {
+	return context.WithValue(ctx, reportSinkKey{}, dst)
 }

@@ -51,20 +51,25 @@ func parseDemo(args []string, stderr io.Writer) (demoFlags, error) {
 
 The outage demo. Every logical request fails with 529 overloaded a set
 number of times before it succeeds. The same requests go, through the
-official Go SDK, to a fake Messages API served in memory, twice:
+official Go SDK, to a fake Messages API served in memory, three times:
 
-  naive   a plain loop of up to --max-attempts SDK calls per request, with
-          the SDK's own retries off and full-jitter backoff between them
-  damper  one SDK call per request, retries owned by Damper
+  naive           a plain loop of up to --max-attempts SDK calls per request,
+                  with the SDK's own retries off and full-jitter backoff
+  damper          one SDK call per request, retries owned by Damper
+  damper+breaker  the same Damper policy with a circuit breaker and a retry
+                  throttle added, each with its defaults
 
 Backoffs sleep on a virtual clock, so the run takes about a second of real
 time and nothing touches the network. With the defaults the result is exact:
 naive 3,000 attempts (3.00x); Damper 1,010 attempts (1.01x) and 995
 budget-exhausted events, because each budget window starts with 10 units and
 grows only with first attempts that succeed, which an outage has none of.
+With the breaker and throttle, 20 attempts: the throttle stops retrying once
+failures have taken half its tokens, and the breaker opens at the 20th
+attempt, after which nothing is sent.
 
-The command exits with status 1 when Damper's amplification is above
---max-amplification, 2 on a bad flag.
+The command exits with status 1 when Damper's amplification (the second
+run) is above --max-amplification, 2 on a bad flag.
 
 Flags:
 `)
@@ -177,6 +182,14 @@ func printDemo(w io.Writer, res outage.Result, maxAmplification float64, pass bo
 	fmt.Fprintf(w, "\nDamper (%d attempts; budget of %d units + %g per first-attempt success, per %v window):\n",
 		p.MaxAttempts, p.RetryBudgetMinTokens, p.RetryBudgetRatio, p.RetryBudgetWindow)
 	printRun(w, res.Damper, true)
+	b, t := res.Protected.Breaker, res.Protected.Throttle
+	fmt.Fprintf(w, "\nDamper with breaker and throttle (as above; the breaker opens when at least %g%% of at least %d attempts\n"+
+		"in %v fail, and admits one probe %v later; the throttle holds %d tokens, -1 per failure, +%g per success):\n",
+		100*b.FailureRatio, b.MinAttempts, b.Window, b.OpenFor, t.MaxTokens, t.TokenRatio)
+	printRun(w, res.Breaker, true)
+	if res.Breaker.CircuitOpen > 0 && res.Breaker.Elapsed < b.OpenFor {
+		fmt.Fprintf(w, "  (the requests come back to back and only retries wait, so the run is over before a probe is due)\n")
+	}
 
 	verdict := "PASS"
 	relation := "is within"
@@ -194,6 +207,10 @@ func printRun(w io.Writer, r outage.Run, budget bool) {
 	line("amplification", fmt.Sprintf("%.2fx", r.Amplification))
 	if budget {
 		line("budget exhausted events", thousands(r.BudgetExhausted))
+	}
+	if r.Throttled > 0 || r.CircuitOpen > 0 {
+		line("retry throttled events", thousands(r.Throttled))
+		line("circuit open events", thousands(r.CircuitOpen))
 	}
 	line("succeeded", thousands(r.Succeeded))
 	line("virtual time", r.Elapsed.Round(100*time.Millisecond).String())

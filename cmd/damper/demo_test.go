@@ -16,9 +16,10 @@ func TestDemoDefault(t *testing.T) {
 	if code := run([]string{"demo"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
-	naive, dmp, ok := strings.Cut(out.String(), "Damper (")
-	if !ok {
-		t.Fatalf("no Damper section in:\n%s", out.String())
+	naive, rest, ok := strings.Cut(out.String(), "Damper (")
+	dmp, brk, ok2 := strings.Cut(rest, "Damper with breaker and throttle (")
+	if !ok || !ok2 {
+		t.Fatalf("no Damper section, or no breaker section, in:\n%s", out.String())
 	}
 	for _, want := range []string{
 		"logical requests:         1,000\n",
@@ -34,10 +35,25 @@ func TestDemoDefault(t *testing.T) {
 		"provider attempts:        1,010\n",
 		"amplification:            1.01x\n",
 		"budget exhausted events:  995\n",
-		"PASS: Damper's amplification 1.01x is within the 1.10x limit",
 	} {
 		if !strings.Contains(dmp, want) {
 			t.Errorf("Damper section lacks %q:\n%s", want, dmp)
+		}
+	}
+	// The breaker's rule: the throttle refuses the third request's second
+	// retry and every retry after; the 20th attempt, 18 of them failed,
+	// opens the breaker, and the remaining 986 requests send nothing.
+	for _, want := range []string{
+		"at least 50% of at least 20 attempts\nin 30s fail, and admits one probe 30s later",
+		"provider attempts:        20\n",
+		"amplification:            0.02x\n",
+		"retry throttled events:   12\n",
+		"circuit open events:      986\n",
+		"succeeded:                2\n",
+		"PASS: Damper's amplification 1.01x is within the 1.10x limit",
+	} {
+		if !strings.Contains(brk, want) {
+			t.Errorf("breaker section lacks %q:\n%s", want, brk)
 		}
 	}
 }
@@ -60,6 +76,12 @@ func TestDemoJSON(t *testing.T) {
 			Exhausted int `json:"budget_exhausted_events"`
 			Succeeded int `json:"succeeded"`
 		} `json:"damper"`
+		Breaker struct {
+			Attempts    int `json:"provider_attempts"`
+			Succeeded   int `json:"succeeded"`
+			Throttled   int `json:"retry_throttled_events"`
+			CircuitOpen int `json:"circuit_open_events"`
+		} `json:"damper_breaker"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
@@ -69,6 +91,12 @@ func TestDemoJSON(t *testing.T) {
 	if !got.Pass || got.Naive.Attempts != 800 || got.Naive.Amp != 2 ||
 		got.Damper.Requests != 400 || got.Damper.Attempts != 430 || got.Damper.Exhausted != 370 || got.Damper.Succeeded != 30 {
 		t.Errorf("got %+v, want pass, naive 800 attempts (2x), Damper 400 requests, 430 attempts, 370 exhausted, 30 succeeded", got)
+	}
+	// With the breaker and throttle: five requests retry and succeed (the
+	// throttle falls from 10 to 6 tokens), the next nine are throttled, and
+	// the 20th attempt (15 failed) opens the breaker for the remaining 386.
+	if b := got.Breaker; b.Attempts != 20 || b.Succeeded != 5 || b.Throttled != 9 || b.CircuitOpen != 386 {
+		t.Errorf("breaker run %+v, want 20 attempts, 5 succeeded, 9 throttled, 386 circuit open", b)
 	}
 }
 
@@ -138,8 +166,8 @@ func TestDemoSVG(t *testing.T) {
 			}
 		}
 	}
-	if !ids["naive"] || !ids["damper"] {
-		t.Errorf("chart series found: %v, want naive and damper", ids)
+	if !ids["naive"] || !ids["damper"] || !ids["damper-breaker"] {
+		t.Errorf("chart series found: %v, want naive, damper and damper-breaker", ids)
 	}
 
 	code := run([]string{"demo", "--svg", filepath.Join(t.TempDir(), "missing", "chart.svg")}, &out, &errb)

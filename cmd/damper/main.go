@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	damper demo [flags]        the outage demo: naive retries vs Damper
+//	damper demo [flags]        the outage demo: naive retries vs Damper, without and with its breaker
 //	damper scenarios [flags]   the SDK failure catalogue, bare SDK vs Damper
 //	damper help [command]      help for a command
 //
@@ -38,7 +38,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "the outage demo: 1,000 requests, naive retries vs Damper (offline, virtual time)", runDemo},
+		{"demo", "the outage demo: 1,000 requests, naive retries vs Damper, without and with its breaker (offline, virtual time)", runDemo},
 		{"scenarios", "the SDK failure catalogue, bare SDK vs Damper, side by side (loopback, real time)", runScenarios},
 	}
 }

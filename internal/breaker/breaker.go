@@ -2,8 +2,8 @@
 // method is given the time, so that a virtual clock runs it exactly.
 //
 // Closed, it counts the attempts that ended in the last Window, in buckets,
-// and opens when at least MinAttempts of them have a verdict and at least
-// FailureRatio of those failed. Open, it refuses every attempt until its
+// and opens on a failure that leaves at least MinAttempts of them with a
+// verdict and at least FailureRatio of those failed. Open, it refuses every attempt until its
 // open period has passed. Then it is half-open: it admits one attempt at a
 // time, the probe. A probe that succeeds closes it; one that fails opens it
 // again for twice as long, up to MaxOpenFor. An attempt with no verdict
@@ -94,7 +94,9 @@ type Breaker struct {
 
 	mu         sync.Mutex
 	state      State
-	origin     time.Time // the first time counted: slice 0 starts there
+	origin     time.Time // where slice 0 starts: the first time counted
+	counted    bool      // whether origin is set (a virtual clock may start at the zero time)
+	newest     int64     // the newest slice counted
 	generation uint64
 	window     [buckets]bucket
 	openFor    time.Duration // the current open period
@@ -171,14 +173,17 @@ func (b *Breaker) Done(t Ticket, now time.Time, v Verdict) {
 	b.mu.Lock()
 	b.tick(now)
 	if t.generation != b.generation {
-		b.mu.Unlock()
+		// tick may have moved the breaker to half-open: deliver that.
+		b.unlockAndDeliver()
 		return
 	}
 	switch b.state {
 	case Closed:
 		if v != Neutral {
-			b.count(now, v == Failure)
-			if b.tripped(now) {
+			i := b.count(now, v == Failure)
+			// Only a failure opens it: a success never does, even one that
+			// brings the window to MinAttempts.
+			if v == Failure && b.tripped(i) {
 				b.open(now, b.s.OpenFor)
 			}
 		}
@@ -239,8 +244,9 @@ func (b *Breaker) change(to State, now time.Time) {
 	}
 }
 
-// count adds an attempt with a verdict to the bucket of now. Requires mu.
-func (b *Breaker) count(now time.Time, failed bool) {
+// count adds an attempt with a verdict to the bucket of now, and returns
+// the index of its slice. Requires mu.
+func (b *Breaker) count(now time.Time, failed bool) int64 {
 	i := b.sliceOf(now)
 	bk := &b.window[i%buckets]
 	if bk.start != i {
@@ -250,21 +256,54 @@ func (b *Breaker) count(now time.Time, failed bool) {
 	if failed {
 		bk.failures++
 	}
+	return i
 }
+
+// rebaseAfter is how far past origin a time moves origin forward: t.Sub
+// saturates at about 292 years, and would then put every later count in
+// one slice that never expires.
+const rebaseAfter = time.Duration(1 << 62) // about 146 years
 
 // sliceOf returns the index of the slice of time that holds t, counted
-// from the first time the breaker saw, so that it is never negative.
+// from origin. A time before the newest slice counted (a clock going
+// backwards, or callers that read the clock in one order and lock in
+// another) counts in the newest slice: it neither evicts newer counts nor
+// leaves them out of the decision to open. Requires mu.
 func (b *Breaker) sliceOf(t time.Time) int64 {
-	if b.origin.IsZero() {
-		b.origin = t
+	if !b.counted {
+		b.origin, b.counted = t, true
 	}
-	return int64(max(t.Sub(b.origin), 0) / b.slice)
+	if t.Sub(b.origin) >= rebaseAfter {
+		b.rebase(t)
+	}
+	i := max(int64(max(t.Sub(b.origin), 0)/b.slice), b.newest)
+	b.newest = i
+	return i
 }
 
-// tripped reports whether the window's attempts open the breaker.
+// rebase moves origin forward to near t, by a whole number of windows so
+// that every live bucket keeps its place and its edges; when t is that far
+// past every count, they have all expired, and origin starts again at t.
 // Requires mu.
-func (b *Breaker) tripped(now time.Time) bool {
-	i := b.sliceOf(now)
+func (b *Breaker) rebase(t time.Time) {
+	k := max(b.newest-buckets, 0) / buckets * buckets
+	b.origin = b.origin.Add(time.Duration(k) * b.slice)
+	b.newest -= k
+	for i := range b.window {
+		b.window[i].start -= k
+	}
+	if t.Sub(b.origin) >= rebaseAfter {
+		b.origin, b.newest, b.window = t, 0, [buckets]bucket{}
+	}
+}
+
+// ratioSlack absorbs the rounding of FailureRatio*total: a ratio of 0.07
+// opens at 7 failures of 100, though 0.07*100 is 7.000000000000001.
+const ratioSlack = 1 - 1e-12
+
+// tripped reports whether the window's attempts, up to slice i, open the
+// breaker. Requires mu.
+func (b *Breaker) tripped(i int64) bool {
 	var total, failures int
 	for _, bk := range b.window {
 		if bk.start > i-buckets && bk.start <= i {
@@ -272,7 +311,7 @@ func (b *Breaker) tripped(now time.Time) bool {
 			failures += bk.failures
 		}
 	}
-	return total >= b.s.MinAttempts && float64(failures) >= b.s.FailureRatio*float64(total)
+	return total >= b.s.MinAttempts && float64(failures) >= b.s.FailureRatio*float64(total)*ratioSlack
 }
 
 // unlockAndDeliver releases mu and delivers the pending changes, unless
@@ -284,15 +323,27 @@ func (b *Breaker) unlockAndDeliver() {
 		return
 	}
 	b.delivering = true
-	for len(b.pending) > 0 {
-		batch := b.pending
-		b.pending = nil
-		b.mu.Unlock()
-		for _, c := range batch {
-			b.s.OnChange(c)
+	done := false
+	defer func() {
+		if !done {
+			// OnChange panicked, with mu released: the next call delivers
+			// the changes still pending.
+			b.mu.Lock()
+			b.delivering = false
+			b.mu.Unlock()
 		}
+	}()
+	for len(b.pending) > 0 {
+		c := b.pending[0]
+		b.pending = b.pending[1:]
+		if len(b.pending) == 0 {
+			b.pending = nil
+		}
+		b.mu.Unlock()
+		b.s.OnChange(c)
 		b.mu.Lock()
 	}
 	b.delivering = false
+	done = true
 	b.mu.Unlock()
 }

@@ -1,5 +1,6 @@
-// Package outage simulates a provider outage against two retry strategies,
-// a naive per-request retry loop and Damper, through the real SDK request
+// Package outage simulates a provider outage against three retry
+// strategies, a naive per-request retry loop, Damper, and Damper with its
+// circuit breaker and retry throttle, through the real SDK request
 // path: an anthropic.Client whose HTTP transport serves a fake Messages API
 // in memory, and a virtual clock that every backoff sleeps on. Nothing goes
 // to the network and nothing waits on real time, so a run of thousands of
@@ -32,9 +33,10 @@ type Config struct {
 	// requests (and with it the attempt count) can change from run to run.
 	Concurrency int
 	// Policy is Damper's policy. Its MaxAttempts, BackoffBase and
-	// BackoffMax (defaults filled in) also drive the naive loop, so the two
+	// BackoffMax (defaults filled in) also drive the naive loop, so the
 	// strategies differ only in what Damper adds: the retry budget and the
-	// other admission gates.
+	// other admission gates. The third run adds a breaker and a throttle
+	// to it (see [Protected]).
 	Policy damper.Policy
 	// Seed seeds the jitter of both strategies.
 	Seed uint64
@@ -63,7 +65,7 @@ func (c Config) Validate() error {
 
 // Run is what one strategy did during the outage. Times are virtual.
 type Run struct {
-	// Name is "naive" or "damper".
+	// Name is "naive", "damper" or "damper+breaker".
 	Name string `json:"name"`
 	// Requests is the number of logical requests made.
 	Requests int `json:"logical_requests"`
@@ -76,6 +78,10 @@ type Run struct {
 	// BudgetExhausted is the number of logical requests that ended because
 	// the retry budget refused a retry (always 0 for the naive loop).
 	BudgetExhausted int `json:"budget_exhausted_events"`
+	// Throttled and CircuitOpen are the logical requests that the retry
+	// throttle, or the circuit breaker, ended (0 without them).
+	Throttled   int `json:"retry_throttled_events"`
+	CircuitOpen int `json:"circuit_open_events"`
 	// Outcomes counts the logical requests by how they ended, as Damper's
 	// report names it; the naive loop reports only success and
 	// attempts_exhausted.
@@ -99,6 +105,22 @@ type Result struct {
 	Policy damper.Policy `json:"-"`
 	Naive  Run           `json:"naive"`
 	Damper Run           `json:"damper"`
+	// Protected is the policy of the third run, defaults filled in.
+	Protected damper.Policy `json:"-"`
+	// Breaker is Damper with the policy [Protected] makes of Policy.
+	Breaker Run `json:"damper_breaker"`
+}
+
+// Protected returns p with a circuit breaker and a retry throttle, each
+// with its defaults where p has none: the policy of the demo's third run.
+func Protected(p damper.Policy) damper.Policy {
+	if p.Breaker == nil {
+		p.Breaker = &damper.BreakerPolicy{}
+	}
+	if p.Throttle == nil {
+		p.Throttle = &damper.ThrottlePolicy{}
+	}
+	return p
 }
 
 // finish fills in the fields derived from the counts.
@@ -108,5 +130,7 @@ func (r *Run) finish() {
 	}
 	r.ElapsedSeconds = r.Elapsed.Seconds()
 	r.BudgetExhausted = r.Outcomes[damper.OutcomeBudgetExhausted]
+	r.Throttled = r.Outcomes[damper.OutcomeRetryThrottled]
+	r.CircuitOpen = r.Outcomes[damper.OutcomeCircuitOpen]
 	r.Succeeded = r.Outcomes[damper.OutcomeSuccess]
 }

@@ -3,6 +3,8 @@ package outage
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +33,109 @@ func TestDefaultDemo(t *testing.T) {
 	if res.Policy.MaxAttempts != 3 || res.Policy.RetryBudgetMinTokens != 10 {
 		t.Errorf("Result.Policy = %+v, want the defaults filled in", res.Policy)
 	}
+	// The third run: the throttle stops retries at the third request, the
+	// breaker opens at the 20th attempt (18 of them failed), and nothing
+	// is sent after it.
+	want := Run{Requests: 1000, Attempts: 20, Succeeded: 2, Throttled: 12, CircuitOpen: 986}
+	checkRun(t, res.Breaker, want, "0.02")
+	if res.Breaker.Throttled != 12 || res.Breaker.CircuitOpen != 986 || len(res.Breaker.Outcomes) != 3 {
+		t.Errorf("breaker run outcomes = %v, want 2 success, 12 retry_throttled, 986 circuit_open", res.Breaker.Outcomes)
+	}
+}
+
+// expectProtected is what the breaker's and the throttle's rules predict
+// for requests one at a time, each failing its first failures attempts,
+// when the run stays inside one budget window and one breaker window:
+// the model is written from the rules, not from the engine.
+func expectProtected(requests, failures int, p damper.Policy) Run {
+	b, th := p.Breaker, p.Throttle
+	tokens, maxTokens := th.MaxTokens*1000, th.MaxTokens*1000 // thousandths
+	ratio := int(math.Round(th.TokenRatio * 1000))
+	units := p.RetryBudgetMinTokens // no first attempt succeeds when failures >= 1
+	total, failed, open := 0, 0, false
+	run := Run{Requests: requests, Outcomes: map[damper.Outcome]int{}}
+	for range requests {
+		outcome := damper.OutcomeCircuitOpen
+		for n := 1; !open; n++ {
+			run.Attempts++
+			total++
+			if n > failures {
+				tokens = min(tokens+ratio, maxTokens)
+				outcome = damper.OutcomeSuccess
+				break
+			}
+			failed++
+			tokens = max(tokens-1000, 0)
+			open = total >= b.MinAttempts && float64(failed) >= b.FailureRatio*float64(total)
+			if n >= p.MaxAttempts {
+				outcome = damper.OutcomeAttemptsExhausted
+				break
+			}
+			if open {
+				break // the retry is refused: circuit_open
+			}
+			if tokens <= maxTokens/2 {
+				outcome = damper.OutcomeRetryThrottled
+				break
+			}
+			if units == 0 {
+				outcome = damper.OutcomeBudgetExhausted
+				break
+			}
+			units--
+		}
+		run.Outcomes[outcome]++
+	}
+	run.finish()
+	return run
+}
+
+func TestProtectedRule(t *testing.T) {
+	tests := []struct {
+		name     string
+		requests int
+		failures int
+		policy   damper.Policy
+	}{
+		{"the demo", 1000, 2, damper.Policy{}},
+		{"one failure each", 1000, 1, damper.Policy{}},
+		{"failures outlast the attempts", 300, 4, damper.Policy{}},
+		{"a larger throttle", 500, 1, damper.Policy{Throttle: &damper.ThrottlePolicy{MaxTokens: 30, TokenRatio: 0.5}}},
+		{"a patient breaker", 500, 2, damper.Policy{Breaker: &damper.BreakerPolicy{MinAttempts: 200, FailureRatio: 0.9}}},
+		{"no outage", 300, 0, damper.Policy{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{Requests: tt.requests, Failures: tt.failures, Concurrency: 1, Policy: tt.policy, Seed: 3}
+			d, err := damper.New(Protected(tt.policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := expectProtected(tt.requests, tt.failures, d.Policy())
+			got, err := SimulateBreaker(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRun(t, got, want, formatAmp(want.Amplification))
+			if !maps.Equal(got.Outcomes, want.Outcomes) {
+				t.Errorf("outcomes = %v, want %v", got.Outcomes, want.Outcomes)
+			}
+			if got.Elapsed >= d.Policy().Breaker.Window {
+				t.Errorf("the run took %v of virtual time: past one breaker window, the model does not hold", got.Elapsed)
+			}
+		})
+	}
 }
 
 func checkRun(t *testing.T, got, want Run, amp string) {
 	t.Helper()
 	if got.Requests != want.Requests || got.Attempts != want.Attempts ||
-		got.Succeeded != want.Succeeded || got.BudgetExhausted != want.BudgetExhausted {
-		t.Errorf("%s: requests/attempts/succeeded/exhausted = %d/%d/%d/%d, want %d/%d/%d/%d", got.Name,
-			got.Requests, got.Attempts, got.Succeeded, got.BudgetExhausted,
-			want.Requests, want.Attempts, want.Succeeded, want.BudgetExhausted)
+		got.Succeeded != want.Succeeded || got.BudgetExhausted != want.BudgetExhausted ||
+		got.Throttled != want.Throttled || got.CircuitOpen != want.CircuitOpen {
+		t.Errorf("%s: requests/attempts/succeeded/exhausted/throttled/circuit open = %d/%d/%d/%d/%d/%d, want %d/%d/%d/%d/%d/%d", got.Name,
+			got.Requests, got.Attempts, got.Succeeded, got.BudgetExhausted, got.Throttled, got.CircuitOpen,
+			want.Requests, want.Attempts, want.Succeeded, want.BudgetExhausted, want.Throttled, want.CircuitOpen)
 	}
 	if s := formatAmp(got.Amplification); s != amp {
 		t.Errorf("%s: amplification = %s, want %s", got.Name, s, amp)
@@ -120,7 +216,8 @@ func TestNoOutage(t *testing.T) {
 	}
 	checkRun(t, res.Naive, Run{Requests: 250, Attempts: 250, Succeeded: 250}, "1.00")
 	checkRun(t, res.Damper, Run{Requests: 250, Attempts: 250, Succeeded: 250}, "1.00")
-	if res.Naive.Elapsed != 0 || res.Damper.Elapsed != 0 {
+	checkRun(t, res.Breaker, Run{Requests: 250, Attempts: 250, Succeeded: 250}, "1.00")
+	if res.Naive.Elapsed != 0 || res.Damper.Elapsed != 0 || res.Breaker.Elapsed != 0 {
 		t.Errorf("virtual time = %v / %v, want 0: nothing waits without failures", res.Naive.Elapsed, res.Damper.Elapsed)
 	}
 }
@@ -136,7 +233,7 @@ func TestDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pair := range [][2]Run{{a.Naive, b.Naive}, {a.Damper, b.Damper}} {
+	for _, pair := range [][2]Run{{a.Naive, b.Naive}, {a.Damper, b.Damper}, {a.Breaker, b.Breaker}} {
 		if pair[0].Elapsed != pair[1].Elapsed || !equalTimes(pair[0].AttemptTimes, pair[1].AttemptTimes) {
 			t.Errorf("%s: two runs with one seed differ: %v vs %v", pair[0].Name, pair[0].Elapsed, pair[1].Elapsed)
 		}

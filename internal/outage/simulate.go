@@ -21,8 +21,9 @@ import (
 // the window length.
 var epoch = time.Unix(0, 0).UTC()
 
-// Simulate runs the outage of cfg twice, first with the naive loop, then
-// with Damper, each against its own fake API and virtual clock.
+// Simulate runs the outage of cfg three times, with the naive loop, with
+// Damper, and with Damper under [Protected] policy, each against its own
+// fake API and virtual clock.
 func Simulate(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -31,14 +32,21 @@ func Simulate(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	protected, err := damper.New(Protected(cfg.Policy))
+	if err != nil {
+		return Result{}, err
+	}
 	res := Result{
 		Requests: cfg.Requests, Failures: cfg.Failures, Concurrency: cfg.Concurrency,
-		Seed: cfg.Seed, Policy: probe.Policy(),
+		Seed: cfg.Seed, Policy: probe.Policy(), Protected: protected.Policy(),
 	}
 	if res.Naive, err = SimulateNaive(ctx, cfg); err != nil {
 		return Result{}, err
 	}
 	if res.Damper, err = SimulateDamper(ctx, cfg); err != nil {
+		return Result{}, err
+	}
+	if res.Breaker, err = SimulateBreaker(ctx, cfg); err != nil {
 		return Result{}, err
 	}
 	return res, nil
@@ -90,11 +98,24 @@ func SimulateNaive(ctx context.Context, cfg Config) (Run, error) {
 // cfg.Policy on the virtual clock. Each logical request is one SDK call;
 // Damper owns its retries, and its report says how the call ended.
 func SimulateDamper(ctx context.Context, cfg Config) (Run, error) {
+	return simulateDamper(ctx, cfg, "damper", cfg.Policy)
+}
+
+// SimulateBreaker runs the outage like SimulateDamper, under the policy
+// [Protected] makes of cfg.Policy. Requests come one after another and
+// the virtual clock moves only while a request waits for its retry, so
+// once the breaker opens no time passes and it stays open: every later
+// request fails at once, with nothing sent.
+func SimulateBreaker(ctx context.Context, cfg Config) (Run, error) {
+	return simulateDamper(ctx, cfg, "damper+breaker", Protected(cfg.Policy))
+}
+
+func simulateDamper(ctx context.Context, cfg Config, name string, p damper.Policy) (Run, error) {
 	if err := cfg.Validate(); err != nil {
 		return Run{}, err
 	}
 	clock := dampertest.NewClock(epoch)
-	d, err := damper.New(cfg.Policy, damper.WithClock(clock), damper.WithRand(newRand(cfg.Seed)))
+	d, err := damper.New(p, damper.WithClock(clock), damper.WithRand(newRand(cfg.Seed)))
 	if err != nil {
 		return Run{}, err
 	}
@@ -105,7 +126,7 @@ func SimulateDamper(ctx context.Context, cfg Config) (Run, error) {
 	outcomes := map[damper.Outcome]int{}
 	err = forEach(ctx, cfg, func(i int) error {
 		var rep damper.Report
-		_, err := client.Messages.New(ctx, params(i), tag(i), damper.ReportInto(&rep))
+		_, err := client.Messages.New(damper.ContextWithReport(ctx, &rep), params(i), tag(i))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -121,7 +142,7 @@ func SimulateDamper(ctx context.Context, cfg Config) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	return collect("damper", cfg, fake, clock, outcomes), nil
+	return collect(name, cfg, fake, clock, outcomes), nil
 }
 
 // forEach calls f for request indexes 0..cfg.Requests-1 on cfg.Concurrency

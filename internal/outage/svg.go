@@ -21,9 +21,10 @@ const (
 
 // Series colours: colour-blind safe, and distinct in grey scale.
 const (
-	naiveColor  = "#d55e00"
-	damperColor = "#0072b2"
-	limitColor  = "#6b6b6b"
+	naiveColor   = "#d55e00"
+	damperColor  = "#0072b2"
+	breakerColor = "#009e73"
+	limitColor   = "#6b6b6b"
 )
 
 // WriteSVG draws r as an SVG chart of cumulative provider attempts over
@@ -31,11 +32,12 @@ const (
 // A maxAmplification above 0 adds the pass/fail line at that many attempts
 // per logical request.
 //
-// Each series is a <g> element with id "naive" or "damper" and a
-// data-attempts attribute, so that tools and tests can find it.
+// Each series is a <g> element with id "naive", "damper" or
+// "damper-breaker" and a data-attempts attribute, so that tools and tests
+// can find it.
 func WriteSVG(w io.Writer, r Result, maxAmplification float64) error {
 	var b bytes.Buffer
-	end := max(r.Naive.Elapsed, r.Damper.Elapsed, time.Second)
+	end := max(r.Naive.Elapsed, r.Damper.Elapsed, r.Breaker.Elapsed, time.Second)
 	unit, unitName := time.Second, "seconds"
 	if end >= 2*time.Minute {
 		unit, unitName = time.Minute, "minutes"
@@ -48,7 +50,7 @@ func WriteSVG(w io.Writer, r Result, maxAmplification float64) error {
 	y := func(n float64) float64 { return padT + plotH - n/yMax*plotH }
 
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="13">`+"\n", chartW, chartH, chartW, chartH)
-	fmt.Fprintf(&b, `<title>%s</title>`+"\n", esc("Provider attempts during a simulated outage: naive retries vs Damper"))
+	fmt.Fprintf(&b, `<title>%s</title>`+"\n", esc("Provider attempts during a simulated outage: naive retries, Damper, and Damper with its breaker"))
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", chartW, chartH)
 	text(&b, padL, 28, "start", 17, "bold", "#222", "Provider attempts during a simulated outage")
 	text(&b, padL, 48, "start", 13, "normal", "#555", fmt.Sprintf(
@@ -81,14 +83,17 @@ func WriteSVG(w io.Writer, r Result, maxAmplification float64) error {
 
 	series(&b, r.Naive, "naive", naiveColor, x, y, end)
 	series(&b, r.Damper, "damper", damperColor, x, y, end)
+	series(&b, r.Breaker, "damper-breaker", breakerColor, x, y, end)
 
 	// Legend, top left of the plot, where both lines start low.
 	lx, ly := float64(padL+16), float64(padT+14)
-	fmt.Fprintf(&b, `<g id="legend"><rect x="%.0f" y="%.0f" width="545" height="54" fill="#ffffff" stroke="#cccccc"/>`+"\n", lx-8, ly-10)
+	fmt.Fprintf(&b, `<g id="legend"><rect x="%.0f" y="%.0f" width="545" height="76" fill="#ffffff" stroke="#cccccc"/>`+"\n", lx-8, ly-10)
 	legend(&b, lx, ly+6, naiveColor, fmt.Sprintf("Naive retries: %s attempts, %.2fx, done at %s",
 		thousands(r.Naive.Attempts), r.Naive.Amplification, short(r.Naive.Elapsed)))
 	legend(&b, lx, ly+28, damperColor, fmt.Sprintf("Damper: %s attempts, %.2fx, %s budget-exhausted, done at %s",
 		thousands(r.Damper.Attempts), r.Damper.Amplification, thousands(r.Damper.BudgetExhausted), short(r.Damper.Elapsed)))
+	legend(&b, lx, ly+50, breakerColor, fmt.Sprintf("Damper + breaker: %s attempts, %.2fx, %s circuit-open, done at %s",
+		thousands(r.Breaker.Attempts), r.Breaker.Amplification, thousands(r.Breaker.CircuitOpen), short(r.Breaker.Elapsed)))
 	b.WriteString("</g>\n</svg>\n")
 
 	_, err := w.Write(b.Bytes())

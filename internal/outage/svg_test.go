@@ -60,7 +60,7 @@ func TestWriteSVG(t *testing.T) {
 	for _, s := range []struct {
 		id       string
 		attempts string
-	}{{"naive", "900"}, {"damper", "310"}} {
+	}{{"naive", "900"}, {"damper", "310"}, {"damper-breaker", "20"}} {
 		groups := root.find(func(n svgNode) bool { return n.XMLName.Local == "g" && n.attr("id") == s.id })
 		if len(groups) != 1 {
 			t.Fatalf("%d <g id=%q> elements, want 1", len(groups), s.id)
@@ -83,6 +83,7 @@ func TestWriteSVG(t *testing.T) {
 	for _, want := range []string{
 		"Naive retries: 900 attempts, 3.00x",
 		"Damper: 310 attempts, 1.03x, 295 budget-exhausted",
+		"Damper + breaker: 20 attempts, 0.07x, 286 circuit-open",
 		"provider attempts (cumulative)",
 		"virtual time since the outage began",
 		"pass/fail limit: 1.10x = 330 attempts",
