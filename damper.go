@@ -16,6 +16,10 @@
 // jitter, provider delays are honoured up to a cap, and no wait or attempt
 // is started that cannot finish before the caller's deadline.
 //
+// [RecommendedPolicy] adds a circuit breaker, which stops sending to a
+// provider that fails most attempts on its health, and a retry throttle,
+// which failures drain; both are off in the zero Policy.
+//
 // # Streams
 //
 // A stream (client.Messages.NewStreaming and its Beta twin) is retried only
