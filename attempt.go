@@ -94,14 +94,14 @@ func (a *attempt) end(ar AttemptReport) {
 
 // succeeded is the record of an answered attempt.
 func succeeded(res *http.Response) AttemptReport {
-	return AttemptReport{StatusCode: res.StatusCode, RequestID: res.Header.Get("request-id")}
+	return AttemptReport{StatusCode: res.StatusCode, RequestID: res.Header.Get("Request-Id")}
 }
 
 // failed is the record of a failed attempt, as classified.
 func failed(f *Failure, cls Classification) AttemptReport {
 	ar := AttemptReport{StatusCode: f.StatusCode, Class: cls.Class, Kind: cls.Kind}
 	if f.Header != nil {
-		ar.RequestID = f.Header.Get("request-id")
+		ar.RequestID = f.Header.Get("Request-Id")
 	}
 	if f.Err != nil {
 		ar.Err = f.Err.Error()
@@ -125,10 +125,14 @@ type attemptResult struct {
 // attempt goes on while its caller reads it.
 func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	areq := c.req.Clone(a.ctx)
-	if c.body != nil {
-		areq.Body = io.NopCloser(bytes.NewReader(c.body))
-		areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
-		areq.ContentLength = int64(len(c.body))
+	if areq.GetBody != nil {
+		body, err := areq.GetBody()
+		if err != nil {
+			err = fmt.Errorf("damper: resending the request body: %w", err)
+			a.over()
+			return attemptResult{err: err, failure: &Failure{Err: err}}
+		}
+		areq.Body = body
 	}
 	res, err := next(areq)
 	if err != nil {
@@ -145,7 +149,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	if res.StatusCode >= 400 {
 		limit = maxErrorBody
 	}
-	body, readErr := readAll(res.Body, limit)
+	body, readErr := readAll(res.Body, limit, res.ContentLength)
 	if readErr != nil {
 		readErr = a.cause(bodyError{readErr})
 	}
@@ -296,10 +300,12 @@ func cutString(b []byte, key string) string {
 	return strings.TrimRight(out, "\uFFFD") // a character cut in two
 }
 
-// readAll reads body to its end, or to limit bytes, and closes it.
-func readAll(body io.ReadCloser, limit int64) ([]byte, error) {
+// readAll reads body to its end, or to limit bytes, and closes it. A
+// length the response declared sizes the buffer at once, up to 1 MiB: a
+// larger one is believed only as the bytes arrive.
+func readAll(body io.ReadCloser, limit, length int64) ([]byte, error) {
 	defer body.Close()
-	return io.ReadAll(io.LimitReader(body, limit))
+	return readInto(nil, io.LimitReader(body, limit), min(length, limit, 1<<20))
 }
 
 func closeBody(res *http.Response) {

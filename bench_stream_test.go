@@ -2,7 +2,10 @@ package damper_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +33,10 @@ func streamContenders(b *testing.B, srv *dampertest.Server) map[string]anthropic
 	}
 }
 
-// The benchmarks below alternate the bare SDK and Damper within each
-// iteration, so that both see the same machine load, and report each one's
-// figure and the ratio: on a shared machine, runs of one after the other
-// drift more than the difference measured.
+// The benchmarks below run the bare SDK and Damper within each iteration,
+// alternating which goes first, so that both see the same machine load,
+// and report each one's figure and the ratio: on a shared machine, runs of
+// one after the other drift more than the difference measured.
 
 // BenchmarkStreamThroughput streams a long answer (256 KiB of text in
 // 4,096 deltas) to its end, once bare and once through Damper per
@@ -51,8 +54,11 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	clients := streamContenders(b, srv)
 	var spent [2]time.Duration
 	b.SetBytes(int64(2 * size))
-	for b.Loop() {
-		for i, name := range []string{"bare", "damper"} {
+	names := [2]string{"bare", "damper"}
+	for k := 0; b.Loop(); k++ {
+		for j := range 2 {
+			i := (k + j) % 2 // alternate which goes first
+			name := names[i]
 			client := clients[name]
 			start := time.Now()
 			evs, err := drainCount(client.Messages.NewStreaming(context.Background(), streamParams(), dampertest.Scenario("long")))
@@ -78,9 +84,11 @@ func BenchmarkStreamFirstContent(b *testing.B) {
 	srv.Script("short", dampertest.OK().WithStream(dampertest.Stream{Text: "Hello there, a short answer.", Pings: 1}))
 	clients := streamContenders(b, srv)
 	var spent [2]time.Duration
-	for b.Loop() {
-		for i, name := range []string{"bare", "damper"} {
-			client := clients[name]
+	names := [2]string{"bare", "damper"}
+	for k := 0; b.Loop(); k++ {
+		for j := range 2 {
+			i := (k + j) % 2 // alternate which goes first
+			client := clients[names[i]]
 			start := time.Now()
 			s := client.Messages.NewStreaming(context.Background(), streamParams(), dampertest.Scenario("short"))
 			for s.Next() && s.Current().Type != "content_block_delta" {
@@ -110,4 +118,72 @@ func drainCount(s interface {
 		n++
 	}
 	return n, s.Err()
+}
+
+// BenchmarkStreamHeldMemory opens 64 streams with a 100 KB prompt and
+// holds them open after their first content, bare and then through Damper
+// (alternating which goes first), and reports the heap each contender holds
+// per open stream once the garbage is collected: added-B/stream is what
+// Damper keeps for a stream's life.
+func BenchmarkStreamHeldMemory(b *testing.B) {
+	const open = 64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range (dampertest.Stream{Text: "held open"}).Events()[:3] { // up to the first delta
+			_, _ = io.WriteString(w, e.String())
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	tr := &http.Transport{MaxIdleConnsPerHost: open, MaxConnsPerHost: 0}
+	defer tr.CloseIdleConnections()
+	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key"),
+		option.WithHTTPClient(&http.Client{Transport: tr}), option.WithMaxRetries(0)}
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients := [2]anthropic.Client{anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...)}
+	params := benchParams("claude-sonnet-4-5", 100_000)
+	held := func(client anthropic.Client) float64 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		streams := make([]interface{ Close() error }, 0, open)
+		for range open {
+			s := client.Messages.NewStreaming(ctx, params)
+			for s.Next() && s.Current().Type != "content_block_delta" {
+			}
+			if s.Err() != nil {
+				b.Fatal(s.Err())
+			}
+			streams = append(streams, s)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		for _, s := range streams {
+			_ = s.Close()
+		}
+		return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / open
+	}
+	var sum [2]float64
+	for k := 0; b.Loop(); k++ {
+		for j := range 2 {
+			i := (k + j) % 2
+			sum[i] += held(clients[i])
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(sum[0]/n, "bare-B/stream")
+	b.ReportMetric(sum[1]/n, "damper-B/stream")
+	b.ReportMetric((sum[1]-sum[0])/n, "added-B/stream")
 }

@@ -7,8 +7,10 @@ package damper_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,37 +18,59 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
 )
 
 const benchMessage = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`
 
+// benchMessageHandler answers every call at once with benchMessage.
+var benchMessageHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_bench")
+	_, _ = w.Write([]byte(benchMessage))
+})
+
 // benchClients returns a bare SDK client and one through Damper's default
-// policy, both to one loopback server that answers every call at once.
-func benchClients(b *testing.B) (sdk, withDamper anthropic.Client, params anthropic.MessageNewParams) {
+// policy, both to one server that answers every call at once: on loopback,
+// or in memory (no socket, so that Damper's own cost is not lost in the
+// kernel's).
+func benchClients(b *testing.B, inMemory bool) (sdk, withDamper anthropic.Client) {
 	b.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(benchMessage))
-	}))
-	b.Cleanup(srv.Close)
-	base := []option.RequestOption{option.WithBaseURL(srv.URL), option.WithAPIKey("bench-key")}
+	base := []option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}
+	if inMemory {
+		base = append(base, option.WithBaseURL(dampertest.MemoryURL),
+			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(benchMessageHandler)}))
+	} else {
+		srv := httptest.NewServer(benchMessageHandler)
+		b.Cleanup(srv.Close)
+		base = append(base, option.WithBaseURL(srv.URL))
+	}
 	d, err := damper.New(damper.Policy{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	params = anthropic.MessageNewParams{
-		Model:     "claude-sonnet-4-5",
-		MaxTokens: 64,
-		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+	return anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...)
+}
+
+// benchParams is a request with a user message of about size bytes.
+func benchParams(model anthropic.Model, size int) anthropic.MessageNewParams {
+	text := "hello"
+	if size > len(text) {
+		text = strings.Repeat("lorem ipsum ", size/12)
 	}
-	return anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...), params
+	return anthropic.MessageNewParams{
+		Model:     model,
+		MaxTokens: 64,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(text))},
+	}
 }
 
 // BenchmarkSuccessfulCall is one successful Messages.New on a loopback
 // server, through the bare SDK and through Damper with its default policy:
 // the difference is Damper's overhead on the path every call takes.
 func BenchmarkSuccessfulCall(b *testing.B) {
-	sdk, withDamper, params := benchClients(b)
+	sdk, withDamper := benchClients(b, false)
+	params := benchParams("claude-sonnet-4-5", 0)
 	clients := []struct {
 		name   string
 		client anthropic.Client
@@ -64,13 +88,35 @@ func BenchmarkSuccessfulCall(b *testing.B) {
 }
 
 // BenchmarkSuccessfulCallPaired makes, in every iteration, one successful
-// call through the bare SDK and one through Damper, to the same loopback
-// server, alternating which goes first. Both see the same machine load, so
-// the ratio it reports holds on a busy machine, where two separate runs of
-// BenchmarkSuccessfulCall do not.
+// call through the bare SDK and one through Damper, to the same server,
+// alternating which goes first. Both see the same machine load, so the
+// ratio it reports holds on a busy machine, where two separate runs of
+// BenchmarkSuccessfulCall do not. It runs on loopback and in memory, with
+// a small prompt and a 100 KB one, and with a dated model ID.
 func BenchmarkSuccessfulCallPaired(b *testing.B) {
-	sdk, withDamper, params := benchClients(b)
-	clients := [2]anthropic.Client{sdk, withDamper}
+	cases := []struct {
+		name     string
+		inMemory bool
+		params   anthropic.MessageNewParams
+	}{
+		{"loopback/small", false, benchParams("claude-sonnet-4-5", 0)},
+		{"loopback/100KB", false, benchParams("claude-sonnet-4-5", 100_000)},
+		{"memory/small", true, benchParams("claude-sonnet-4-5", 0)},
+		{"memory/100KB", true, benchParams("claude-sonnet-4-5", 100_000)},
+		{"memory/small-dated", true, benchParams("claude-sonnet-4-5-20250929", 0)},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			sdk, withDamper := benchClients(b, tc.inMemory)
+			pairedCalls(b, [2]anthropic.Client{sdk, withDamper}, tc.params)
+		})
+	}
+}
+
+// pairedCalls makes one call through each client per iteration,
+// alternating which goes first, and reports both times and their ratio.
+func pairedCalls(b *testing.B, clients [2]anthropic.Client, params anthropic.MessageNewParams) {
+	b.ReportAllocs()
 	var spent [2]time.Duration
 	for i := 0; b.Loop(); i++ {
 		for k := range 2 {
@@ -86,6 +132,23 @@ func BenchmarkSuccessfulCallPaired(b *testing.B) {
 	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "sdk-ns/call")
 	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "damper-ns/call")
 	b.ReportMetric(float64(spent[1])/float64(spent[0]), "damper/sdk")
+}
+
+// BenchmarkDamperCall is one call through Damper alone, in memory: the
+// figure to profile (-cpuprofile, -memprofile), with nothing else in it.
+func BenchmarkDamperCall(b *testing.B) {
+	for _, size := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("prompt=%d", size), func(b *testing.B) {
+			_, withDamper := benchClients(b, true)
+			params := benchParams("claude-sonnet-4-5", size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := withDamper.Messages.New(context.Background(), params); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkWindowBudgetAdmission is the retry budget's admission decision

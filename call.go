@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -25,8 +28,7 @@ type callKey struct{}
 type call struct {
 	d     *Damper
 	ctx   context.Context
-	req   *http.Request
-	body  []byte
+	req   *http.Request // every attempt sends a copy, its body from GetBody
 	start time.Time
 
 	stream      bool
@@ -41,6 +43,8 @@ type call struct {
 
 	ending sync.Once // see end
 
+	firstLog [1]AttemptReport // the report's log, until a second attempt
+
 	// passes are the gates' passes of the attempt under way, settled when
 	// it ends (observe); probe is whether that attempt is the breaker's
 	// probe. The loop alone touches them.
@@ -51,21 +55,16 @@ type call struct {
 }
 
 func (d *Damper) newCall(req *http.Request) (*call, error) {
-	body, err := requestBody(req)
-	if err != nil {
-		return nil, err
-	}
-	c := &call{d: d, ctx: req.Context(), req: req, body: body, start: d.clock.Now()}
+	c := &call{d: d, ctx: req.Context(), req: req, start: d.clock.Now()}
+	c.report.AttemptLog = c.firstLog[:0]
 	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
 		c.sink = sink
 	}
-	fields := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
 	c.report.Provider = providerOf(req)
-	c.report.Model = fields[0].Str
-	c.maxTokens = int(fields[1].Int())
-	c.stream = fields[2].Bool()
+	if err := c.readFacts(); err != nil {
+		return nil, err
+	}
 	c.report.Stream = c.stream
-	c.inputTokens = EstimateInputTokens(body)
 	if p, ok := d.policy.PriceTable.Lookup(c.report.Model); ok {
 		c.price = p
 		c.report.Priced = true
@@ -74,22 +73,88 @@ func (d *Damper) newCall(req *http.Request) (*call, error) {
 	return c, nil
 }
 
-// requestBody reads the body of req without consuming it: every attempt
-// sends its own copy.
-func requestBody(req *http.Request) ([]byte, error) {
+// readFacts reads what the call needs to know of its request body: the
+// model, max_tokens, whether it streams, and an estimate of its input
+// tokens. The body is read through GetBody into a buffer that is reused by
+// later calls, not kept: each attempt sends the body GetBody gives it.
+func (c *call) readFacts() error {
+	req := c.req
 	if req.Body == nil || req.Body == http.NoBody {
-		return nil, nil
+		return nil
 	}
 	if req.GetBody == nil {
-		return nil, errors.New("damper: the Messages request body cannot be resent (no GetBody)")
+		return errors.New("damper: the Messages request body cannot be resent (no GetBody)")
 	}
+	_ = req.Body.Close()
 	rc, err := req.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("damper: copying the request body: %w", err)
+		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
-	defer rc.Close()
-	_ = req.Body.Close()
-	return io.ReadAll(rc)
+	buf := bodyBuffers.Get().(*[]byte)
+	defer bodyBuffers.Put(buf)
+	*buf, err = readInto((*buf)[:0], rc, req.ContentLength)
+	_ = rc.Close()
+	if err != nil {
+		return fmt.Errorf("damper: reading the request body: %w", err)
+	}
+	body := *buf
+	c.report.Model, c.maxTokens, c.stream = topLevelFacts(body)
+	c.inputTokens = EstimateInputTokens(body)
+	if cap(body) > maxPooledBody {
+		*buf = nil // a rare large body is not kept for the next call
+	}
+	return nil
+}
+
+// bodyBuffers are the buffers request bodies are read into, one call at a
+// time; a buffer above maxPooledBody is dropped after use.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 4 << 20
+
+// readInto reads r to its end, appending to buf, which is sized at once
+// when the length is known (> 0).
+func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
+	switch {
+	case length > 0 && int64(cap(buf)-len(buf)) < length+1:
+		buf = slices.Grow(buf, int(length)+1) // +1: the read that finds the end
+	case cap(buf) == 0:
+		buf = make([]byte, 0, 512)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// topLevelFacts returns the model, max_tokens and stream members of a
+// Messages request body, in one pass over its top level: the SDK writes
+// them after the messages, which are skipped, not parsed.
+func topLevelFacts(body []byte) (model string, maxTokens int, stream bool) {
+	// The view is read here only, while body is not written to. The
+	// first of duplicate members counts.
+	var seen [3]bool
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(key, value gjson.Result) bool {
+		switch {
+		case key.Str == "model" && !seen[0]:
+			model, seen[0] = strings.Clone(value.Str), true
+		case key.Str == "max_tokens" && !seen[1]:
+			maxTokens, seen[1] = int(value.Int()), true
+		case key.Str == "stream" && !seen[2]:
+			stream, seen[2] = value.Bool(), true
+		}
+		return !(seen[0] && seen[1] && seen[2])
+	})
+	return model, maxTokens, stream
 }
 
 // run is the retry loop of one logical request.

@@ -123,7 +123,7 @@ func Classify(f Failure) Classification {
 		return Classification{Class: NotRetryable, Kind: "canceled"}
 	}
 	if f.Header != nil {
-		switch f.Header.Get("x-should-retry") {
+		switch f.Header.Get("X-Should-Retry") {
 		case "false":
 			return Classification{Class: NotRetryable, Signal: signalOf(f), Kind: "should_retry_false"}
 		case "true":

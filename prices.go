@@ -5,6 +5,8 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Price is what one model costs, in US dollars per million tokens.
@@ -30,7 +32,22 @@ type PriceTable struct {
 	Date    string
 	Source  string
 	prices  map[string]Price
+
+	// resolved remembers the answer for model IDs that are not keys of
+	// prices (dated, platform), so that the regular expressions of
+	// ModelFamily run once per ID, for at most maxResolved IDs.
+	resolved      sync.Map // model ID → priceLookup
+	resolvedCount atomic.Int32
 }
+
+type priceLookup struct {
+	p  Price
+	ok bool
+}
+
+// maxResolved bounds the IDs a table remembers: callers can name any
+// model, and a table must not grow without end.
+const maxResolved = 1024
 
 // NewPriceTable returns a table with the given prices, keyed by model
 // family ("claude-sonnet-4-6") or exact model ID. It rejects negative, NaN
@@ -65,7 +82,16 @@ func (t *PriceTable) Lookup(model string) (Price, bool) {
 	if p, ok := t.prices[model]; ok {
 		return p, true
 	}
+	if r, ok := t.resolved.Load(model); ok {
+		r := r.(priceLookup)
+		return r.p, r.ok
+	}
 	p, ok := t.prices[ModelFamily(model)]
+	if t.resolvedCount.Load() < maxResolved {
+		if _, loaded := t.resolved.LoadOrStore(model, priceLookup{p, ok}); !loaded {
+			t.resolvedCount.Add(1)
+		}
+	}
 	return p, ok
 }
 

@@ -187,6 +187,9 @@ func (b *streamBody) read(p []byte) (int, error) {
 			skip := min(b.skip, n)
 			b.skip -= skip
 			b.held = b.held[n:]
+			if len(b.held) == 0 {
+				b.held = nil // let the hold-back buffer go for the stream's life
+			}
 			wasComplete := b.complete.Load()
 			m := b.pass(p[:n], skip)
 			if !wasComplete && b.complete.Load() {
