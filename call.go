@@ -207,6 +207,11 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		}
 		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand)
 		if refused != nil {
+			if refused.circuit != 0 {
+				c.mu.Lock()
+				c.report.Circuit = refused.circuit
+				c.mu.Unlock()
+			}
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		retryCost += c.report.EstimatedCostUSD

@@ -83,6 +83,7 @@ type denial struct {
 	gate       gate
 	retryAfter time.Duration // the provider's delay, or the time to nextProbe
 	nextProbe  time.Time     // when an open breaker admits a probe
+	circuit    CircuitState  // the breaker's state, when the breaker refused
 	asIs       bool          // the caller gets the last provider error as it is
 }
 

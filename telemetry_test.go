@@ -938,3 +938,90 @@ func TestWithNameRefusesBadNames(t *testing.T) {
 		}
 	}
 }
+
+// TestTelemetryCircuit: with a breaker, every request span carries the
+// circuit's state, a probe's attempt span damper.circuit.probe, every
+// change of state is counted by damper.circuit.changes and logged, and a
+// call the breaker refused is a denial with no attempt span.
+func TestTelemetryCircuit(t *testing.T) {
+	r := newTelRig(t, damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: 10 * time.Second}}, nil)
+	var reps []damper.Report
+	call := func(step dampertest.Step) error {
+		t.Helper()
+		rep, err := r.call(t, "busy", pricedModel, step)
+		var de *damper.Error
+		if rep.Outcome == "" && errors.As(err, &de) && de.Report != nil {
+			rep = *de.Report
+		}
+		reps = append(reps, rep)
+		return err
+	}
+	state := func(s string) attribute.KeyValue { return attribute.String("damper.circuit.state", s) }
+	failed := wantSpan{Name: tryoSpan, Parent: reqSpan, Status: codes.Error, Attrs: attrs(
+		attribute.Int("http.response.status_code", 529),
+		attribute.String("damper.attempt.error_class", "overloaded"),
+		attribute.String("error.type", "529"),
+	)}
+	// Each call's spans, one trace per call.
+	spans := func(want ...wantSpan) {
+		t.Helper()
+		r.checkSpans(t, want)
+		r.spans.Reset()
+	}
+	for i := range 2 {
+		if err := call(dampertest.Status(529)); err == nil || errors.Is(err, damper.ErrCircuitOpen) {
+			t.Fatalf("err = %v, want the 529", err)
+		}
+		spans(failed, wantSpan{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(reps[i], attribute.String("error.type", "attempts_exhausted"), state("closed"))})
+	}
+	errorIs(damper.ErrCircuitOpen)(t, call(dampertest.OK()))
+	if reps[2].Attempts != 0 || reps[2].Outcome != damper.OutcomeCircuitOpen || reps[2].BudgetBalance != 10 {
+		t.Errorf("refused call's report: %+v", reps[2])
+	}
+	spans(wantSpan{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(reps[2], attribute.String("error.type", "circuit_open"), state("open"))})
+
+	later := 10 * time.Second
+	r.clock.Advance(later)
+	noError(t, call(dampertest.OK())) // the probe
+	spans(
+		wantSpan{Name: tryoSpan, Parent: reqSpan, Start: later, End: later, Attrs: attrs(
+			attribute.Int("http.response.status_code", 200),
+			attribute.Bool("damper.circuit.probe", true),
+		)},
+		wantSpan{Name: reqSpan, Start: later, End: later, Attrs: requestAttrs(reps[3], state("half_open"))},
+	)
+	noError(t, call(dampertest.OK()))
+	spans(
+		wantSpan{Name: tryoSpan, Parent: reqSpan, Start: later, End: later, Attrs: attrs(attribute.Int("http.response.status_code", 200))},
+		wantSpan{Name: reqSpan, Start: later, End: later, Attrs: requestAttrs(reps[4], state("closed"))},
+	)
+
+	checkMetrics(t, r.metricValues(t), map[string]float64{
+		"damper.attempts{" + anth + "}":                                                  2,
+		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":            2,
+		"damper.retry.denials{damper.denial.reason=attempts_exhausted," + anth + "}":     2,
+		"damper.retry.denials{damper.denial.reason=circuit_open," + anth + "}":           1,
+		durKey("attempts_exhausted", false, "count"):                                     2,
+		durKey("attempts_exhausted", false, "sum"):                                       0,
+		durKey("circuit_open", false, "count"):                                           1,
+		durKey("circuit_open", false, "sum"):                                             0,
+		durKey("success", false, "count"):                                                2,
+		durKey("success", false, "sum"):                                                  0,
+		"damper.circuit.changes{damper.circuit.from=closed,damper.circuit.to=open}":      1,
+		"damper.circuit.changes{damper.circuit.from=open,damper.circuit.to=half_open}":   1,
+		"damper.circuit.changes{damper.circuit.from=half_open,damper.circuit.to=closed}": 1,
+		"damper.retry_budget.balance{}":                                                  10.2,
+	})
+
+	var changes []map[string]any
+	for _, line := range r.logLines(t) {
+		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "damper: circuit breaker") {
+			changes = append(changes, line)
+		}
+	}
+	checkLogs(t, changes, []map[string]any{
+		{"level": "WARN", "msg": "damper: circuit breaker open", "from": "closed", "to": "open", "open_for": float64(10 * time.Second)},
+		{"level": "INFO", "msg": "damper: circuit breaker half_open", "from": "open", "to": "half_open"},
+		{"level": "INFO", "msg": "damper: circuit breaker closed", "from": "half_open", "to": "closed"},
+	})
+}

@@ -158,12 +158,20 @@ func (b *Breaker) Allow(now time.Time) Admission {
 
 // RefusesAt reports whether an attempt at the later time at would be
 // refused, as far as can be told at now, without admitting anything: it
-// lets a caller spend nothing on a retry that would be refused.
+// lets a caller spend nothing on a retry that would be refused. Open, it
+// refuses until the open period ends; half-open with a probe in flight,
+// until the probe's longest life (ProbeLimit) ends, since the probe may
+// well fail.
 func (b *Breaker) RefusesAt(now, at time.Time) (refused bool, nextProbe time.Time) {
 	b.mu.Lock()
 	b.tick(now)
-	refused = b.state == Open && b.openUntil.After(at)
-	nextProbe = b.openUntil
+	switch {
+	case b.state == Open:
+		nextProbe = b.openUntil
+	case b.state == HalfOpen && b.probing:
+		nextProbe = b.probeStart.Add(b.s.ProbeLimit)
+	}
+	refused = nextProbe.After(at)
 	b.unlockAndDeliver()
 	return refused, nextProbe
 }

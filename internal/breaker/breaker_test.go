@@ -483,8 +483,11 @@ func TestOneProbeAtATime(t *testing.T) {
 	// The place stays taken until the probe ends, even past ProbeLimit;
 	// NextProbe stays the probe's start plus ProbeLimit.
 	wantRefused(t, b, start.Add(10*time.Minute), HalfOpen, start.Add(60*sec))
-	if refused, _ := b.RefusesAt(start.Add(sec), start.Add(sec)); refused {
-		t.Fatal("RefusesAt refuses while half-open")
+	if refused, next := b.RefusesAt(start.Add(sec), start.Add(sec)); !refused || !next.Equal(start.Add(60*sec)) {
+		t.Fatalf("RefusesAt with a probe in flight = %v, %s; want refused until the probe's limit", refused, fmtTime(next))
+	}
+	if refused, _ := b.RefusesAt(start.Add(sec), start.Add(60*sec)); refused {
+		t.Fatal("RefusesAt refuses past the probe's limit")
 	}
 	wantState(t, b, start.Add(10*time.Minute), HalfOpen)
 
@@ -611,7 +614,9 @@ func TestRefusesAt(t *testing.T) {
 		{"closed", closed, sec, sec, false},
 		{"closed, later", closed, sec, time.Hour, false},
 		{"half-open", halfOpenIdle, 31 * sec, 31 * sec, false},
-		{"half-open with a probe in flight", halfOpenProbe, 31 * sec, 31 * sec, false},
+		{"half-open with a probe in flight", halfOpenProbe, 31 * sec, 31 * sec, true},
+		{"half-open, 1ns before the probe's limit", halfOpenProbe, 31 * sec, 90*sec - 1, true},
+		{"half-open, at the probe's limit", halfOpenProbe, 31 * sec, 90 * sec, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -627,7 +632,11 @@ func TestRefusesAt(t *testing.T) {
 			}
 			before := len(rec.list())
 			refused, next := b.RefusesAt(at(c.now), at(c.at))
-			if refused != c.refused || (refused && !next.Equal(at(30*sec))) {
+			wantNext := at(30 * sec) // openUntil
+			if c.setup == halfOpenProbe {
+				wantNext = at(90 * sec) // the probe's start plus ProbeLimit
+			}
+			if refused != c.refused || (refused && !next.Equal(wantNext)) {
 				t.Fatalf("RefusesAt(%v, %v) = %v, %s; want %v", c.now, c.at, refused, fmtTime(next), c.refused)
 			}
 			if c.setup == open && c.now < 30*sec && len(rec.list()) != before {
@@ -700,8 +709,10 @@ func TestOnChangeWithoutLock(t *testing.T) {
 	})
 	want := []string{
 		"closed->open at 0s next 30s: state open, refused true until 30s",
-		"open->half_open at 30s next -: state half_open, refused false until 30s",
-		"half_open->closed at 30s next -: state closed, refused false until 30s, admitted true",
+		// Delivered once Allow has taken the probe's place: refused until
+		// the probe's limit.
+		"open->half_open at 30s next -: state half_open, refused true until 1m30s",
+		"half_open->closed at 30s next -: state closed, refused false until -, admitted true",
 	}
 	if !slices.Equal(log, want) {
 		t.Fatalf("OnChange heard:\n%s\nwant:\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
