@@ -174,8 +174,20 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	return d, nil
 }
 
-// Policy returns the Damper's policy, with every default filled in.
-func (d *Damper) Policy() Policy { return d.policy }
+// Policy returns a copy of the Damper's policy, with every default filled
+// in; changing it changes nothing in the Damper.
+func (d *Damper) Policy() Policy {
+	p := d.policy
+	if p.Breaker != nil {
+		b := *p.Breaker
+		p.Breaker = &b
+	}
+	if p.Throttle != nil {
+		t := *p.Throttle
+		p.Throttle = &t
+	}
+	return p
+}
 
 // Budget returns the Damper's retry budget.
 func (d *Damper) Budget() Budget { return d.budget }

@@ -117,6 +117,7 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 		t.Fatalf("the caller's policies changed: %+v, %+v", *bp, *tp)
 	}
 	bp.MinAttempts, tp.MaxTokens = 99, 99
+	p.Breaker.MinAttempts, p.Throttle.MaxTokens = 98, 98 // the copy Policy returned
 	if p := d.Policy(); p.Breaker.MinAttempts != 4 || p.Throttle.MaxTokens != 20 {
 		t.Fatalf("a change after New reached the Damper: %+v, %+v", p.Breaker, p.Throttle)
 	}
