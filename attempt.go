@@ -39,6 +39,7 @@ type attempt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	stopTimer func() bool
+	n         int           // its number in the call, from 1
 	duration  time.Duration // set by over
 	probe     bool          // the breaker's probe
 	isOver    atomic.Bool
@@ -49,7 +50,7 @@ type attempt struct {
 // call (for ReportInto) and the attempt's span, and its timer cancels it
 // after PerAttemptTimeout.
 func (c *call) startAttempt(n int) *attempt {
-	a := &attempt{c: c, start: c.d.clock.Now(), probe: c.probe}
+	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: c.probe}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
 	a.ctx, a.cancel = c.trace.attemptStart(ctx, n, a.probe), cancel
 	limit := c.d.policy.PerAttemptTimeout
@@ -124,7 +125,10 @@ type attemptResult struct {
 // plain answer's attempt ends here; a failure's I/O is over; a stream's
 // attempt goes on while its caller reads it.
 func (c *call) send(a *attempt, next sendFunc) attemptResult {
-	areq := c.req.Clone(a.ctx)
+	areq := c.req.WithContext(a.ctx)
+	if a.n > 1 {
+		areq = c.retryRequest(a.ctx)
+	}
 	if areq.GetBody != nil {
 		body, err := areq.GetBody()
 		if err != nil {
@@ -178,7 +182,8 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
 	}
 	a.end(succeeded(res))
-	answer := &plainBody{r: bytes.NewReader(body), c: c}
+	answer := &plainBody{c: c}
+	answer.r.Reset(body)
 	res.Body = answer
 	return attemptResult{res: res, answer: answer}
 }
@@ -198,7 +203,7 @@ type answerBody interface {
 // success, or canceled when the context ended first. From a context's end
 // that comes first, Read returns the context's error, as the SDK would.
 type plainBody struct {
-	r        *bytes.Reader
+	r        bytes.Reader
 	c        *call
 	canceled atomic.Bool
 }

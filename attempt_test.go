@@ -202,3 +202,50 @@ func TestLongErrorBodyKeepsItsError(t *testing.T) {
 		})
 	}
 }
+
+// A middleware after Damper (a platform's signer, say) may change the
+// first attempt's URL and headers in place: a retry is sent as the SDK
+// built the request, with its whole body, not with those changes.
+func TestRetryIsSentAsTheSDKBuiltIt(t *testing.T) {
+	srv := dampertest.NewServer(dampertest.InMemory())
+	defer srv.Close()
+	srv.Script("", dampertest.Status(529), dampertest.Status(500), dampertest.OK())
+	type seen struct {
+		path, apiKey, added, auth string
+		body                      int
+	}
+	var got []seen
+	signer := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		got = append(got, seen{req.URL.Path, req.Header.Get("X-Api-Key"), req.Header.Get("X-Added"), req.Header.Get("Authorization"), len(body)})
+		// Changes in place, as a signer or a rewriting middleware makes.
+		req.URL.Path = "/rewritten" + req.URL.Path
+		req.Header.Add("X-Added", "once")
+		req.Header.Set("Authorization", "signature "+strconv.Itoa(len(got)))
+		req.Header.Del("X-Api-Key")
+		req.Header.Del("Authorization")
+		req.Header.Set("Authorization", "signature "+strconv.Itoa(len(got)))
+		req.URL.Path = strings.TrimPrefix(req.URL.Path, "/rewritten")
+		return next(req)
+	})
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	d, err := damper.New(damper.Policy{}, damper.WithClock(clk), damper.WithRand(half))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option(), signer}, srv.Options()...)...)
+	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 8,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(strings.Repeat("x", 5000)))}}
+	if _, err := client.Messages.New(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("the middleware saw %d attempts, want 3", len(got))
+	}
+	for i, s := range got {
+		if s != got[0] || s.path != "/v1/messages" || s.added != "" || strings.HasPrefix(s.auth, "signature") || s.body < 5000 {
+			t.Errorf("attempt %d reached the middleware as %+v, want what the SDK built, as attempt 1 did: %+v", i+1, s, got[0])
+		}
+	}
+}

@@ -103,7 +103,8 @@ func (b *WindowBudget) windowAt(now time.Time) *budgetWindow {
 func (b *WindowBudget) windowID(now time.Time) int64 {
 	origin := b.origin.Load()
 	if origin == nil {
-		b.origin.CompareAndSwap(nil, &now)
+		first := now // allocated once, not on every call
+		b.origin.CompareAndSwap(nil, &first)
 		origin = b.origin.Load()
 	}
 	w := int64(b.window)

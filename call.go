@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,13 @@ type call struct {
 	ctx   context.Context
 	req   *http.Request // every attempt sends a copy, its body from GetBody
 	start time.Time
+
+	// The first attempt sends req's URL and headers themselves; the
+	// middlewares after Damper (a platform's signer) may change them in
+	// place, so a retry is rebuilt from these, taken before it.
+	firstURL    url.URL
+	firstHeader []headerValues
+	headerBuf   [24]headerValues
 
 	stream      bool
 	inputTokens int
@@ -61,6 +69,9 @@ func (d *Damper) newCall(req *http.Request) (*call, error) {
 		c.sink = sink
 	}
 	c.report.Provider = providerOf(req)
+	if d.policy.MaxAttempts > 1 {
+		c.keepRequest()
+	}
 	if err := c.readFacts(); err != nil {
 		return nil, err
 	}
@@ -73,10 +84,51 @@ func (d *Damper) newCall(req *http.Request) (*call, error) {
 	return c, nil
 }
 
+// headerValues is one header of a request.
+type headerValues struct {
+	key    string
+	values []string
+}
+
+// keepRequest keeps what a retry needs of the request as it is now: its
+// URL, by value, and its headers' keys and value slices, which a change in
+// place (Set, Del, Add) does not reach.
+func (c *call) keepRequest() {
+	if c.req.URL != nil {
+		c.firstURL = *c.req.URL
+	}
+	c.firstHeader = c.headerBuf[:0]
+	for k, v := range c.req.Header {
+		c.firstHeader = append(c.firstHeader, headerValues{k, v})
+	}
+}
+
+// retryRequest returns a copy of the request for a retry, with ctx, the
+// URL and the headers kept before the first attempt, and no body.
+func (c *call) retryRequest(ctx context.Context) *http.Request {
+	r := c.req.WithContext(ctx)
+	if c.req.URL != nil {
+		u := c.firstURL
+		r.URL = &u
+	}
+	n := 0
+	for _, h := range c.firstHeader {
+		n += len(h.values)
+	}
+	values := make([]string, n) // one backing array, as http.Header.Clone does
+	r.Header = make(http.Header, len(c.firstHeader))
+	for _, h := range c.firstHeader {
+		k := copy(values, h.values)
+		r.Header[h.key] = values[:k:k]
+		values = values[k:]
+	}
+	return r
+}
+
 // readFacts reads what the call needs to know of its request body: the
 // model, max_tokens, whether it streams, and an estimate of its input
-// tokens. The body is read through GetBody into a buffer that is reused by
-// later calls, not kept: each attempt sends the body GetBody gives it.
+// tokens. The body is read into a buffer that later calls reuse, not
+// kept: each attempt sends the body GetBody gives it.
 func (c *call) readFacts() error {
 	req := c.req
 	if req.Body == nil || req.Body == http.NoBody {
@@ -85,15 +137,11 @@ func (c *call) readFacts() error {
 	if req.GetBody == nil {
 		return errors.New("damper: the Messages request body cannot be resent (no GetBody)")
 	}
-	_ = req.Body.Close()
-	rc, err := req.GetBody()
-	if err != nil {
-		return fmt.Errorf("damper: reading the request body: %w", err)
-	}
 	buf := bodyBuffers.Get().(*[]byte)
 	defer bodyBuffers.Put(buf)
-	*buf, err = readInto((*buf)[:0], rc, req.ContentLength)
-	_ = rc.Close()
+	var err error
+	*buf, err = readInto((*buf)[:0], req.Body, req.ContentLength)
+	_ = req.Body.Close()
 	if err != nil {
 		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
@@ -392,7 +440,7 @@ func (c *call) recordOutcome(outcome Outcome) {
 		// The balance is the budget's when the call ended: no store is
 		// asked for it while the call goes on.
 		var err error
-		balance, err = c.d.budget.Available(context.WithoutCancel(c.ctx), now)
+		balance, err = c.d.budget.Available(keepGoing(c.ctx, c.d.budget), now)
 		c.budgetError("available", err)
 	}
 	c.mu.Lock()

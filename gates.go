@@ -204,7 +204,16 @@ type budgetObserver struct {
 
 func (o budgetObserver) observeAttempt(ctx context.Context, now time.Time, e attemptEvent) {
 	// The budget's books are kept whatever becomes of the caller.
-	if err := o.b.Observe(context.WithoutCancel(ctx), now, e.outcome); err != nil {
+	if err := o.b.Observe(keepGoing(ctx, o.b), now, e.outcome); err != nil {
 		o.tel.logBudgetError(ctx, "observe", err)
 	}
+}
+
+// keepGoing returns ctx without its cancellation, for a budget's store to
+// finish what the call began; the in-memory budget needs no context.
+func keepGoing(ctx context.Context, b Budget) context.Context {
+	if _, inMemory := b.(*WindowBudget); inMemory {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
