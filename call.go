@@ -2,18 +2,10 @@ package damper
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unsafe"
-
-	"github.com/tidwall/gjson"
 )
 
 // minAttempt is the least time worth giving another attempt: a retry whose
@@ -82,127 +74,6 @@ func (d *Damper) newCall(req *http.Request) (*call, error) {
 		c.report.EstimatedCostUSD = attemptCost(p, c.inputTokens, c.maxTokens)
 	}
 	return c, nil
-}
-
-// headerValues is one header of a request.
-type headerValues struct {
-	key    string
-	values []string
-}
-
-// keepRequest keeps what a retry needs of the request as it is now: its
-// URL, by value, and its headers' keys and value slices, which a change in
-// place (Set, Del, Add) does not reach.
-func (c *call) keepRequest() {
-	if c.req.URL != nil {
-		c.firstURL = *c.req.URL
-	}
-	c.firstHeader = c.headerBuf[:0]
-	for k, v := range c.req.Header {
-		c.firstHeader = append(c.firstHeader, headerValues{k, v})
-	}
-}
-
-// retryRequest returns a copy of the request for a retry, with ctx, the
-// URL and the headers kept before the first attempt, and no body.
-func (c *call) retryRequest(ctx context.Context) *http.Request {
-	r := c.req.WithContext(ctx)
-	if c.req.URL != nil {
-		u := c.firstURL
-		r.URL = &u
-	}
-	n := 0
-	for _, h := range c.firstHeader {
-		n += len(h.values)
-	}
-	values := make([]string, n) // one backing array, as http.Header.Clone does
-	r.Header = make(http.Header, len(c.firstHeader))
-	for _, h := range c.firstHeader {
-		k := copy(values, h.values)
-		r.Header[h.key] = values[:k:k]
-		values = values[k:]
-	}
-	return r
-}
-
-// readFacts reads what the call needs to know of its request body: the
-// model, max_tokens, whether it streams, and an estimate of its input
-// tokens. The body is read into a buffer that later calls reuse, not
-// kept: each attempt sends the body GetBody gives it.
-func (c *call) readFacts() error {
-	req := c.req
-	if req.Body == nil || req.Body == http.NoBody {
-		return nil
-	}
-	if req.GetBody == nil {
-		return errors.New("damper: the Messages request body cannot be resent (no GetBody)")
-	}
-	buf := bodyBuffers.Get().(*[]byte)
-	defer bodyBuffers.Put(buf)
-	var err error
-	*buf, err = readInto((*buf)[:0], req.Body, req.ContentLength)
-	_ = req.Body.Close()
-	if err != nil {
-		return fmt.Errorf("damper: reading the request body: %w", err)
-	}
-	body := *buf
-	c.report.Model, c.maxTokens, c.stream = topLevelFacts(body)
-	c.inputTokens = EstimateInputTokens(body)
-	if cap(body) > maxPooledBody {
-		*buf = nil // a rare large body is not kept for the next call
-	}
-	return nil
-}
-
-// bodyBuffers are the buffers request bodies are read into, one call at a
-// time; a buffer above maxPooledBody is dropped after use.
-var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxPooledBody = 4 << 20
-
-// readInto reads r to its end, appending to buf, which is sized at once
-// when the length is known (> 0).
-func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
-	switch {
-	case length > 0 && int64(cap(buf)-len(buf)) < length+1:
-		buf = slices.Grow(buf, int(length)+1) // +1: the read that finds the end
-	case cap(buf) == 0:
-		buf = make([]byte, 0, 512)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-}
-
-// topLevelFacts returns the model, max_tokens and stream members of a
-// Messages request body, in one pass over its top level: the SDK writes
-// them after the messages, which are skipped, not parsed.
-func topLevelFacts(body []byte) (model string, maxTokens int, stream bool) {
-	// The view is read here only, while body is not written to. The
-	// first of duplicate members counts.
-	var seen [3]bool
-	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(key, value gjson.Result) bool {
-		switch {
-		case key.Str == "model" && !seen[0]:
-			model, seen[0] = strings.Clone(value.Str), true
-		case key.Str == "max_tokens" && !seen[1]:
-			maxTokens, seen[1] = int(value.Int()), true
-		case key.Str == "stream" && !seen[2]:
-			stream, seen[2] = value.Bool(), true
-		}
-		return !(seen[0] && seen[1] && seen[2])
-	})
-	return model, maxTokens, stream
 }
 
 // run is the retry loop of one logical request.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -123,6 +125,93 @@ func BenchmarkPriceLookup(b *testing.B) {
 				if _, ok := defaultPrices.Lookup(model); !ok {
 					b.Fatal("no price")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkTopLevelFacts reads the facts of a 100 KB request body, whose
+// model and stream come after the messages, as the SDK writes them.
+func BenchmarkTopLevelFacts(b *testing.B) {
+	body := []byte(`{"max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"` +
+		strings.Repeat(`lorem ipsum dolor sit amet, \"quoted\" now and then. `, 2000) + `"}]}],"model":"claude-sonnet-4-5","stream":true}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if model, _, stream := topLevelFacts(body); model != "claude-sonnet-4-5" || !stream {
+			b.Fatal(model, stream)
+		}
+	}
+}
+
+// partsWriterTo writes its body in two parts, or fails with err.
+type partsWriterTo struct {
+	body []byte
+	err  error
+}
+
+func (p partsWriterTo) Read([]byte) (int, error) { return 0, errors.New("read, not WriteTo") }
+func (p partsWriterTo) Close() error             { return nil }
+func (p partsWriterTo) WriteTo(w io.Writer) (int64, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	n1, err := w.Write(p.body[:len(p.body)/2])
+	if err != nil {
+		return int64(n1), err
+	}
+	n2, err := w.Write(p.body[len(p.body)/2:])
+	return int64(n1 + n2), err
+}
+
+// writeToOnly is a body that can only be written, as a bytes.Reader
+// writes itself, in one piece.
+type writeToOnly struct{ r *bytes.Reader }
+
+func (w writeToOnly) Read([]byte) (int, error)             { return 0, errors.New("read, not WriteTo") }
+func (w writeToOnly) Close() error                         { return nil }
+func (w writeToOnly) WriteTo(dst io.Writer) (int64, error) { return w.r.WriteTo(dst) }
+
+// readFacts reads the body the SDK hands over in place, through WriteTo,
+// and any other body by reading it; either way it leaves a body to send.
+func TestReadFacts(t *testing.T) {
+	body := []byte(`{"max_tokens":77,"messages":[{"role":"user","content":"` + strings.Repeat("x", 4000) + `"}],"model":"claude-opus-4-1","stream":true}`)
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name    string
+		body    io.ReadCloser
+		getBody func() (io.ReadCloser, error)
+		length  int64
+		wantErr error
+	}{
+		{"the SDK's bytes.Reader", io.NopCloser(bytes.NewReader(body)), nil, int64(len(body)), nil},
+		// Read fails: only a read in place, through WriteTo, succeeds.
+		{"in place", writeToOnly{bytes.NewReader(body)}, nil, int64(len(body)), nil},
+		{"length unknown", io.NopCloser(bytes.NewReader(body)), nil, 0, nil},
+		{"length wrong", io.NopCloser(bytes.NewReader(body)), nil, int64(len(body)) - 1, nil},
+		{"no WriteTo", io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))), nil, int64(len(body)), nil},
+		{"written in parts", partsWriterTo{body: body}, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }, int64(len(body)), nil},
+		{"WriteTo fails", partsWriterTo{err: boom}, nil, int64(len(body)), boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, "http://x.invalid/v1/messages", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Body, req.ContentLength = tc.body, tc.length
+			if tc.getBody != nil {
+				req.GetBody = tc.getBody
+			}
+			c := &call{req: req}
+			err = c.readFacts()
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("readFacts: %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr != nil {
+				return
+			}
+			if c.report.Model != "claude-opus-4-1" || c.maxTokens != 77 || !c.stream || c.inputTokens != EstimateInputTokens(body) {
+				t.Errorf("facts: %q, %d, %v, %d tokens", c.report.Model, c.maxTokens, c.stream, c.inputTokens)
 			}
 		})
 	}

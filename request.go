@@ -1,0 +1,282 @@
+package damper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/tidwall/gjson"
+)
+
+// What a call reads of its request: the facts it needs from the body, and
+// copies of the request for each attempt.
+
+// headerValues is one header of a request.
+type headerValues struct {
+	key    string
+	values []string
+}
+
+// keepRequest keeps what a retry needs of the request as it is now: its
+// URL, by value, and its headers' keys and value slices, which a change in
+// place (Set, Del, Add) does not reach.
+func (c *call) keepRequest() {
+	if c.req.URL != nil {
+		c.firstURL = *c.req.URL
+	}
+	c.firstHeader = c.headerBuf[:0]
+	for k, v := range c.req.Header {
+		c.firstHeader = append(c.firstHeader, headerValues{k, v})
+	}
+}
+
+// retryRequest returns a copy of the request for a retry, with ctx, the
+// URL and the headers kept before the first attempt, and no body.
+func (c *call) retryRequest(ctx context.Context) *http.Request {
+	r := c.req.WithContext(ctx)
+	if c.req.URL != nil {
+		u := c.firstURL
+		r.URL = &u
+	}
+	n := 0
+	for _, h := range c.firstHeader {
+		n += len(h.values)
+	}
+	values := make([]string, n) // one backing array, as http.Header.Clone does
+	r.Header = make(http.Header, len(c.firstHeader))
+	for _, h := range c.firstHeader {
+		k := copy(values, h.values)
+		r.Header[h.key] = values[:k:k]
+		values = values[k:]
+	}
+	return r
+}
+
+// readFacts reads what the call needs to know of its request body: the
+// model, max_tokens, whether it streams, and an estimate of its input
+// tokens. The body is read into a buffer that later calls reuse, not
+// kept: each attempt sends the body GetBody gives it.
+func (c *call) readFacts() error {
+	req := c.req
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	if req.GetBody == nil {
+		return errors.New("damper: the Messages request body cannot be resent (no GetBody)")
+	}
+	defer func() { _ = req.Body.Close() }()
+	if wt, ok := req.Body.(io.WriterTo); ok && req.ContentLength > 0 {
+		// The SDK's body is a bytes.Reader: it hands its bytes to Write
+		// in one call, and they are read there, with no copy.
+		w := factsWriter{c: c, length: req.ContentLength}
+		_, err := wt.WriteTo(&w)
+		switch {
+		case err == nil && w.read:
+			return nil
+		case err != nil && !errors.Is(err, errPartialWrite):
+			return fmt.Errorf("damper: reading the request body: %w", err)
+		}
+		// Written in parts, or not as long as declared: read it again.
+		body, err := req.GetBody()
+		if err != nil {
+			return fmt.Errorf("damper: reading the request body: %w", err)
+		}
+		_ = req.Body.Close()
+		req.Body = body
+	}
+	buf := bodyBuffers.Get().(*[]byte)
+	defer bodyBuffers.Put(buf)
+	var err error
+	*buf, err = readInto((*buf)[:0], req.Body, req.ContentLength)
+	if err != nil {
+		return fmt.Errorf("damper: reading the request body: %w", err)
+	}
+	c.readBody(*buf)
+	if cap(*buf) > maxPooledBody {
+		*buf = nil // a rare large body is not kept for the next call
+	}
+	return nil
+}
+
+// readBody reads the facts of the whole request body, body.
+func (c *call) readBody(body []byte) {
+	c.report.Model, c.maxTokens, c.stream = topLevelFacts(body)
+	c.inputTokens = EstimateInputTokens(body)
+}
+
+// factsWriter reads the facts of a body written to it whole, in one Write
+// of length bytes; a body written in parts is refused, to be read again.
+type factsWriter struct {
+	c      *call
+	length int64
+	read   bool
+}
+
+// errPartialWrite stops a WriteTo that writes a body in parts.
+var errPartialWrite = errors.New("damper: request body written in parts")
+
+func (w *factsWriter) Write(p []byte) (int, error) {
+	if w.read || int64(len(p)) != w.length {
+		w.read = false
+		return 0, errPartialWrite
+	}
+	w.c.readBody(p) // p is not kept
+	w.read = true
+	return len(p), nil
+}
+
+// bodyBuffers are the buffers request bodies are read into, one call at a
+// time; a buffer above maxPooledBody is dropped after use.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 4 << 20
+
+// readInto reads r to its end, appending to buf, which is sized at once
+// when the length is known (> 0).
+func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
+	switch {
+	case length > 0 && int64(cap(buf)-len(buf)) < length+1:
+		buf = slices.Grow(buf, int(length)+1) // +1: the read that finds the end
+	case cap(buf) == 0:
+		buf = make([]byte, 0, 512)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// topLevelFacts returns the model, max_tokens and stream members of a
+// Messages request body, the first of duplicate members counting. The SDK
+// writes them after the messages, which it skips at the speed of a byte
+// search: a long prompt is one long string. A body it does not follow (a
+// key with an escape, a body that is not an object) is left to gjson.
+func topLevelFacts(body []byte) (model string, maxTokens int, stream bool) {
+	var seen [3]bool
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
+		return slowFacts(body)
+	}
+	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
+		if body[i] != '"' {
+			return slowFacts(body)
+		}
+		end := skipString(body, i)
+		if end < 0 {
+			return slowFacts(body)
+		}
+		key := body[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return slowFacts(body)
+		}
+		i = skipSpace(body, end)
+		if i == len(body) || body[i] != ':' {
+			return slowFacts(body)
+		}
+		start := skipSpace(body, i+1)
+		i = skipValue(body, start)
+		if i < 0 {
+			return slowFacts(body)
+		}
+		value := body[start:i]
+		switch k := string(key); {
+		case k == "model" && !seen[0]:
+			model, seen[0] = gjson.ParseBytes(value).Str, true
+		case k == "max_tokens" && !seen[1]:
+			maxTokens, seen[1] = int(gjson.ParseBytes(value).Int()), true
+		case k == "stream" && !seen[2]:
+			stream, seen[2] = gjson.ParseBytes(value).Bool(), true
+		}
+		if i = skipSpace(body, i); i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return model, maxTokens, stream
+}
+
+// slowFacts is topLevelFacts by gjson's look-up of each path.
+func slowFacts(body []byte) (model string, maxTokens int, stream bool) {
+	f := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
+	return f[0].Str, int(f[1].Int()), f[2].Bool()
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i], a
+// quote, or -1 when it does not end.
+func skipString(b []byte, i int) int {
+	for i++; ; {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return -1
+		}
+		i += j
+		backslashes := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			backslashes++
+		}
+		i++
+		if backslashes%2 == 0 {
+			return i
+		}
+	}
+}
+
+// skipValue returns the index after the JSON value that starts at b[i], or
+// -1 when it does not end. It checks nesting, not every rule of JSON.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				if i = skipString(b, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
