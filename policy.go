@@ -87,14 +87,27 @@ type Policy struct {
 }
 
 // RecommendedPolicy is the policy to start a production service with: the
-// defaults, a circuit breaker with its defaults and a retry throttle with
-// its defaults. In a full outage the provider then sees about one
-// attempt per request until the breaker opens, and one probe per open
+// defaults, a retry throttle with its defaults, and a circuit breaker with
+// its defaults but for shorter open periods: 2 s, doubling after each
+// failed probe up to 10 s. In a full outage the provider then sees about
+// one attempt per request until the breaker opens, and one probe per open
 // period after; with one attempt in ten failing, neither ever acts. The
-// zero Policy, by contrast, keeps the retry budget alone.
+// short open periods cost a provider that is down a probe every few
+// seconds from each Damper, and spare the callers of one that has come
+// back most of the calls a long open period would still refuse. The zero
+// Policy, by contrast, keeps the retry budget alone.
 func RecommendedPolicy() Policy {
-	return Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}}
+	return Policy{
+		Breaker:  &BreakerPolicy{OpenFor: RecommendedBreakerOpenFor, MaxOpenFor: RecommendedBreakerMaxOpenFor},
+		Throttle: &ThrottlePolicy{},
+	}
 }
+
+// The open periods of the breaker of [RecommendedPolicy].
+const (
+	RecommendedBreakerOpenFor    = 2 * time.Second
+	RecommendedBreakerMaxOpenFor = 10 * time.Second
+)
 
 // BudgetExhaustedAction is what a call returns when the retry budget
 // refuses a retry.

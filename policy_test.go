@@ -138,8 +138,8 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 		t.Error("the Default constants disagree with the documented defaults")
 	}
 
-	// RecommendedPolicy has both, with their defaults; the zero Policy has
-	// neither.
+	// RecommendedPolicy has both, with their defaults but for the
+	// breaker's shorter open periods; the zero Policy has neither.
 	rec := damper.RecommendedPolicy()
 	if rec.Breaker == nil || rec.Throttle == nil || *rec.Throttle != (damper.ThrottlePolicy{}) {
 		t.Fatalf("RecommendedPolicy() = %+v, want a breaker and a throttle", rec)
@@ -148,6 +148,7 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantB.OpenFor, wantB.MaxOpenFor = 2*time.Second, 10*time.Second
 	if p := d.Policy(); !reflect.DeepEqual(*p.Breaker, wantB) || *p.Throttle != wantT {
 		t.Fatalf("recommended: Breaker %+v, Throttle %+v; want %+v, %+v", p.Breaker, p.Throttle, wantB, wantT)
 	}

@@ -3,6 +3,7 @@ package brownout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -37,6 +38,8 @@ type replicaEnv struct {
 	transport http.RoundTripper
 	clock     simClock
 	rng       *rand.Rand
+	// circuit records the changes of the replica's circuit breaker.
+	circuit func(damper.CircuitChange)
 }
 
 // newSDKClient returns a real SDK client over the simulated transport.
@@ -55,19 +58,82 @@ var messageParams = anthropic.MessageNewParams{
 	Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
 }
 
-// Contenders returns the five contenders, in table order.
+// Contenders returns the contenders, in table order: the no-retry
+// control, the retry loops and libraries, Damper with its default policy,
+// then Damper with its opt-in throttle and with the recommended policy.
 func Contenders() []Contender {
-	return []Contender{SDKDefault(), Naive(), Failsafe(), GRPCThrottle(), Damper()}
+	return []Contender{NoRetry(), SDKDefault(), Naive(), Failsafe(), GRPCThrottle(), Damper(), DamperThrottle(), DamperRecommended()}
+}
+
+// NoRetry is the control: one attempt per logical request, no retries, so
+// that the tables show what the provider does with none at all.
+func NoRetry() Contender {
+	return Contender{
+		Name: "no-retry",
+		Path: "the control: SDK v2 client with WithMaxRetries(0), one attempt per logical request and no retries",
+		newReplica: func(env replicaEnv) (call, error) {
+			client := newSDKClient(env.transport, option.WithMaxRetries(0))
+			return func(ctx context.Context) error {
+				_, err := client.Messages.New(ctx, messageParams)
+				return err
+			}, nil
+		},
+	}
 }
 
 // Damper is the real Damper engine with its default policy, one Damper
 // (and so one retry budget) per replica, on the simulation's clock.
 func Damper() Contender {
+	return damperContender("damper",
+		"real code: SDK v2 client + damper.New(damper.Policy{}) middleware (budget, classification, backoff, deadline gate) on the virtual clock",
+		func() damper.Policy { return damper.Policy{} })
+}
+
+// DamperThrottle is Damper's default policy plus its retry throttle with
+// the throttle's defaults.
+func DamperThrottle() Contender {
+	return DamperThrottleWith("damper+throttle", damper.ThrottlePolicy{})
+}
+
+// DamperThrottleWith is Damper's default policy plus a retry throttle of
+// the given settings (zero fields take their defaults), under name: the
+// published damper+throttle contender, or one point of a sweep of the
+// throttle's settings.
+func DamperThrottleWith(name string, t damper.ThrottlePolicy) Contender {
+	path := fmt.Sprintf("real code: SDK v2 client + damper.New(damper.Policy{Throttle: &damper.ThrottlePolicy{}}) middleware, the default policy plus the retry throttle (%d tokens, ratio %g), on the virtual clock",
+		damper.DefaultThrottleMaxTokens, damper.DefaultThrottleTokenRatio)
+	if t != (damper.ThrottlePolicy{}) {
+		path = fmt.Sprintf("real code: SDK v2 client + damper.New(damper.Policy{Throttle: &damper.ThrottlePolicy{MaxTokens: %d, TokenRatio: %g}}) middleware on the virtual clock", t.MaxTokens, t.TokenRatio)
+	}
+	return damperContender(name, path, func() damper.Policy {
+		t := t // a copy for each replica's Damper
+		return damper.Policy{Throttle: &t}
+	})
+}
+
+// DamperRecommended is Damper with damper.RecommendedPolicy(): the default
+// policy plus the circuit breaker and the retry throttle, each with its
+// defaults.
+func DamperRecommended() Contender {
+	return damperContender("damper+breaker",
+		"real code: SDK v2 client + damper.New(damper.RecommendedPolicy()) middleware, the default policy plus the circuit breaker and the retry throttle with their defaults, on the virtual clock (the breaker's OnStateChange records its changes for the figures)",
+		damper.RecommendedPolicy)
+}
+
+// damperContender runs Damper with the policy that policy returns, one
+// Damper per replica. A breaker's changes are recorded for the figures.
+func damperContender(name, path string, policy func() damper.Policy) Contender {
 	return Contender{
-		Name: "damper",
-		Path: "real code: SDK v2 client + damper.New(damper.Policy{}) middleware (budget, classification, backoff, deadline gate) on the virtual clock",
+		Name: name,
+		Path: path,
 		newReplica: func(env replicaEnv) (call, error) {
-			d, err := damper.New(damper.Policy{}, damper.WithClock(env.clock), damper.WithRand(env.rng.Float64))
+			p := policy()
+			if p.Breaker != nil {
+				b := *p.Breaker
+				b.OnStateChange = env.circuit
+				p.Breaker = &b
+			}
+			d, err := damper.New(p, damper.WithClock(env.clock), damper.WithRand(env.rng.Float64))
 			if err != nil {
 				return nil, err
 			}
@@ -168,11 +234,13 @@ func jitterLoop(ctx context.Context, env replicaEnv, client anthropic.Client, rt
 // Failsafe is failsafe-go's HTTP retry policy with its retry budget, both
 // with their defaults (2 retries, no delay unless Retry-After; budget max
 // rate 0.2, min concurrency 3), as a RoundTripper under the SDK (its own
-// retries off), one budget per replica.
+// retries off), one budget per replica. Its circuit breaker, rate limiter,
+// adaptive throttler and adaptive limiter read the wall clock, so this is
+// the most of failsafe-go that runs in virtual time (see the docs).
 func Failsafe() Contender {
 	return Contender{
 		Name: "failsafe-go",
-		Path: "real code: failsafe-go v0.9.8 failsafehttp.NewRoundTripper with failsafehttp.NewRetryPolicyBuilder().WithBudget(budget.New()) under the SDK v2 client (WithMaxRetries(0))",
+		Path: "real code: failsafe-go v0.9.8 failsafehttp.NewRoundTripper with failsafehttp.NewRetryPolicyBuilder().WithBudget(budget.New()).Build() (3 attempts, no delay without Retry-After; the budget bounds concurrent retries: max rate 0.2 of executions in flight, min concurrency 3) under the SDK v2 client (WithMaxRetries(0)); its strongest configuration that runs in virtual time",
 		newReplica: func(env replicaEnv) (call, error) {
 			policy := failsafehttp.NewRetryPolicyBuilder().WithBudget(budget.New()).Build()
 			rt := failsafehttp.NewRoundTripper(env.transport, policy)

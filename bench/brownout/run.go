@@ -1,10 +1,13 @@
 package brownout
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/damper-ai/damper-go"
 )
 
 // epoch is where virtual time starts: a whole minute, so that budget
@@ -41,6 +44,27 @@ type Request struct {
 	OK            bool
 	TimedOut      bool // ended by its deadline
 	Attempts      int  // provider attempts it made
+	// CircuitOpen is true when the call ended refused by an open circuit
+	// breaker (its error matches damper.ErrCircuitOpen).
+	CircuitOpen bool
+}
+
+// Attempt is one provider attempt: when it arrived, from the start of the
+// run, and which replica sent it.
+type Attempt struct {
+	At      time.Duration
+	Replica int
+}
+
+// CircuitEvent is one change of a replica's circuit breaker, for the
+// contenders that have one.
+type CircuitEvent struct {
+	At      time.Duration
+	Replica int
+	To      damper.CircuitState
+	// Seq is the number of attempts that had reached the provider before
+	// the change: the attempts after it are Result.Attempts[Seq:].
+	Seq int
 }
 
 // Result is one contender's run of one scenario.
@@ -53,6 +77,10 @@ type Result struct {
 	// requests by the time they ended.
 	AttemptsPerSecond []int
 	GoodputPerSecond  []int
+	// Attempts is every provider attempt, in order of arrival.
+	Attempts []Attempt
+	// Circuit is every change of a breaker, in order.
+	Circuit []CircuitEvent
 }
 
 // runState is a run in progress.
@@ -62,9 +90,19 @@ type runState struct {
 	res      *Result
 }
 
-func (r *runState) recordAttempt(now time.Time) {
-	if sec := int(now.Sub(epoch) / time.Second); sec < len(r.res.AttemptsPerSecond) {
+func (r *runState) recordAttempt(now time.Time, replica int) {
+	at := now.Sub(epoch)
+	r.res.Attempts = append(r.res.Attempts, Attempt{At: at, Replica: replica})
+	if sec := int(at / time.Second); sec < len(r.res.AttemptsPerSecond) {
 		r.res.AttemptsPerSecond[sec]++
+	}
+}
+
+// circuitRecorder returns the OnStateChange hook that records replica's
+// breaker changes.
+func (r *runState) circuitRecorder(replica int) func(damper.CircuitChange) {
+	return func(c damper.CircuitChange) {
+		r.res.Circuit = append(r.res.Circuit, CircuitEvent{At: c.At.Sub(epoch), Replica: replica, To: c.To, Seq: len(r.res.Attempts)})
 	}
 }
 
@@ -93,9 +131,10 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	replicas := make([]call, sc.Replicas)
 	for i := range replicas {
 		env := replicaEnv{
-			transport: simTransport{run: run},
+			transport: simTransport{run: run, replica: i},
 			clock:     simClock{s: s},
 			rng:       rand.New(rand.NewPCG(sc.Seed, uint64(100+i))),
+			circuit:   run.circuitRecorder(i),
 		}
 		r, err := c.newReplica(env)
 		if err != nil {
@@ -137,6 +176,7 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.OK = err == nil
 		rec.TimedOut = ctx.expired
 		rec.Attempts = p.attempt
+		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
 		if rec.OK {
 			if sec := int(rec.Ended / time.Second); sec < len(r.res.GoodputPerSecond) {
 				r.res.GoodputPerSecond[sec]++

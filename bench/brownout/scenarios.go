@@ -1,6 +1,9 @@
 package brownout
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Defaults of the published run. Each replica sends 5 logical requests a
 // second, a modest service; the provider has 25 % headroom over the
@@ -11,6 +14,34 @@ const (
 	Headroom               = 1.25
 	DefaultSeed     uint64 = 20261125
 )
+
+// PublishedStart is when the incident of every published scenario begins:
+// half way through a budget window, so that no scenario is flattered by
+// an incident that begins with a fresh window.
+const PublishedStart = 90 * time.Second
+
+// OutageStarts returns the incident starts at which the outage is run to
+// find each contender's worst case. Damper's budget windows are fixed, 60 s
+// long and aligned to the minute, so the outage's effect on it depends on
+// the phase of its start within a window; these starts cover one whole
+// window every 5 s, and its last second.
+func OutageStarts() []time.Duration {
+	var starts []time.Duration
+	for s := 60; s < 120; s += 5 {
+		starts = append(starts, time.Duration(s)*time.Second)
+	}
+	return append(starts, 119*time.Second)
+}
+
+// OutageAt returns the scenario sc with its incident moved to start and
+// its name marked with the start; at sc's own start, it returns sc.
+func OutageAt(sc Scenario, start time.Duration) Scenario {
+	if start != sc.Provider.Incident.Start {
+		sc.Name = fmt.Sprintf("%s-at-%ds", sc.Name, int(start/time.Second))
+		sc.Provider.Incident.Start = start
+	}
+	return sc
+}
 
 // Scenarios returns the scenarios of the benchmark for the given number of
 // replicas (the offered load grows with it; per-replica figures do not).
@@ -38,7 +69,7 @@ func Scenarios(replicas int) []Scenario {
 			Seed:     DefaultSeed,
 		}
 	}
-	const start = 90 * time.Second // mid-window: no flattering alignment
+	const start = PublishedStart
 	return []Scenario{
 		base("outage", "Full outage: every attempt gets 529 for 120 s",
 			provider(Incident{Kind: Outage, Start: start, Length: 120 * time.Second}, 0)),

@@ -8,8 +8,9 @@ import (
 )
 
 // palette gives each contender, in table order, a colour that stays apart
-// from the others in print and for common colour blindness.
-var palette = []string{"#e69f00", "#56b4e9", "#009e73", "#cc79a7", "#d55e00", "#0072b2"}
+// from the others in print and for common colour blindness; the first,
+// grey, is the no-retry control's.
+var palette = []string{"#999999", "#e69f00", "#56b4e9", "#009e73", "#cc79a7", "#d55e00", "#0072b2", "#000000"}
 
 // smoothing is the width of the moving average drawn, so that Poisson
 // noise does not hide the shape.

@@ -13,7 +13,8 @@ import (
 // until the answer is due in virtual time, or its context ends first (the
 // provider still does the work: an abandoned attempt is wasted capacity).
 type simTransport struct {
-	run *runState
+	run     *runState
+	replica int // the replica it belongs to, for the record of attempts
 }
 
 const okBody = `{"id":"msg_sim","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`
@@ -34,7 +35,7 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res := t.run.provider.attempt(s.now)
 	p.attempt++
-	t.run.recordAttempt(s.now)
+	t.run.recordAttempt(s.now, t.replica)
 
 	e := s.at(s.now.Add(res.latency), nil, nil)
 	e.fn = func() { s.resume(p, wakeup{res: &res}) }

@@ -1,6 +1,8 @@
-// Command brownout runs the brownout simulation with every contender and
-// writes the "Brownout simulation" section of docs/BENCHMARKS.md and the
-// charts docs/brownout-*.svg. Run it from the bench module:
+// Command brownout runs the brownout simulation with every contender (and
+// the full outage at several start times, and Damper's retry throttle at
+// several settings) and writes the "Brownout simulation" section of
+// docs/BENCHMARKS.md and the charts docs/brownout-*.svg. Run it from the
+// bench module (it takes a few minutes):
 //
 //	cd bench && go run ./cmd/brownout
 //
@@ -30,7 +32,16 @@ func main() {
 
 func run(docs string, replicas int) error {
 	contenders := brownout.Contenders()
-	suite, err := brownout.RunSuite(brownout.Scenarios(replicas), contenders)
+	scenarios := brownout.Scenarios(replicas)
+	suite, err := brownout.RunSuite(scenarios, brownout.OutageStarts(), contenders)
+	if err != nil {
+		return err
+	}
+	sweep, err := brownout.SweepThrottle(scenarios, brownout.OutageStarts(), brownout.ThrottleSettings())
+	if err != nil {
+		return err
+	}
+	breakers, err := brownout.SweepBreaker(scenarios, brownout.OutageStarts(), brownout.BreakerSettings())
 	if err != nil {
 		return err
 	}
@@ -48,7 +59,7 @@ func run(docs string, replicas int) error {
 			return err
 		}
 	}
-	md := suite.Markdown(contenders, chart)
+	md := suite.Markdown(contenders, sweep, breakers, chart)
 	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
 		return err
 	}
