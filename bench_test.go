@@ -87,6 +87,27 @@ func BenchmarkSuccessfulCall(b *testing.B) {
 	}
 }
 
+// BenchmarkSuccessfulCallMemory is BenchmarkSuccessfulCall in memory, with
+// no socket: the difference in B/op and allocs/op is what Damper adds to a
+// call.
+func BenchmarkSuccessfulCallMemory(b *testing.B) {
+	sdk, withDamper := benchClients(b, true)
+	params := benchParams("claude-sonnet-4-5", 0)
+	for _, c := range []struct {
+		name   string
+		client anthropic.Client
+	}{{"sdk", sdk}, {"damper", withDamper}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.client.Messages.New(context.Background(), params); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkSuccessfulCallPaired makes, in every iteration, one successful
 // call through the bare SDK and one through Damper, to the same server,
 // alternating which goes first. Both see the same machine load, so the
