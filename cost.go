@@ -33,6 +33,13 @@ func EstimateInputTokens(body []byte) int {
 		blocks++
 		i = start + end
 	}
+	return inputTokens(len(body), len(body)-n, blocks)
+}
+
+// inputTokens is the estimate of a body of size bytes, of which dataBytes
+// are in blocks base64 "data" strings.
+func inputTokens(size, dataBytes, blocks int) int {
+	n := size - dataBytes
 	return (n+bytesPerToken-1)/bytesPerToken + blocks*tokensPerBinaryBlock
 }
 

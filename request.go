@@ -105,8 +105,8 @@ func (c *call) readFacts() error {
 
 // readBody reads the facts of the whole request body, body.
 func (c *call) readBody(body []byte) {
-	c.report.Model, c.maxTokens, c.stream = topLevelFacts(body)
-	c.inputTokens = EstimateInputTokens(body)
+	f := readBodyFacts(body)
+	c.report.Model, c.maxTokens, c.stream, c.inputTokens = f.model, f.maxTokens, f.stream, f.inputTokens
 }
 
 // factsWriter reads the facts of a body written to it whole, in one Write
@@ -160,12 +160,24 @@ func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
 	}
 }
 
-// topLevelFacts returns the model, max_tokens and stream members of a
-// Messages request body, the first of duplicate members counting. The SDK
-// writes them after the messages, which it skips at the speed of a byte
-// search: a long prompt is one long string. A body it does not follow (a
-// key with an escape, a body that is not an object) is left to gjson.
-func topLevelFacts(body []byte) (model string, maxTokens int, stream bool) {
+// bodyFacts are what a call reads of its request body.
+type bodyFacts struct {
+	model       string
+	maxTokens   int
+	stream      bool
+	inputTokens int // see EstimateInputTokens
+}
+
+// readBodyFacts reads the model, max_tokens and stream members of a
+// Messages request body (the first of duplicate members counting) and
+// estimates its input tokens as EstimateInputTokens does, in one pass.
+// The SDK writes the members after the messages, which it skips at the
+// speed of a byte search: a long prompt is one long string. A body it does
+// not follow (a key with an escape, a body that is not an object) is left
+// to gjson and EstimateInputTokens.
+func readBodyFacts(body []byte) bodyFacts {
+	var f bodyFacts
+	s := bodyScan{b: body}
 	var seen [3]bool
 	i := skipSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
@@ -176,42 +188,42 @@ func topLevelFacts(body []byte) (model string, maxTokens int, stream bool) {
 			return slowFacts(body)
 		}
 		end := skipString(body, i)
-		if end < 0 {
+		if end < 0 || bytes.IndexByte(body[i:end-1], '\\') >= 0 {
 			return slowFacts(body)
 		}
 		key := body[i+1 : end-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return slowFacts(body)
-		}
 		i = skipSpace(body, end)
 		if i == len(body) || body[i] != ':' {
 			return slowFacts(body)
 		}
 		start := skipSpace(body, i+1)
-		i = skipValue(body, start)
-		if i < 0 {
+		if i = s.value(start); i < 0 {
 			return slowFacts(body)
+		}
+		if string(key) == "data" && end+1 < len(body) && body[end] == ':' && body[end+1] == '"' {
+			s.count(start, i)
 		}
 		value := body[start:i]
 		switch k := string(key); {
 		case k == "model" && !seen[0]:
-			model, seen[0] = gjson.ParseBytes(value).Str, true
+			f.model, seen[0] = gjson.ParseBytes(value).Str, true
 		case k == "max_tokens" && !seen[1]:
-			maxTokens, seen[1] = int(gjson.ParseBytes(value).Int()), true
+			f.maxTokens, seen[1] = int(gjson.ParseBytes(value).Int()), true
 		case k == "stream" && !seen[2]:
-			stream, seen[2] = gjson.ParseBytes(value).Bool(), true
+			f.stream, seen[2] = gjson.ParseBytes(value).Bool(), true
 		}
 		if i = skipSpace(body, i); i < len(body) && body[i] == ',' {
 			i = skipSpace(body, i+1)
 		}
 	}
-	return model, maxTokens, stream
+	f.inputTokens = inputTokens(len(body), s.dataBytes, s.blocks)
+	return f
 }
 
-// slowFacts is topLevelFacts by gjson's look-up of each path.
-func slowFacts(body []byte) (model string, maxTokens int, stream bool) {
-	f := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
-	return f[0].Str, int(f[1].Int()), f[2].Bool()
+// slowFacts is readBodyFacts by gjson's look-up of each path.
+func slowFacts(body []byte) bodyFacts {
+	r := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
+	return bodyFacts{model: r[0].Str, maxTokens: int(r[1].Int()), stream: r[2].Bool(), inputTokens: EstimateInputTokens(body)}
 }
 
 func skipSpace(b []byte, i int) int {
@@ -241,9 +253,23 @@ func skipString(b []byte, i int) int {
 	}
 }
 
-// skipValue returns the index after the JSON value that starts at b[i], or
-// -1 when it does not end. It checks nesting, not every rule of JSON.
-func skipValue(b []byte, i int) int {
+// bodyScan skips JSON values, counting as it goes the base64 "data"
+// strings that EstimateInputTokens leaves out.
+type bodyScan struct {
+	b                 []byte
+	dataBytes, blocks int
+}
+
+// count counts the string b[start:end] as a "data" string.
+func (s *bodyScan) count(start, end int) {
+	s.dataBytes += end - start - 2
+	s.blocks++
+}
+
+// value returns the index after the JSON value that starts at b[i], or -1
+// when it does not end. It checks nesting, not every rule of JSON.
+func (s *bodyScan) value(i int) int {
+	b := s.b
 	if i >= len(b) {
 		return -1
 	}
@@ -255,9 +281,19 @@ func skipValue(b []byte, i int) int {
 		for i < len(b) {
 			switch b[i] {
 			case '"':
-				if i = skipString(b, i); i < 0 {
+				end := skipString(b, i)
+				if end < 0 {
 					return -1
 				}
+				if end-i == 6 && string(b[i:end]) == `"data"` && end+1 < len(b) && b[end] == ':' && b[end+1] == '"' {
+					// "data":"...": the string that follows is one.
+					i, end = end+1, skipString(b, end+1)
+					if end < 0 {
+						return -1
+					}
+					s.count(i, end)
+				}
+				i = end
 				continue
 			case '{', '[':
 				depth++

@@ -13,39 +13,46 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// FuzzTopLevelFacts: the one-pass read of a request body's model,
+// FuzzReadBodyFacts: the one-pass read of a request body's model,
 // max_tokens and stream agrees with gjson's look-up of each path, the
-// first of duplicate members included, and never panics.
-func FuzzTopLevelFacts(f *testing.F) {
+// first of duplicate members included; its estimate of the input tokens
+// agrees with EstimateInputTokens on a body with no escapes; and it never
+// panics.
+func FuzzReadBodyFacts(f *testing.F) {
 	for _, s := range []string{
 		`{"max_tokens":64,"messages":[{"role":"user","content":"hi"}],"model":"claude-sonnet-4-5","stream":true}`,
 		`{"messages":[{"content":"{\"model\":\"inner\"}"}],"model":"claude-opus-4-1-20250805","max_tokens":1e3}`,
 		`{"model":"a","model":"b","stream":false,"stream":true}`,
 		`{"model":"caf\u00e9 \"x\"","max_tokens":"12"}`,
-		`[1,2]`, `{"model":`, ``, `{}`, `{"stream":1}`,
+		`{"messages":[{"content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]}],"data":"AAAA","model":"m"}`,
+		`{"data" : "spaced", "x":{"data":"y"}}`,
+		`[1,2]`, `{"model":`, ``, `{}`, `{"stream":1}`, `{"data":`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		model, maxTokens, stream := topLevelFacts(body)
+		got := readBodyFacts(body)
 		if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
 			return // only that it does not panic
 		}
-		want := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
-		if model != want[0].Str || maxTokens != int(want[1].Int()) || stream != want[2].Bool() {
-			t.Fatalf("topLevelFacts(%q) = %q, %d, %v; gjson says %q, %d, %v", body, model, maxTokens, stream, want[0].Str, want[1].Int(), want[2].Bool())
+		want := slowFacts(body)
+		if got.model != want.model || got.maxTokens != want.maxTokens || got.stream != want.stream {
+			t.Fatalf("readBodyFacts(%q) = %+v; gjson says %+v", body, got, want)
+		}
+		if bytes.IndexByte(body, '\\') < 0 && got.inputTokens != want.inputTokens {
+			t.Fatalf("readBodyFacts(%q) estimates %d tokens, EstimateInputTokens %d", body, got.inputTokens, want.inputTokens)
 		}
 	})
 }
 
-// topLevelFacts keeps no view of the buffer it read: the model survives
+// readBodyFacts keeps no view of the buffer it read: the model survives
 // the buffer's reuse.
-func TestTopLevelFactsCopiesTheModel(t *testing.T) {
+func TestReadBodyFactsCopiesTheModel(t *testing.T) {
 	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":8}`)
-	model, _, _ := topLevelFacts(body)
+	f := readBodyFacts(body)
 	copy(body, bytes.Repeat([]byte("x"), len(body)))
-	if model != "claude-sonnet-4-5" {
-		t.Fatalf("model = %q after the buffer was overwritten", model)
+	if f.model != "claude-sonnet-4-5" || f.maxTokens != 8 {
+		t.Fatalf("facts = %+v after the buffer was overwritten", f)
 	}
 }
 
@@ -130,16 +137,17 @@ func BenchmarkPriceLookup(b *testing.B) {
 	}
 }
 
-// BenchmarkTopLevelFacts reads the facts of a 100 KB request body, whose
+// BenchmarkReadBodyFacts reads the facts of a 100 KB request body, whose
 // model and stream come after the messages, as the SDK writes them.
-func BenchmarkTopLevelFacts(b *testing.B) {
+func BenchmarkReadBodyFacts(b *testing.B) {
 	body := []byte(`{"max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"` +
 		strings.Repeat(`lorem ipsum dolor sit amet, \"quoted\" now and then. `, 2000) + `"}]}],"model":"claude-sonnet-4-5","stream":true}`)
+	tokens := EstimateInputTokens(body)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if model, _, stream := topLevelFacts(body); model != "claude-sonnet-4-5" || !stream {
-			b.Fatal(model, stream)
+		if f := readBodyFacts(body); f.model != "claude-sonnet-4-5" || !f.stream || f.inputTokens != tokens {
+			b.Fatal(f)
 		}
 	}
 }
