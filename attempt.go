@@ -176,7 +176,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}}
 	}
-	if !json.Valid(body) {
+	if !gjson.ValidBytes(body) {
 		// The SDK cannot decode it: an answer the caller cannot use.
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
