@@ -120,13 +120,13 @@ func drainCount(s interface {
 	return n, s.Err()
 }
 
-// BenchmarkStreamHeldMemory opens 64 streams with a 100 KB prompt and
+// BenchmarkStreamHeldMemory opens 256 streams with a 100 KB prompt and
 // holds them open after their first content, bare and then through Damper
 // (alternating which goes first), and reports the heap each contender holds
 // per open stream once the garbage is collected: added-B/stream is what
 // Damper keeps for a stream's life.
 func BenchmarkStreamHeldMemory(b *testing.B) {
-	const open = 64
+	const open = 256
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
