@@ -112,11 +112,11 @@ func DamperThrottleWith(name string, t damper.ThrottlePolicy) Contender {
 }
 
 // DamperRecommended is Damper with damper.RecommendedPolicy(): the default
-// policy plus the circuit breaker and the retry throttle, each with its
-// defaults.
+// policy plus the retry throttle and the circuit breaker, the breaker with
+// shorter open periods than its defaults.
 func DamperRecommended() Contender {
 	return damperContender("damper+breaker",
-		"real code: SDK v2 client + damper.New(damper.RecommendedPolicy()) middleware, the default policy plus the circuit breaker and the retry throttle with their defaults, on the virtual clock (the breaker's OnStateChange records its changes for the figures)",
+		"real code: SDK v2 client + damper.New(damper.RecommendedPolicy()) middleware, the default policy plus the retry throttle with its defaults and the circuit breaker with its defaults but for open periods of 2 s up to 10 s, on the virtual clock (the breaker's OnStateChange records its changes for the figures)",
 		damper.RecommendedPolicy)
 }
 
