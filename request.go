@@ -59,8 +59,9 @@ func (c *call) retryRequest(ctx context.Context) *http.Request {
 
 // readFacts reads what the call needs to know of its request body: the
 // model, max_tokens, whether it streams, and an estimate of its input
-// tokens. The body is read into a buffer that later calls reuse, not
-// kept: each attempt sends the body GetBody gives it.
+// tokens. The SDK's body is read in place; any other body into a buffer
+// that later calls reuse. No copy is kept: each attempt sends the body
+// GetBody gives it.
 func (c *call) readFacts() error {
 	req := c.req
 	if req.Body == nil || req.Body == http.NoBody {
