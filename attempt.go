@@ -49,8 +49,8 @@ type attempt struct {
 // startAttempt starts attempt n: its context, under the call's, carries the
 // call (for ReportInto) and the attempt's span, and its timer cancels it
 // after PerAttemptTimeout.
-func (c *call) startAttempt(n int) *attempt {
-	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: c.probe}
+func (c *call) startAttempt(n int, probe bool) *attempt {
+	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: probe}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
 	a.ctx, a.cancel = c.trace.attemptStart(ctx, n, a.probe), cancel
 	limit := c.d.policy.PerAttemptTimeout

@@ -137,16 +137,22 @@ func (g circuitGate) admitAttempt(_ context.Context, _ int, now time.Time) admis
 	a := g.b.Allow(now)
 	state := CircuitState(a.State)
 	if !a.OK {
-		return admission{circuit: state, refused: &denial{gate: gateCircuit, nextProbe: a.NextProbe, retryAfter: a.NextProbe.Sub(now), circuit: state}}
+		return admission{circuit: state, refused: circuitDenial(now, a.NextProbe, state)}
 	}
 	return admission{circuit: state, probe: a.Ticket.Probe, pass: circuitPass{g.b, a.Ticket}}
 }
 
 func (g circuitGate) refusesAt(now, at time.Time) *denial {
 	if refused, next := g.b.RefusesAt(now, at); refused {
-		return &denial{gate: gateCircuit, nextProbe: next, retryAfter: next.Sub(now), circuit: CircuitState(g.b.State(now))}
+		return circuitDenial(now, next, CircuitState(g.b.State(now)))
 	}
 	return nil
+}
+
+// circuitDenial is the breaker's refusal at now, in state, of an attempt
+// it admits no sooner than next.
+func circuitDenial(now, next time.Time, state CircuitState) *denial {
+	return &denial{gate: gateCircuit, nextProbe: next, retryAfter: next.Sub(now), circuit: state}
 }
 
 // circuitPass is one admitted attempt, which the breaker hears the end of.

@@ -46,10 +46,8 @@ type call struct {
 	firstLog [1]AttemptReport // the report's log, until a second attempt
 
 	// passes are the gates' passes of the attempt under way, settled when
-	// it ends (observe); probe is whether that attempt is the breaker's
-	// probe. The loop alone touches them.
+	// it ends (observe). The loop alone touches them.
 	passes []pass
-	probe  bool
 
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
@@ -88,14 +86,14 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
-		refused, canceled := c.admitAttempt(n)
+		probe, refused, canceled := c.admitAttempt(n)
 		switch {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
 		case refused != nil:
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
-		a := c.startAttempt(n)
+		a := c.startAttempt(n, probe)
 		r = c.send(a, next)
 		if r.failure == nil {
 			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header})
@@ -127,9 +125,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand)
 		if refused != nil {
 			if refused.circuit != 0 {
-				c.mu.Lock()
-				c.report.Circuit = refused.circuit
-				c.mu.Unlock()
+				c.noteCircuit(refused.circuit)
 			}
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
@@ -158,32 +154,30 @@ func (c *call) classify(f Failure) Classification {
 }
 
 // admitAttempt runs the attempt gates on attempt n, waiting as they ask,
-// and returns the first refusal, or whether the caller's context ended
-// during a wait. The passes of an attempt that is not sent are given back
-// at once.
-func (c *call) admitAttempt(n int) (refused *denial, canceled bool) {
-	c.passes, c.probe = c.passes[:0], false
+// and returns whether the attempt is the breaker's probe, or the first
+// refusal, or whether the caller's context ended during a wait. The passes
+// of an attempt that is not sent are given back at once.
+func (c *call) admitAttempt(n int) (probe bool, refused *denial, canceled bool) {
+	c.passes = c.passes[:0]
 	for _, g := range c.d.attemptGates {
 		adm := g.admitAttempt(c.ctx, n, c.d.clock.Now())
 		if adm.circuit != 0 {
-			c.mu.Lock()
-			c.report.Circuit = adm.circuit
-			c.mu.Unlock()
-			c.probe = adm.probe
+			c.noteCircuit(adm.circuit)
+			probe = adm.probe
 		}
 		if adm.pass != nil {
 			c.passes = append(c.passes, adm.pass)
 		}
 		if adm.refused != nil {
 			c.settlePasses(attemptEvent{})
-			return adm.refused, false
+			return false, adm.refused, false
 		}
 		if adm.wait > 0 && c.d.clock.Sleep(c.ctx, adm.wait) != nil {
 			c.settlePasses(attemptEvent{})
-			return nil, true
+			return false, nil, true
 		}
 	}
-	return nil, false
+	return probe, nil, false
 }
 
 // observe tells the attempt's passes and every observer how it ended.
@@ -193,6 +187,13 @@ func (c *call) observe(e attemptEvent) {
 	for _, o := range c.d.observers {
 		o.observeAttempt(c.ctx, now, e)
 	}
+}
+
+// noteCircuit records the breaker's state as it answered the call.
+func (c *call) noteCircuit(s CircuitState) {
+	c.mu.Lock()
+	c.report.Circuit = s
+	c.mu.Unlock()
 }
 
 // settlePasses settles the passes of the attempt under way with e.

@@ -99,7 +99,6 @@ type Damper struct {
 	attemptGates []attemptGate
 	observers    []attemptObserver
 
-	breaker  *circuitGate   // nil without Policy.Breaker
 	throttle *retryThrottle // nil without Policy.Throttle
 }
 
@@ -163,9 +162,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d)
 	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
 	if p.Breaker != nil {
-		g := newCircuitGate(p.Breaker, p.PerAttemptTimeout, d.tel)
-		d.breaker = &g
-		d.attemptGates = append(d.attemptGates, g)
+		d.attemptGates = append(d.attemptGates, newCircuitGate(p.Breaker, p.PerAttemptTimeout, d.tel))
 	}
 	if p.Throttle != nil {
 		d.throttle = newRetryThrottle(p.Throttle)

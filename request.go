@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sync"
 
 	"github.com/tidwall/gjson"
 )
@@ -59,9 +58,9 @@ func (c *call) retryRequest(ctx context.Context) *http.Request {
 
 // readFacts reads what the call needs to know of its request body: the
 // model, max_tokens, whether it streams, and an estimate of its input
-// tokens. The SDK's body is read in place; any other body into a buffer
-// that later calls reuse. No copy is kept: each attempt sends the body
-// GetBody gives it.
+// tokens. The SDK's body is read in place, any other body into a buffer
+// of its own; no copy is kept: each attempt sends the body GetBody gives
+// it.
 func (c *call) readFacts() error {
 	req := c.req
 	if req.Body == nil || req.Body == http.NoBody {
@@ -90,17 +89,11 @@ func (c *call) readFacts() error {
 		_ = req.Body.Close()
 		req.Body = body
 	}
-	buf := bodyBuffers.Get().(*[]byte)
-	defer bodyBuffers.Put(buf)
-	var err error
-	*buf, err = readInto((*buf)[:0], req.Body, req.ContentLength)
+	body, err := readInto(nil, req.Body, req.ContentLength)
 	if err != nil {
 		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
-	c.readBody(*buf)
-	if cap(*buf) > maxPooledBody {
-		*buf = nil // a rare large body is not kept for the next call
-	}
+	c.readBody(body)
 	return nil
 }
 
@@ -130,12 +123,6 @@ func (w *factsWriter) Write(p []byte) (int, error) {
 	w.read = true
 	return len(p), nil
 }
-
-// bodyBuffers are the buffers request bodies are read into, one call at a
-// time; a buffer above maxPooledBody is dropped after use.
-var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxPooledBody = 4 << 20
 
 // readInto reads r to its end, appending to buf, which is sized at once
 // when the length is known (> 0).
