@@ -42,6 +42,7 @@ type attempt struct {
 	n         int           // its number in the call, from 1
 	duration  time.Duration // set by over
 	probe     bool          // the breaker's probe
+	queued    time.Duration // waited in the rate limiter's line before it
 	isOver    atomic.Bool
 	ended     atomic.Bool
 }
@@ -49,14 +50,15 @@ type attempt struct {
 // startAttempt starts attempt n: its context, under the call's, carries the
 // call (for ReportInto) and the attempt's span, and its timer cancels it
 // after PerAttemptTimeout.
-func (c *call) startAttempt(n int, probe bool) *attempt {
-	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: probe}
+func (c *call) startAttempt(n int, probe bool, queued time.Duration) *attempt {
+	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: probe, queued: queued}
 	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
 	a.ctx, a.cancel = c.trace.attemptStart(ctx, n, a.probe), cancel
 	limit := c.d.policy.PerAttemptTimeout
 	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
 	c.mu.Lock()
 	c.report.Attempts = n
+	c.report.RateLimitWait += queued
 	c.mu.Unlock()
 	return a
 }
@@ -90,6 +92,7 @@ func (a *attempt) end(ar AttemptReport) {
 	}
 	ar.Duration = a.duration
 	ar.Probe = a.probe
+	ar.RateLimitWait = a.queued
 	a.c.record(ar)
 }
 
@@ -117,6 +120,7 @@ type attemptResult struct {
 	err     error // the transport error, as the SDK would return it
 	failure *Failure
 	answer  answerBody // res.Body of an answered attempt, with which the call ends
+	usage   usage      // a plain answer's, read for the rate limiter
 }
 
 // send sends attempt a and, for a plain call, reads its whole body inside
@@ -185,7 +189,11 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	answer := &plainBody{c: c}
 	answer.r.Reset(body)
 	res.Body = answer
-	return attemptResult{res: res, answer: answer}
+	r := attemptResult{res: res, answer: answer}
+	if c.d.limiter != nil {
+		r.usage = answerUsage(body)
+	}
+	return r
 }
 
 // answerBody is the body of a successful attempt, handed to the SDK. The

@@ -1,7 +1,6 @@
 package damper
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"time"
@@ -133,7 +132,7 @@ func newCircuitGate(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry
 	})}
 }
 
-func (g circuitGate) admitAttempt(_ context.Context, _ int, now time.Time) admission {
+func (g circuitGate) admitAttempt(_ *call, _ int, now time.Time) admission {
 	a := g.b.Allow(now)
 	state := CircuitState(a.State)
 	if !a.OK {
@@ -142,7 +141,7 @@ func (g circuitGate) admitAttempt(_ context.Context, _ int, now time.Time) admis
 	return admission{circuit: state, probe: a.Ticket.Probe, pass: circuitPass{g.b, a.Ticket}}
 }
 
-func (g circuitGate) refusesAt(now, at time.Time) *denial {
+func (g circuitGate) refusesAt(_ *call, now, at time.Time) *denial {
 	if refused, next := g.b.RefusesAt(now, at); refused {
 		return circuitDenial(now, next, CircuitState(g.b.State(now)))
 	}

@@ -46,8 +46,12 @@ type call struct {
 	firstLog [1]AttemptReport // the report's log, until a second attempt
 
 	// passes are the gates' passes of the attempt under way, settled when
-	// it ends (observe). The loop alone touches them.
-	passes []pass
+	// it ends (observe). The loop alone touches them. endPasses are those
+	// of a stream handed to its caller that hear its end (settleEnd).
+	passes    []pass
+	endPasses []endPass
+
+	rate *callRate // the rate limiter's view of the call, from its first attempt
 
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
@@ -86,17 +90,17 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
-		probe, refused, canceled := c.admitAttempt(n)
+		probe, queued, refused, canceled := c.admitAttempt(n)
 		switch {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
 		case refused != nil:
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
-		a := c.startAttempt(n, probe)
+		a := c.startAttempt(n, probe, queued)
 		r = c.send(a, next)
 		if r.failure == nil {
-			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header})
+			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
 			c.settle("")
@@ -153,14 +157,15 @@ func (c *call) classify(f Failure) Classification {
 	return cls
 }
 
-// admitAttempt runs the attempt gates on attempt n, waiting as they ask,
-// and returns whether the attempt is the breaker's probe, or the first
-// refusal, or whether the caller's context ended during a wait. The passes
-// of an attempt that is not sent are given back at once.
-func (c *call) admitAttempt(n int) (probe bool, refused *denial, canceled bool) {
+// admitAttempt runs the attempt gates on attempt n, in order, and returns
+// whether the attempt is the breaker's probe and how long it waited in
+// line, or the first refusal, or whether the caller's context ended during
+// a wait. The passes of an attempt that is not sent are given back at once.
+func (c *call) admitAttempt(n int) (probe bool, queued time.Duration, refused *denial, canceled bool) {
 	c.passes = c.passes[:0]
 	for _, g := range c.d.attemptGates {
-		adm := g.admitAttempt(c.ctx, n, c.d.clock.Now())
+		adm := g.admitAttempt(c, n, c.d.clock.Now())
+		queued += adm.queued
 		if adm.circuit != 0 {
 			c.noteCircuit(adm.circuit)
 			probe = adm.probe
@@ -168,16 +173,46 @@ func (c *call) admitAttempt(n int) (probe bool, refused *denial, canceled bool) 
 		if adm.pass != nil {
 			c.passes = append(c.passes, adm.pass)
 		}
-		if adm.refused != nil {
+		if adm.refused != nil || adm.canceled {
 			c.settlePasses(attemptEvent{})
-			return false, adm.refused, false
-		}
-		if adm.wait > 0 && c.d.clock.Sleep(c.ctx, adm.wait) != nil {
-			c.settlePasses(attemptEvent{})
-			return false, nil, true
+			if adm.refused != nil && adm.refused.circuit != 0 {
+				c.noteCircuit(adm.refused.circuit)
+			}
+			c.noteQueued(queued)
+			return false, queued, adm.refused, adm.canceled
 		}
 	}
-	return probe, nil, false
+	return probe, queued, nil, false
+}
+
+// waitUntil is an attempt gate's wait, until until: it first asks the gates
+// after that gate whether they would refuse the attempt by then (no wait
+// is started that a later gate would refuse), then sleeps on the Damper's
+// clock, and reports a refusal, or whether the caller's context ended.
+func (c *call) waitUntil(after attemptGate, until time.Time) (refused *denial, canceled bool) {
+	now := c.d.clock.Now()
+	if !until.After(now) {
+		return nil, false
+	}
+	later := false
+	for _, g := range c.d.attemptGates {
+		if later {
+			if refused := g.refusesAt(c, now, until); refused != nil {
+				return refused, false
+			}
+		}
+		later = later || g == after
+	}
+	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
+}
+
+// noteQueued adds a wait in the rate limiter's line to the report.
+func (c *call) noteQueued(d time.Duration) {
+	if d > 0 {
+		c.mu.Lock()
+		c.report.RateLimitWait += d
+		c.mu.Unlock()
+	}
 }
 
 // observe tells the attempt's passes and every observer how it ended.
@@ -196,7 +231,8 @@ func (c *call) noteCircuit(s CircuitState) {
 	c.mu.Unlock()
 }
 
-// settlePasses settles the passes of the attempt under way with e.
+// settlePasses settles the passes of the attempt under way with e; those
+// of a stream handed to its caller that hear its end are kept for it.
 func (c *call) settlePasses(e attemptEvent) {
 	if len(c.passes) == 0 {
 		return
@@ -204,8 +240,24 @@ func (c *call) settlePasses(e attemptEvent) {
 	now := c.d.clock.Now()
 	for _, p := range c.passes {
 		p.settle(now, e)
+		if ep, ok := p.(endPass); ok && e.streamOpen {
+			c.endPasses = append(c.endPasses, ep)
+		}
 	}
 	c.passes = c.passes[:0]
+}
+
+// settleEnd settles the passes kept for a stream's end with the usage of
+// its answer.
+func (c *call) settleEnd(u usage) {
+	if len(c.endPasses) == 0 {
+		return
+	}
+	now := c.d.clock.Now()
+	for _, p := range c.endPasses {
+		p.settleEnd(now, u)
+	}
+	c.endPasses = nil
 }
 
 // budgetError logs a failure of the budget's store, if any.

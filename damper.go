@@ -78,6 +78,7 @@ package damper
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 )
 
@@ -100,6 +101,7 @@ type Damper struct {
 	observers    []attemptObserver
 
 	throttle *retryThrottle // nil without Policy.Throttle
+	limiter  *limiter       // nil without Policy.RateLimit
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -159,8 +161,16 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		// The policy was validated above, so this cannot fail.
 		d.budget, _ = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
 	}
-	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d)
+	if p.RateLimit != nil {
+		d.limiter = newLimiter(p.RateLimit, d.clock)
+	}
+	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d.limiter, d)
 	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
+	// The limiter goes before the breaker: an attempt waits in line first,
+	// and the breaker admits it (as its probe, maybe) as it leaves.
+	if d.limiter != nil {
+		d.attemptGates = append(d.attemptGates, d.limiter)
+	}
 	if p.Breaker != nil {
 		d.attemptGates = append(d.attemptGates, newCircuitGate(p.Breaker, p.PerAttemptTimeout, d.tel))
 	}
@@ -182,6 +192,11 @@ func (d *Damper) Policy() Policy {
 	if p.Throttle != nil {
 		t := *p.Throttle
 		p.Throttle = &t
+	}
+	if p.RateLimit != nil {
+		r := *p.RateLimit
+		r.Limits = maps.Clone(r.Limits)
+		p.RateLimit = &r
 	}
 	return p
 }

@@ -31,12 +31,16 @@ var (
 type Error struct {
 	Reason error
 	Last   error
-	// RetryAfter is the provider's delay, for ErrRetryAfterTooLong, or the
-	// time until the breaker's next probe, for ErrCircuitOpen.
+	// RetryAfter is the provider's delay, for ErrRetryAfterTooLong, the
+	// time until the breaker's next probe, for ErrCircuitOpen, or the time
+	// until AdmitAt, for ErrRateLimited.
 	RetryAfter time.Duration
 	// NextProbe is when the breaker admits a probe, for ErrCircuitOpen.
 	NextProbe time.Time
-	Report    *Report
+	// AdmitAt is when the rate limiter could have admitted the attempt,
+	// for ErrRateLimited.
+	AdmitAt time.Time
+	Report  *Report
 }
 
 func (e *Error) Error() string {

@@ -22,6 +22,7 @@ const (
 	OutcomeBudgetExhausted   Outcome = "budget_exhausted"
 	OutcomeCircuitOpen       Outcome = "circuit_open"
 	OutcomeRetryThrottled    Outcome = "retry_throttled"
+	OutcomeRateLimited       Outcome = "rate_limited"
 )
 
 // Sentinels of the gates' refusals.
@@ -45,6 +46,11 @@ var (
 	// ErrRetryThrottled: the retry throttle had half of its tokens or
 	// fewer left (see [ThrottlePolicy]).
 	ErrRetryThrottled = errors.New("damper: retry throttled")
+	// ErrRateLimited: the rate limiter could not admit the attempt within
+	// RateLimitPolicy.MaxWait and the caller's deadline, so nothing was
+	// sent. [Error.AdmitAt] holds when it could have been admitted, and
+	// [Error.RetryAfter] the time until then.
+	ErrRateLimited = errors.New("damper: rate limited")
 )
 
 // gate is one admission gate: the outcome of a call it refuses, and the
@@ -63,10 +69,11 @@ var (
 	gateBudget     = gate{OutcomeBudgetExhausted, ErrRetryBudgetExhausted}
 	gateCircuit    = gate{OutcomeCircuitOpen, ErrCircuitOpen}
 	gateThrottle   = gate{OutcomeRetryThrottled, ErrRetryThrottled}
+	gateRateLimit  = gate{OutcomeRateLimited, ErrRateLimited}
 )
 
 // gates lists every gate.
-var gates = []gate{gateAttempts, gateRetryAfter, gateDeadline, gateCost, gateBudget, gateCircuit, gateThrottle}
+var gates = []gate{gateAttempts, gateRetryAfter, gateDeadline, gateCost, gateBudget, gateCircuit, gateThrottle, gateRateLimit}
 
 // isDenial reports whether outcome is a gate's refusal.
 func isDenial(o Outcome) bool {
@@ -81,8 +88,9 @@ func isDenial(o Outcome) bool {
 // denial is a gate's refusal.
 type denial struct {
 	gate       gate
-	retryAfter time.Duration // the provider's delay, or the time to nextProbe
+	retryAfter time.Duration // the provider's delay, or the time to nextProbe or admitAt
 	nextProbe  time.Time     // when an open breaker admits a probe
+	admitAt    time.Time     // when the rate limiter could admit the attempt
 	circuit    CircuitState  // the breaker's state, when the breaker refused
 	asIs       bool          // the caller gets the last provider error as it is
 }
@@ -93,7 +101,7 @@ func (d *denial) err() *Error {
 	if d.asIs || d.gate.reason == nil {
 		return nil
 	}
-	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter, NextProbe: d.nextProbe}
+	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter, NextProbe: d.nextProbe, AdmitAt: d.admitAt}
 }
 
 // admitRetry runs the retry gates, in order, on the retry that would follow
@@ -122,7 +130,7 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 		return 0, &denial{gate: gateCost}
 	}
 	for _, g := range c.d.attemptGates {
-		if refused := g.refusesAt(now, now.Add(wait)); refused != nil {
+		if refused := g.refusesAt(c, now, now.Add(wait)); refused != nil {
 			return 0, refused
 		}
 	}
@@ -154,22 +162,26 @@ func (c *call) pastDeadline(t time.Time) bool {
 	return ok && t.After(deadline)
 }
 
-// attemptGate admits each attempt of a call, the first included, before it
-// is sent: it may ask for a wait first, or refuse, or hand the attempt a
-// pass that hears how it ended. The circuit breaker is one.
+// attemptGate admits each attempt n of call c, the first included, before
+// it is sent: it may refuse it, or hand it a pass that hears how it ended.
+// A gate that makes the attempt wait does so with c.waitUntil, which first
+// asks the gates after it whether they would refuse the attempt by then.
+// The rate limiter and the circuit breaker are attempt gates, in that order:
+// the breaker admits its probe at the moment the attempt leaves.
 type attemptGate interface {
-	admitAttempt(ctx context.Context, n int, now time.Time) admission
+	admitAttempt(c *call, n int, now time.Time) admission
 	// refusesAt reports, taking nothing, whether the gate would refuse an
-	// attempt at the later time at, as far as it can tell at now: a retry
-	// it refuses is not waited for, nor paid for.
-	refusesAt(now, at time.Time) *denial
+	// attempt of c at the later time at, as far as it can tell at now: an
+	// attempt it refuses is not waited for, nor paid for.
+	refusesAt(c *call, now, at time.Time) *denial
 }
 
 // admission is an attempt gate's answer.
 type admission struct {
-	wait    time.Duration // to wait before the attempt is sent
-	refused *denial
-	pass    pass // nil when the gate needs no word of the attempt's end
+	refused  *denial
+	canceled bool // the caller's context ended during the gate's wait
+	pass     pass // nil when the gate needs no word of the attempt's end
+	queued   time.Duration
 
 	// What the breaker said, for the report and the attempt's span.
 	circuit CircuitState
@@ -188,6 +200,18 @@ type attemptEvent struct {
 	class   Class       // a failure's; zero for an answered attempt
 	header  http.Header // the response's, when one came
 	failure *Failure    // nil for an answered attempt
+	// usage is a plain answer's token usage, read only for a rate limiter.
+	usage usage
+	// streamOpen marks a stream handed to its caller: its usage is known
+	// at its end, when its endPasses settle.
+	streamOpen bool
+}
+
+// endPass is a pass that, for a stream, also hears the stream's end, with
+// the usage of the whole answer: the rate limiter's.
+type endPass interface {
+	pass
+	settleEnd(now time.Time, u usage)
 }
 
 // attemptObserver hears the end of every attempt: the budget and the

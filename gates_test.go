@@ -76,7 +76,7 @@ type testGate struct {
 
 var errTestRefused = errors.New("test gate: refused")
 
-func (g *testGate) admitAttempt(_ context.Context, n int, _ time.Time) admission {
+func (g *testGate) admitAttempt(c *call, n int, now time.Time) admission {
 	g.seen = append(g.seen, n)
 	if n == g.refuseAt {
 		return admission{refused: &denial{gate: gate{outcome: "test_refused", reason: errTestRefused}}}
@@ -85,13 +85,13 @@ func (g *testGate) admitAttempt(_ context.Context, n int, _ time.Time) admission
 		g.cancel()
 	}
 	adm := admission{pass: testPass{g}}
-	if n > 1 {
-		adm.wait = g.wait
+	if n > 1 && g.wait > 0 {
+		adm.refused, adm.canceled = c.waitUntil(g, now.Add(g.wait))
 	}
 	return adm
 }
 
-func (g *testGate) refusesAt(_, _ time.Time) *denial { return nil }
+func (g *testGate) refusesAt(_ *call, _, _ time.Time) *denial { return nil }
 
 // testPass records what it is settled with in its gate.
 type testPass struct{ g *testGate }

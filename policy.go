@@ -84,6 +84,10 @@ type Policy struct {
 	// (see [ThrottlePolicy]); a retry then needs both the throttle and the
 	// retry budget. Nil: no throttle.
 	Throttle *ThrottlePolicy
+	// RateLimit, when set, keeps the Damper's attempts under the API's rate
+	// limits, learned from its headers or configured (see
+	// [RateLimitPolicy]). Nil: no rate limiter.
+	RateLimit *RateLimitPolicy
 }
 
 // RecommendedPolicy is the policy to start a production service with: the
@@ -212,6 +216,13 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.Throttle = t
 	}
 
+	if p.RateLimit != nil {
+		r, err := p.RateLimit.withDefaults()
+		if err != nil {
+			return p, err
+		}
+		p.RateLimit = r
+	}
 	if p.BackoffBase > p.BackoffMax {
 		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
 	}

@@ -41,6 +41,12 @@ type Report struct {
 	// Circuit is the breaker's state when it last admitted or refused an
 	// attempt of the call; zero when the Policy has no breaker.
 	Circuit CircuitState
+	// LimitGroup is the rate limiter's group of the call's model (see
+	// [LimitGroup]); empty when the Policy has no rate limiter.
+	LimitGroup string
+	// RateLimitWait is the time the call's attempts waited in the rate
+	// limiter's line, in all.
+	RateLimitWait time.Duration
 
 	// Duration is the time from the first attempt to the end of the call.
 	Duration time.Duration
@@ -73,4 +79,7 @@ type AttemptReport struct {
 	Backoff time.Duration
 	// Probe is true for the attempt a half-open breaker let through.
 	Probe bool
+	// RateLimitWait is the time the attempt waited in the rate limiter's
+	// line before it was sent.
+	RateLimitWait time.Duration
 }

@@ -25,6 +25,7 @@ const initialHold = 4 << 10
 func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
+	b.sc.TrackUsage = c.d.limiter != nil
 	fail := func(err error, f Failure) attemptResult {
 		a.over()
 		_ = b.rc.Close()
@@ -96,6 +97,7 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 	c.report.FirstContent = c.d.clock.Now().Sub(c.start)
 	c.mu.Unlock()
 	b.held, b.skip = held, scanned
+	b.noteUsage()
 	b.complete.Store(complete)
 	b.res.Body = b
 	return attemptResult{res: b.res, answer: b}
@@ -153,6 +155,22 @@ type streamBody struct {
 	idleArmed bool // requires idleMu
 	idleOff   bool // requires idleMu
 	idleStop  func() bool
+
+	// The answer's usage so far, for the rate limiter: Read writes it, and
+	// the stream's end, on any goroutine, reads it.
+	usageMu sync.Mutex
+	usage   usage
+}
+
+// noteUsage keeps the usage the scanner has read so far.
+func (b *streamBody) noteUsage() {
+	if !b.sc.TrackUsage {
+		return
+	}
+	u := b.sc.Usage()
+	b.usageMu.Lock()
+	b.usage = usage{input: u.Input, cacheCreation: u.CacheCreation, cacheRead: u.CacheRead, output: u.Output, known: u.Known}
+	b.usageMu.Unlock()
 }
 
 // Read returns the held bytes, then the body's, scanning them for the end
@@ -249,6 +267,8 @@ func (b *streamBody) pass(p []byte, from int) int {
 		k, kind := b.sc.Scan(p[off:])
 		off += k
 		switch kind {
+		case sse.Held:
+			b.noteUsage() // a message_delta's usage
 		case sse.MessageStop:
 			b.complete.Store(true)
 			return off
@@ -405,6 +425,10 @@ func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
 		}
 		b.idleMu.Unlock()
 		_ = b.rc.Close()
+		b.usageMu.Lock()
+		u := b.usage
+		b.usageMu.Unlock()
+		b.c.settleEnd(u)
 		if f == nil {
 			b.att.end(succeeded(b.res))
 			return

@@ -40,6 +40,10 @@ const (
 	keyCircuitProbe  = attribute.Key("damper.circuit.probe")
 	keyCircuitFrom   = attribute.Key("damper.circuit.from")
 	keyCircuitTo     = attribute.Key("damper.circuit.to")
+	keyRateGroup     = attribute.Key("damper.ratelimit.group")
+	keyRateWait      = attribute.Key("damper.ratelimit.wait_s")
+	keyRateBucket    = attribute.Key("damper.ratelimit.bucket")
+	keyRateLearned   = attribute.Key("damper.ratelimit.learned")
 
 	// Keys of the OpenTelemetry semantic conventions.
 	keyErrorType   = attribute.Key("error.type")
@@ -154,10 +158,11 @@ type telemetry struct {
 	virtualTime bool
 }
 
-// newTelemetry builds the telemetry of a Damper with policy p, clock and
-// budget from cfg. The budget gauge's callback holds budget and clock; it
-// is unregistered once owner is collected.
-func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, owner *Damper) *telemetry {
+// newTelemetry builds the telemetry of a Damper with policy p, clock,
+// budget and rate limiter (nil for none) from cfg. The gauges' callbacks
+// hold budget, limiter and clock; they are unregistered once owner is
+// collected.
+func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, lim *limiter, owner *Damper) *telemetry {
 	tp := cfg.tracerProvider
 	if tp == nil {
 		// The global provider delegates to whatever is registered later.
@@ -181,7 +186,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, ow
 			t.log = t.log.With(slog.String("damper", cfg.name))
 		}
 	}
-	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, budget, clock, owner)
+	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, budget, lim, clock, owner)
 	return t
 }
 
@@ -278,6 +283,9 @@ func (ct *callTrace) attemptEnd(a AttemptReport) {
 		if a.StatusCode > 0 {
 			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
 		}
+		if a.RateLimitWait > 0 {
+			span.SetAttributes(keyRateWait.Float64(a.RateLimitWait.Seconds()))
+		}
 		if a.Class != 0 {
 			span.SetAttributes(keyErrorClass.String(a.Kind), keyErrorType.String(attemptErrorType(a)))
 			span.SetStatus(codes.Error, a.Kind)
@@ -342,6 +350,9 @@ func (ct *callTrace) end(rep *Report, last AttemptReport) {
 		}
 		if rep.Circuit != 0 {
 			attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
+		}
+		if rep.LimitGroup != "" {
+			attrs = append(attrs, keyRateGroup.String(rep.LimitGroup), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
 		}
 		span.SetAttributes(attrs...)
 		if typ := requestErrorType(rep.Outcome, last); typ != "" {

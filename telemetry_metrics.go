@@ -21,6 +21,9 @@ const (
 	metricBudgetBalance   = "damper.retry_budget.balance"
 	metricRequestDuration = "damper.request.duration"
 	metricCircuitChanges  = "damper.circuit.changes"
+	metricRateWait        = "damper.ratelimit.wait"
+	metricRateLimit       = "damper.ratelimit.limit"
+	metricRateRemaining   = "damper.ratelimit.remaining"
 )
 
 // metrics are the instruments of one Damper, created once by New. Every
@@ -36,12 +39,13 @@ type metrics struct {
 	retryCost metric.Float64Counter
 	duration  metric.Float64Histogram
 	circuit   metric.Int64Counter
+	rateWait  metric.Float64Histogram
 }
 
 // newMetrics creates a Damper's instruments on meter. An instrument the
 // meter refuses is replaced by a no-op one and the error goes to
 // otel.Handle, as telemetry must never fail a call.
-func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget Budget, clock Clock, owner *Damper) metrics {
+func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget Budget, lim *limiter, clock Clock, owner *Damper) metrics {
 	var none noop.Meter
 	m := metrics{
 		name:  name,
@@ -62,6 +66,12 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithExplicitBucketBoundaries(0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)))(none.Float64Histogram(metricRequestDuration)),
 		circuit: instrument(meter.Int64Counter(metricCircuitChanges, metric.WithUnit("{change}"),
 			metric.WithDescription("Changes of the circuit breaker's state, by the state left and the state entered.")))(none.Int64Counter(metricCircuitChanges)),
+		rateWait: instrument(meter.Float64Histogram(metricRateWait, metric.WithUnit("s"),
+			metric.WithDescription("Time a Messages request waited in the rate limiter's line, by limit group."),
+			metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait)),
+	}
+	if lim != nil {
+		m.rateGauges(meter, lim, clock, owner)
 	}
 
 	// The gauge's callback holds the budget and the clock, not the Damper,
@@ -87,6 +97,42 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 	}
 	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	return m
+}
+
+// rateGauges registers the gauges of the rate limiter's buckets: each
+// one's limit and what remains, by group and bucket.
+func (m *metrics) rateGauges(meter metric.Meter, lim *limiter, clock Clock, owner *Damper) {
+	limit, err := meter.Float64ObservableGauge(metricRateLimit, metric.WithUnit("{token}"),
+		metric.WithDescription("Per-minute limit of each rate-limit bucket (requests or tokens), learned or configured; absent until known."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	remaining, err := meter.Float64ObservableGauge(metricRateRemaining, metric.WithUnit("{token}"),
+		metric.WithDescription("What an interactive request could take from each rate-limit bucket now."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range lim.state(clock.Now()) {
+			if s.Limit == 0 {
+				continue
+			}
+			kvs := []attribute.KeyValue{keyRateGroup.String(s.Group), keyRateBucket.String(s.Bucket), keyRateLearned.Bool(s.Learned)}
+			if m.named {
+				kvs = append(kvs, m.name)
+			}
+			o.ObserveFloat64(limit, s.Limit, metric.WithAttributes(kvs...))
+			o.ObserveFloat64(remaining, s.Remaining, metric.WithAttributes(kvs...))
+		}
+		return nil
+	}, limit, remaining)
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
 }
 
 // attrs returns the option recording kvs, and the Damper's name if any.
@@ -141,6 +187,9 @@ func (m *metrics) backoffWaited(ctx context.Context, provider string, d time.Dur
 func (m *metrics) request(ctx context.Context, rep *Report) {
 	if isDenial(rep.Outcome) && m.denials.Enabled(ctx) {
 		m.denials.Add(ctx, 1, m.attrs(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
+	}
+	if rep.LimitGroup != "" && m.rateWait.Enabled(ctx) {
+		m.rateWait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(rep.LimitGroup)))
 	}
 	if m.duration.Enabled(ctx) {
 		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(

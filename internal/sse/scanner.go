@@ -60,6 +60,11 @@ const (
 //
 // The zero value is ready to use, in the before-content mode.
 type Scanner struct {
+	// TrackUsage makes the scanner read the token usage of message_start
+	// and message_delta events (see Usage); set it before the first Scan.
+	TrackUsage bool
+	usage      Usage
+
 	afterContent bool // set once the first content has been dispatched
 
 	// The current line.
@@ -250,7 +255,7 @@ func (s *Scanner) endLine() Kind {
 		name := s.eventName()
 		// Before content every event is held anyway, and kept whole;
 		// after it only an error event's data is needed.
-		want := name == "error" || !s.afterContent
+		want := name == "error" || !s.afterContent || (s.TrackUsage && name == "message_delta")
 		if want && s.drop && s.dataN > 0 {
 			s.dataOver = true // data came before this name and was dropped
 		}
@@ -288,6 +293,9 @@ func (s *Scanner) dispatch() Kind {
 	}
 	s.whole = !s.drop && !s.dataOver
 	kind := s.classify()
+	if s.TrackUsage && s.whole {
+		s.readUsage()
+	}
 	if kind == Content {
 		s.afterContent = true
 	}
@@ -315,6 +323,47 @@ func (s *Scanner) classify() Kind {
 		}
 	}
 	return Held
+}
+
+// Usage is the token usage of a stream's message, as its events give it.
+type Usage struct {
+	Input, CacheCreation, CacheRead, Output int64
+	// Known is true once an event has given any of it.
+	Known bool
+}
+
+// Usage returns the usage read so far: message_start's, updated by each
+// message_delta (whose counts are the message's totals so far).
+func (s *Scanner) Usage() Usage { return s.usage }
+
+// readUsage takes the usage of the event being dispatched, if it has one.
+func (s *Scanner) readUsage() {
+	var u gjson.Result
+	switch s.eventName() {
+	case "message_start":
+		u = gjson.GetBytes(s.data, "message.usage")
+	case "message_delta":
+		u = gjson.GetBytes(s.data, "usage")
+	default:
+		return
+	}
+	if !u.IsObject() {
+		return
+	}
+	for _, f := range [...]struct {
+		key string
+		dst *int64
+	}{
+		{"input_tokens", &s.usage.Input},
+		{"cache_creation_input_tokens", &s.usage.CacheCreation},
+		{"cache_read_input_tokens", &s.usage.CacheRead},
+		{"output_tokens", &s.usage.Output},
+	} {
+		if v := u.Get(f.key); v.Type == gjson.Number {
+			*f.dst = v.Int()
+			s.usage.Known = true
+		}
+	}
 }
 
 // blockHasContent reports whether the data of a content_block_start event

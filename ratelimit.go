@@ -1,0 +1,523 @@
+package damper
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/damper-ai/damper-go/internal/ratelimit"
+	"github.com/tidwall/gjson"
+)
+
+// RateLimitPolicy configures the rate limiter: it keeps every goroutine of
+// a Damper under the API's rate limits together, so that attempts wait in
+// line on the Damper instead of each finding the limit in a 429.
+//
+// The API limits requests, input tokens and output tokens per minute for
+// each limit group, a model family (see [LimitGroup]), as token buckets that
+// refill continuously. The limiter keeps the same three buckets per group.
+// A bucket's limit is configured in Limits or, by default, learned from the
+// anthropic-ratelimit-* headers of the responses, which also correct every
+// bucket's level, so the limiter follows limits that change and traffic
+// that other processes send. Until a group's first response the limiter
+// admits everything.
+//
+// An attempt takes one request, its estimated input tokens (see
+// [EstimateInputTokens]) and its max_tokens, from the three buckets at once
+// or from none; the answer's usage settles the reservation (a stream's, at
+// its end). An attempt that finds no room waits in line, first come, first
+// served within its priority, for at most MaxWait and never past the
+// caller's deadline less half a second; else it fails at once with
+// [ErrRateLimited], which says when it could be admitted. A 429 for a rate
+// limit (not a spend limit) empties the buckets it names until the delay
+// it gives, so every goroutine backs off together. Retries pass through the
+// limiter like first attempts.
+//
+// The zero value learns every limit and has the defaults written beside
+// each field; a nil *RateLimitPolicy in a Policy means no limiter.
+type RateLimitPolicy struct {
+	// Limits configures the limits of the groups named (keys as
+	// [LimitGroup] returns them); a zero field is learned. A configured
+	// limit may be lower than the API's, to leave room for other services:
+	// the headers then only lower the bucket's level, never its limit.
+	Limits map[string]RateLimits
+	// MaxWait is the longest an attempt waits in line. Default 30 s.
+	MaxWait time.Duration
+	// Priority is the priority of calls whose context does not give one
+	// (see [ContextWithPriority]). Default [Interactive].
+	Priority Priority
+	// BatchShare is the share of each bucket that batch calls may use; the
+	// rest is kept for interactive calls. Default 0.8; 1 keeps nothing back.
+	BatchShare float64
+}
+
+// RateLimits are the per-minute limits of one limit group; zero means
+// learned from the API's headers.
+type RateLimits struct {
+	RequestsPerMinute     int
+	InputTokensPerMinute  int
+	OutputTokensPerMinute int
+}
+
+// Defaults of the RateLimitPolicy fields.
+const (
+	DefaultRateLimitMaxWait    = 30 * time.Second
+	DefaultRateLimitBatchShare = 0.8
+)
+
+// Priority is a call's place in the rate limiter's line.
+type Priority uint8
+
+const (
+	// Interactive calls may use all of every bucket: someone is waiting.
+	Interactive Priority = iota
+	// Batch calls leave a share of every bucket to interactive calls (see
+	// [RateLimitPolicy.BatchShare]), and wait behind interactive calls
+	// that wait.
+	Batch
+)
+
+// String returns "interactive" or "batch".
+func (p Priority) String() string {
+	switch p {
+	case Interactive:
+		return "interactive"
+	case Batch:
+		return "batch"
+	}
+	return fmt.Sprintf("Priority(%d)", int(p))
+}
+
+type priorityKey struct{}
+
+// ContextWithPriority returns ctx marking the Messages calls made with it
+// as of priority p, for the rate limiter; it overrides the policy's
+// Priority.
+func ContextWithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// withDefaults returns a copy of p with every zero field set to its
+// default, or an error naming the first field that cannot be used.
+func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
+	switch {
+	case p.MaxWait < 0:
+		return nil, fieldError("RateLimit.MaxWait", p.MaxWait, "must be positive (0 means the default, 30s)")
+	case p.Priority != Interactive && p.Priority != Batch:
+		return nil, fieldError("RateLimit.Priority", p.Priority, "must be Interactive or Batch")
+	case math.IsNaN(p.BatchShare) || p.BatchShare < 0 || p.BatchShare > 1:
+		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
+	}
+	limits := make(map[string]RateLimits, len(p.Limits))
+	for _, group := range slices.Sorted(mapKeys(p.Limits)) {
+		l := p.Limits[group]
+		field := fmt.Sprintf("RateLimit.Limits[%q]", group)
+		switch {
+		case group == "":
+			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
+		case l.RequestsPerMinute < 0:
+			return nil, fieldError(field+".RequestsPerMinute", l.RequestsPerMinute, "must be at least 0 (0 means learned)")
+		case l.InputTokensPerMinute < 0:
+			return nil, fieldError(field+".InputTokensPerMinute", l.InputTokensPerMinute, "must be at least 0 (0 means learned)")
+		case l.OutputTokensPerMinute < 0:
+			return nil, fieldError(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, "must be at least 0 (0 means learned)")
+		}
+		limits[group] = l
+	}
+	p.Limits = limits
+	p.MaxWait = orDefault(p.MaxWait, DefaultRateLimitMaxWait)
+	p.BatchShare = orDefault(p.BatchShare, DefaultRateLimitBatchShare)
+	return &p, nil
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// LimitGroup returns the rate-limit group of a model ID, the key of
+// [RateLimitPolicy.Limits]: the API limits a model family as a whole, so
+// every dated, platform and minor version of one family and major version
+// shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
+// "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
+// ID of another shape is its own group, without its date.
+func LimitGroup(model string) string {
+	fam := ModelFamily(model)
+	parts := strings.Split(fam, "-")
+	// claude-<name>-<major>[-<minor>]: one group per name and major version.
+	if len(parts) >= 3 && parts[0] == "claude" && !isNumber(parts[1]) && isNumber(parts[2]) {
+		return strings.Join(parts[:3], "-")
+	}
+	return fam
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+// cacheAwareITPM reports whether the input-token limit of group leaves out
+// the tokens read from the prompt cache: it does for every model family
+// but the older ones named here.
+func cacheAwareITPM(group string) bool {
+	switch group {
+	case "claude-3-haiku", "claude-3-5-haiku", "claude-3-opus", "claude-3-sonnet", "claude-3-5-sonnet":
+		return false
+	}
+	return true
+}
+
+// RateLimitState is one bucket of the rate limiter, as [Damper.RateLimits]
+// reads it.
+type RateLimitState struct {
+	Group string // the limit group (see LimitGroup)
+	// Bucket is "requests", "input_tokens" or "output_tokens".
+	Bucket string
+	// Limit is per minute; 0 while it is not known yet.
+	Limit float64
+	// Remaining is what an interactive attempt could take now; 0 while
+	// attempts wait in line.
+	Remaining float64
+	// Learned is true for a limit learned from the API's headers, false
+	// for a configured one.
+	Learned bool
+	// PausedUntil is when a pause after a rate-limit 429 ends, if one is
+	// under way.
+	PausedUntil time.Time
+}
+
+// RateLimits returns every bucket of the Damper's rate limiter, by group
+// then bucket; nil without Policy.RateLimit.
+func (d *Damper) RateLimits() []RateLimitState {
+	if d.limiter == nil {
+		return nil
+	}
+	return d.limiter.state(d.clock.Now())
+}
+
+// limiter is the rate limiter as the engine sees it: a gate before every
+// attempt, whose pass settles the attempt's reservation and reads the
+// response's headers.
+type limiter struct {
+	p     *RateLimitPolicy
+	clock Clock
+
+	mu     sync.Mutex
+	groups map[string]*limitGroup // by group name; requires mu
+
+	// byModel remembers each model ID's group, up to maxResolved IDs.
+	byModel      sync.Map // string → *limitGroup
+	byModelCount atomic.Int32
+}
+
+// limitGroup is one group's buckets.
+type limitGroup struct {
+	name       string
+	g          *ratelimit.Group
+	cacheAware bool
+}
+
+func newLimiter(p *RateLimitPolicy, clock Clock) *limiter {
+	return &limiter{p: p, clock: clock, groups: map[string]*limitGroup{}}
+}
+
+// group returns the group of model, made on first use.
+func (l *limiter) group(model string) *limitGroup {
+	if g, ok := l.byModel.Load(model); ok {
+		return g.(*limitGroup)
+	}
+	name := LimitGroup(model)
+	l.mu.Lock()
+	g, ok := l.groups[name]
+	if !ok {
+		c := l.p.Limits[name]
+		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: ratelimit.New(ratelimit.Settings{
+			Limits:     ratelimit.Amounts{float64(c.RequestsPerMinute), float64(c.InputTokensPerMinute), float64(c.OutputTokensPerMinute)},
+			BatchShare: l.p.BatchShare,
+		})}
+		l.groups[name] = g
+	}
+	l.mu.Unlock()
+	if l.byModelCount.Load() < maxResolved {
+		if _, loaded := l.byModel.LoadOrStore(model, g); !loaded {
+			l.byModelCount.Add(1)
+		}
+	}
+	return g
+}
+
+// callRate is what the limiter knows of one call, worked out at its first
+// attempt.
+type callRate struct {
+	group    *limitGroup
+	cost     ratelimit.Amounts
+	priority Priority
+}
+
+// forCall returns the call's group, cost and priority.
+func (l *limiter) forCall(c *call) *callRate {
+	if c.rate == nil {
+		p := l.p.Priority
+		if v, ok := c.ctx.Value(priorityKey{}).(Priority); ok {
+			p = v
+		}
+		g := l.group(c.report.Model)
+		c.rate = &callRate{group: g, priority: p,
+			cost: ratelimit.Amounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
+		c.mu.Lock()
+		c.report.LimitGroup = g.name
+		c.mu.Unlock()
+	}
+	return c.rate
+}
+
+// latest is the latest time an attempt asked for at now may be sent.
+func (l *limiter) latest(c *call, now time.Time) time.Time {
+	latest := now.Add(l.p.MaxWait)
+	if deadline, ok := c.ctx.Deadline(); ok {
+		if d := deadline.Add(-minAttempt); d.Before(latest) {
+			latest = d
+		}
+	}
+	return latest
+}
+
+func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
+	cr := l.forCall(c)
+	g := cr.group.g
+	latest := l.latest(c, now)
+	start := now
+	var ticket ratelimit.Ticket
+	for {
+		r, due, taken := g.Reserve(now, cr.cost, ratelimit.Priority(cr.priority), latest, &ticket)
+		if !taken && due.After(latest) {
+			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
+		}
+		if taken {
+			// A pause that begins while the attempt waits holds it too.
+			due = later(due, g.PausedUntil(now))
+		}
+		if !due.After(now) {
+			return admission{pass: &limitPass{l: l, group: cr.group, r: r}, queued: now.Sub(start)}
+		}
+		if due.After(latest) {
+			g.Cancel(&r, now)
+			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
+		}
+		refused, canceled := c.waitUntil(l, due)
+		if refused != nil || canceled {
+			g.Cancel(&r, l.clock.Now())
+			return admission{refused: refused, canceled: canceled, queued: l.clock.Now().Sub(start)}
+		}
+		now = l.clock.Now()
+		if taken {
+			if paused := g.PausedUntil(now); paused.After(now) {
+				// Wait out the pause, then send without asking again.
+				for paused.After(now) {
+					if paused.After(latest) {
+						g.Cancel(&r, now)
+						return admission{refused: rateDenial(now, paused), queued: now.Sub(start)}
+					}
+					if refused, canceled := c.waitUntil(l, paused); refused != nil || canceled {
+						g.Cancel(&r, l.clock.Now())
+						return admission{refused: refused, canceled: canceled, queued: l.clock.Now().Sub(start)}
+					}
+					now = l.clock.Now()
+					paused = g.PausedUntil(now)
+				}
+			}
+			return admission{pass: &limitPass{l: l, group: cr.group, r: r}, queued: now.Sub(start)}
+		}
+	}
+}
+
+func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
+	cr := l.forCall(c)
+	due := cr.group.g.Admits(now, at, cr.cost, ratelimit.Priority(cr.priority))
+	if latest := l.latest(c, at); due.After(latest) {
+		return rateDenial(now, due)
+	}
+	return nil
+}
+
+// rateDenial is the limiter's refusal at now of an attempt it could admit
+// at due.
+func rateDenial(now, due time.Time) *denial {
+	return &denial{gate: gateRateLimit, retryAfter: due.Sub(now), admitAt: due}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (l *limiter) state(now time.Time) []RateLimitState {
+	l.mu.Lock()
+	names := slices.Sorted(mapKeys(l.groups))
+	groups := make([]*limitGroup, len(names))
+	for i, n := range names {
+		groups[i] = l.groups[n]
+	}
+	l.mu.Unlock()
+	out := make([]RateLimitState, 0, len(groups)*ratelimit.NumKinds)
+	for _, g := range groups {
+		for _, b := range g.g.State(now) {
+			out = append(out, RateLimitState{
+				Group: g.name, Bucket: b.Kind.String(), Limit: b.Limit, Remaining: b.Remaining,
+				Learned: b.Limit > 0 && !b.Configured, PausedUntil: b.PausedUntil,
+			})
+		}
+	}
+	return out
+}
+
+// limitPass is one admitted attempt's reservation.
+type limitPass struct {
+	l     *limiter
+	group *limitGroup
+	r     ratelimit.Reservation
+}
+
+// settle corrects the buckets from the response's headers, pauses them
+// after a rate-limit 429, and settles the reservation: by the answer's
+// usage; for a failure, with the output it reserved given back (the
+// request and its input may have counted); for an attempt never sent,
+// entirely. A stream still open settles at its end (settleEnd).
+func (p *limitPass) settle(now time.Time, e attemptEvent) {
+	g := p.group.g
+	if !e.outcome.Success && e.failure == nil {
+		g.Cancel(&p.r, now)
+		return
+	}
+	if o, ok := rateHeaders(e.header); ok {
+		g.Observe(now, &p.r, o)
+	}
+	switch {
+	case e.failure != nil:
+		if e.class == Retryable && e.outcome.Signal == CallerTraffic {
+			p.pause(now, e.header)
+		}
+		g.Settle(&p.r, now, ratelimit.Amounts{}, [ratelimit.NumKinds]bool{ratelimit.OutputTokens: true})
+	case e.streamOpen:
+	default:
+		p.settleUsage(now, e.usage)
+	}
+}
+
+// settleEnd settles a stream's reservation at the stream's end.
+func (p *limitPass) settleEnd(now time.Time, u usage) {
+	p.settleUsage(now, u)
+}
+
+// settleUsage settles the reservation by u; without usage the reservation
+// stands as taken.
+func (p *limitPass) settleUsage(now time.Time, u usage) {
+	if !u.known {
+		p.group.g.Settle(&p.r, now, ratelimit.Amounts{}, [ratelimit.NumKinds]bool{})
+		return
+	}
+	in := u.input + u.cacheCreation
+	if !p.group.cacheAware {
+		in += u.cacheRead
+	}
+	p.group.g.Settle(&p.r, now, ratelimit.Amounts{1, float64(in), float64(u.output)}, [ratelimit.NumKinds]bool{true, true, true})
+}
+
+// pause empties the buckets a rate-limit 429 names (those whose remaining
+// count is below what the attempt asked, or all three when the response
+// names none) until its retry-after, or else each bucket's reset time.
+func (p *limitPass) pause(now time.Time, h http.Header) {
+	delay, hasDelay := ParseRetryAfter(h, now)
+	var named [ratelimit.NumKinds]bool
+	any := false
+	for k, keys := range rateHeaderKeys {
+		if v, ok := headerFloat(h, keys.remaining); ok && v < max(p.r.Cost()[k], 1) {
+			named[k], any = true, true
+		}
+	}
+	for k := range named {
+		if any && !named[k] {
+			continue
+		}
+		until := now
+		if hasDelay {
+			until = now.Add(delay)
+		} else if reset, err := time.Parse(time.RFC3339, h.Get(rateHeaderKeys[k].reset)); err == nil {
+			until = reset
+		}
+		var one [ratelimit.NumKinds]bool
+		one[k] = true
+		p.group.g.Pause(now, one, until)
+	}
+}
+
+// rateHeaderKeys are the canonical names of each bucket's headers.
+var rateHeaderKeys = [ratelimit.NumKinds]struct{ limit, remaining, reset string }{
+	{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"},
+	{"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"},
+	{"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"},
+}
+
+// rateHeaders reads the anthropic-ratelimit-* headers of a response: a
+// bucket counts when both its limit and its remaining count parse.
+func rateHeaders(h http.Header) (o ratelimit.Observation, ok bool) {
+	if h == nil {
+		return o, false
+	}
+	for k, keys := range rateHeaderKeys {
+		limit, okL := headerFloat(h, keys.limit)
+		rem, okR := headerFloat(h, keys.remaining)
+		if okL && okR && limit > 0 {
+			o.Has[k], o.Limit[k], o.Remaining[k] = true, limit, max(rem, 0)
+			ok = true
+		}
+	}
+	return o, ok
+}
+
+func headerFloat(h http.Header, key string) (float64, bool) {
+	vs := h[key]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(vs[0]), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return v, true
+}
+
+// usage is an answer's token usage.
+type usage struct {
+	input, cacheCreation, cacheRead, output int64
+	known                                   bool
+}
+
+// answerUsage reads the usage of a plain answer.
+func answerUsage(body []byte) usage {
+	u := gjson.GetBytes(body, "usage")
+	if !u.IsObject() {
+		return usage{}
+	}
+	return usage{
+		input:         u.Get("input_tokens").Int(),
+		cacheCreation: u.Get("cache_creation_input_tokens").Int(),
+		cacheRead:     u.Get("cache_read_input_tokens").Int(),
+		output:        u.Get("output_tokens").Int(),
+		known:         true,
+	}
+}
