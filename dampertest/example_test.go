@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -193,4 +194,43 @@ func ExampleWithStepFunc() {
 	// a msg_a_2
 	// b failed
 	// b msg_b_2
+}
+
+// WithRateLimits makes the fake enforce per-minute limits as the API does,
+// to test code that must pace itself. Here the code under test waits, on
+// the fake clock, for as long as retry-after says after each 429.
+func ExampleWithRateLimits() {
+	clock := dampertest.NewClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	srv := dampertest.NewServer(dampertest.WithClock(clock),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 2, OutputTokensPerMinute: 8000}))
+	defer srv.Close()
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+
+	ctx := context.Background()
+	for sent := 0; sent < 4; {
+		var resp *http.Response
+		_, err := client.Messages.New(ctx, params, option.WithResponseInto(&resp))
+		var apiErr *anthropic.Error
+		if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests {
+			wait, _ := strconv.Atoi(apiErr.Response.Header.Get("retry-after"))
+			fmt.Printf("%s 429, retry after %ds\n", clock.Now().Format(time.TimeOnly), wait)
+			clock.Sleep(ctx, time.Duration(wait)*time.Second)
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		sent++
+		fmt.Printf("%s ok, %s requests left\n", clock.Now().Format(time.TimeOnly), resp.Header.Get("anthropic-ratelimit-requests-remaining"))
+	}
+	stats := srv.RateLimitStats()
+	fmt.Println(stats.Admitted, "admitted,", stats.Limited, "limited")
+	// Output:
+	// 00:00:00 ok, 1 requests left
+	// 00:00:00 ok, 0 requests left
+	// 00:00:00 429, retry after 30s
+	// 00:00:30 ok, 0 requests left
+	// 00:00:30 429, retry after 30s
+	// 00:01:00 ok, 0 requests left
+	// 4 admitted, 2 limited
 }

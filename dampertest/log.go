@@ -13,8 +13,9 @@ type Request struct {
 	// absent).
 	Scenario string
 	// N is the 1-based index of the request among the Messages requests of
-	// its scenario, the number its step was chosen by. It is 0 for a request
-	// to any other endpoint, which takes no step.
+	// its scenario, the number its step was chosen by unless the server's
+	// rate limits refused some of them (see [Server.Script]). It is 0 for a
+	// request to any other endpoint, which takes no step.
 	N int
 	// Method and Path are the request's method and URL path (no query).
 	Method, Path string
@@ -28,6 +29,10 @@ type Request struct {
 	// At is when the request arrived, on the server's clock (the fake Clock
 	// given with WithClock, else real time).
 	At time.Time
+	// RateLimited reports whether the server's rate limits refused the
+	// request with a 429 (see [WithRateLimits]); such a request took no
+	// step.
+	RateLimited bool
 }
 
 // clone returns a copy that shares nothing with r.
@@ -54,13 +59,15 @@ func redact(h http.Header) http.Header {
 	return h
 }
 
-// parseBody reads the fields of a Messages request the server echoes. A
-// body that is not JSON leaves them empty.
-func parseBody(body []byte) (model string, stream bool) {
+// parseBody reads the fields of a Messages request the server echoes or
+// reserves (max_tokens, for rate limits). A body that is not JSON leaves
+// them empty; a max_tokens out of range is clamped, above any limit.
+func parseBody(body []byte) (model string, stream bool, maxTokens int64) {
 	var p struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model     string  `json:"model"`
+		Stream    bool    `json:"stream"`
+		MaxTokens float64 `json:"max_tokens"`
 	}
 	_ = json.Unmarshal(body, &p)
-	return p.Model, p.Stream
+	return p.Model, p.Stream, int64(min(max(p.MaxTokens, 0), maxCost))
 }

@@ -10,10 +10,13 @@ import (
 
 // call is what the server knows about one request when it answers it.
 type call struct {
-	model     string
-	stream    bool
-	requestID string
-	messageID string // of the message sent
+	model       string
+	stream      bool
+	requestID   string
+	messageID   string      // of the message sent
+	inputTokens int         // reported in usage
+	header      http.Header // rate-limit headers; a step's Header wins
+	ticket      *ticket     // output reservation to settle; nil without limits
 }
 
 // respond answers r with step.
@@ -27,6 +30,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 	}
 
 	h := w.Header()
+	for k, vs := range c.header {
+		h[k] = vs
+	}
 	h.Set("Request-Id", c.requestID)
 	for k, vs := range step.Header {
 		h.Del(k) // canonicalizes k, so a step's request-id replaces ours
@@ -38,8 +44,16 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 	status := cmp.Or(step.Status, http.StatusOK)
 	c.messageID = cmp.Or(step.MessageID, messageID)
 
+	// The output reservation is settled before the answer goes out, so a
+	// client that has the answer sees it settled: by the answer's usage, or
+	// given back whole for an error or a drop. A stream settles at its
+	// message_delta (see writeStream).
+	if status >= 400 || step.Drop != DropNone {
+		c.ticket.settle(0)
+	}
 	switch {
 	case step.Body != nil:
+		c.ticket.settle(bodyOutputTokens(step.Body))
 		s.writeBody(ctx, w, status, step.Body, step.Drop)
 	case status >= 400:
 		errorType := cmp.Or(step.ErrorType, DefaultErrorType(status))
@@ -51,7 +65,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 		}
 		s.writeStream(ctx, w, status, st, c, requestID, step.Drop)
 	default:
-		s.writeBody(ctx, w, status, messageJSON(c.messageID, c.model, cmp.Or(step.Text, "ok")), step.Drop)
+		text := cmp.Or(step.Text, "ok")
+		c.ticket.settle(int64(outputTokens(text)))
+		s.writeBody(ctx, w, status, messageJSON(c.messageID, c.model, text, c.inputTokens), step.Drop)
 	}
 }
 

@@ -1,6 +1,7 @@
 package dampertest
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -55,12 +56,14 @@ type Server struct {
 	sleep   func(context.Context, time.Duration) error // nil: use clock
 	stepFor func(Request) Step                         // nil: the default answer
 	grace   time.Duration
+	limits  *limiter      // nil: no rate limits
 	closing chan struct{} // closed by Close, to release held responses
 	once    sync.Once
 
 	mu      sync.Mutex
 	scripts map[string]script
 	counts  map[string]int // Messages requests per scenario
+	taken   map[string]int // of which took a step: all but the limits' refusals
 	log     []Request
 }
 
@@ -133,9 +136,13 @@ func NewServer(opts ...ServerOption) *Server {
 		closing: make(chan struct{}),
 		scripts: map[string]script{},
 		counts:  map[string]int{},
+		taken:   map[string]int{},
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.limits != nil {
+		s.limits.now = s.now // after the options: WithClock may come later
 	}
 	if !s.memory {
 		s.ts = httptest.NewServer(s.Handler())
@@ -179,7 +186,8 @@ func (s *Server) Close() {
 
 // Script sets the steps of a scenario: the n-th request of the scenario
 // received after the call gets steps[n-1], and once the steps are used up
-// the last one repeats. Calling Script again replaces the script and starts
+// the last one repeats. Requests refused by the server's rate limits (see
+// [WithRateLimits]) take no step and are not counted here. Calling Script again replaces the script and starts
 // it over; with no steps, the scenario goes back to the default answer.
 // Counts and the log are not reset.
 func (s *Server) Script(scenario string, steps ...Step) {
@@ -189,7 +197,7 @@ func (s *Server) Script(scenario string, steps ...Step) {
 		delete(s.scripts, scenario)
 		return
 	}
-	sc := script{steps: make([]Step, len(steps)), base: s.counts[scenario]}
+	sc := script{steps: make([]Step, len(steps)), base: s.taken[scenario]}
 	for i, st := range steps {
 		sc.steps[i] = st.clone()
 	}
@@ -207,8 +215,10 @@ func (s *Server) Requests() []Request {
 	return out
 }
 
-// Count returns the number of Messages requests received for a scenario.
-// Requests to other endpoints are logged but not counted.
+// Count returns the number of Messages requests received for a scenario,
+// including those refused by the server's rate limits (see
+// [WithRateLimits]). Requests to other endpoints are logged but not
+// counted.
 func (s *Server) Count(scenario string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,39 +237,59 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body) // a body cut short is logged as far as it came
 	scenario := r.Header.Get(ScenarioHeader)
-	model, stream := parseBody(body)
+	model, stream, maxTokens := parseBody(body)
 	isMessages := r.Method == http.MethodPost && r.URL.Path == "/v1/messages"
 	entry := Request{
 		Scenario: scenario, Method: r.Method, Path: r.URL.Path,
 		Header: redact(r.Header), Body: body, Stream: stream, At: s.now(),
 	}
+	c := call{model: cmp.Or(model, DefaultModel), stream: stream, inputTokens: defaultInputTokens}
+	if s.limits != nil {
+		c.inputTokens = inputTokensOf(body)
+	}
 
 	var step Step
-	scripted := false
+	var adm admission
+	scripted, refused := false, false
 	s.mu.Lock()
 	if isMessages {
 		s.counts[scenario]++
 		entry.N = s.counts[scenario]
-		if sc, ok := s.scripts[scenario]; ok {
-			step, scripted = sc.step(entry.N), true
+		if s.limits != nil {
+			// Under s.mu, so that a refused request and the next one's step
+			// are decided in arrival order.
+			adm = s.limits.admit(entry.At, int64(c.inputTokens), maxTokens)
+			refused = adm.ticket == nil
+			entry.RateLimited = refused && adm.err == nil
+		}
+		if !refused {
+			s.taken[scenario]++
+			if sc, ok := s.scripts[scenario]; ok {
+				step, scripted = sc.step(s.taken[scenario]), true
+			}
 		}
 	}
 	s.log = append(s.log, entry)
 	s.mu.Unlock()
-	if isMessages && !scripted && s.stepFor != nil {
-		step = s.stepFor(entry) // outside the lock: f may call the server
-	}
 
-	requestID := "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
+	c.requestID = "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
 	if !isMessages {
-		w.Header().Set("Request-Id", requestID)
-		s.writeBody(r.Context(), w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, requestID), DropNone)
+		w.Header().Set("Request-Id", c.requestID)
+		s.writeBody(r.Context(), w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, c.requestID), DropNone)
 		return
 	}
-	if model == "" {
-		model = DefaultModel
+	if refused {
+		s.refuse(r.Context(), w, adm, c.requestID)
+		return
 	}
-	s.respond(w, r, step, call{model: model, stream: stream, requestID: requestID})
+	// Whatever ends the answer, a drop included, gives back what it did
+	// not settle.
+	defer adm.ticket.settle(0)
+	if !scripted && s.stepFor != nil {
+		step = s.stepFor(entry) // outside the lock: f may call the server
+	}
+	c.header, c.ticket = adm.header, adm.ticket
+	s.respond(w, r, step, c)
 }
 
 func (s *Server) now() time.Time {

@@ -209,7 +209,7 @@ func TestOKMessage(t *testing.T) {
 	if msg.ID != messageID || msg.Model != "claude-sonnet-5-5" || msg.Role != "assistant" ||
 		msg.StopReason != anthropic.StopReasonEndTurn || len(msg.Content) != 1 ||
 		msg.Content[0].Type != "text" || msg.Content[0].Text != "ok" ||
-		msg.Usage.InputTokens != inputTokens || msg.Usage.OutputTokens != 1 {
+		msg.Usage.InputTokens != defaultInputTokens || msg.Usage.OutputTokens != 1 {
 		t.Errorf("message = %s", msg.RawJSON())
 	}
 }
@@ -525,7 +525,7 @@ func TestStallMidBodyReleasedByClose(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	half := make([]byte, resp.ContentLength/2)
-	if _, err := io.ReadFull(resp.Body, half); err != nil || !strings.HasPrefix(string(messageJSON(messageID, "m", "ok")), string(half)) {
+	if _, err := io.ReadFull(resp.Body, half); err != nil || !strings.HasPrefix(string(messageJSON(messageID, "m", "ok", defaultInputTokens)), string(half)) {
 		t.Fatalf("first half %q, err %v", half, err)
 	}
 	srv.Close() // must not leave the stalled handler waiting

@@ -107,10 +107,12 @@ func (e Event) String() string {
 
 // Events returns the full event sequence of s without its fault: what a
 // caller should see from a clean stream. message_start names
-// [DefaultModel] and the id msg_dampertest; a served stream names the
-// request's model instead, and its step's MessageID if set.
+// [DefaultModel] and the id msg_dampertest, and reports 10 input tokens; a
+// served stream names the request's model instead, and its step's
+// MessageID if set, and on a server with rate limits reports the input
+// tokens the request was charged (see [RateLimits]).
 func (s Stream) Events() []Event {
-	return s.events(messageID, DefaultModel)
+	return s.events(messageID, DefaultModel, defaultInputTokens)
 }
 
 // ContentIndex returns the index of the first content_block_delta, the
@@ -120,7 +122,7 @@ func (s Stream) ContentIndex() int {
 	return 2 + max(s.Pings, 0)
 }
 
-func (s Stream) events(id, model string) []Event {
+func (s Stream) events(id, model string, inputTokens int) []Event {
 	text := cmp.Or(s.Text, "ok")
 	evs := []Event{{"message_start", marshal(struct {
 		Type    string  `json:"type"`
@@ -180,7 +182,7 @@ func padding(n int) []byte {
 
 // writeStream sends st as the body of a response whose headers w holds.
 func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status int, st Stream, c call, requestID string, drop Drop) {
-	evs := st.events(c.messageID, c.model)
+	evs := st.events(c.messageID, c.model, c.inputTokens)
 	h := w.Header()
 	setDefault(h, "Content-Type", "text/event-stream; charset=utf-8")
 	setDefault(h, "Cache-Control", "no-cache")
@@ -202,6 +204,10 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status 
 	if st.Fault != FaultNone {
 		at = min(max(st.At, 0), len(evs))
 	}
+	last := len(evs) - 2 // message_delta, whose usage settles the output
+	if at <= last {
+		c.ticket.settle(0) // it will never be sent
+	}
 	padAt := 1 + max(st.Pings, 0)
 	for i := 0; i <= len(evs); i++ {
 		if i == at {
@@ -213,6 +219,9 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status 
 		}
 		if i == padAt && st.PreContentBytes > 0 {
 			w.Write(padding(st.PreContentBytes))
+		}
+		if i == last {
+			c.ticket.settle(int64(outputTokens(cmp.Or(st.Text, "ok"))))
 		}
 		if _, err := w.Write([]byte(evs[i].String())); err != nil {
 			return // the client has gone

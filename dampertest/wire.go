@@ -15,9 +15,11 @@ const DefaultModel = "claude-dampertest"
 // sets one, so that scripted streams are byte-for-byte predictable.
 const messageID = "msg_dampertest"
 
-// inputTokens is the input usage reported for every request; the server
-// does no tokenizing.
-const inputTokens = 10
+// defaultInputTokens is the input usage reported for every request by a
+// server without rate limits, and in [Stream.Events]; the server does no
+// tokenizing. A server with rate limits reports what it charged (see
+// [RateLimits]).
+const defaultInputTokens = 10
 
 // DefaultErrorType returns the error.type the Anthropic API sends with an
 // HTTP status: 400 invalid_request_error, 401 authentication_error,
@@ -118,8 +120,9 @@ type usage struct {
 	OutputTokens             int `json:"output_tokens"`
 }
 
-// messageJSON returns a complete Messages API message saying text.
-func messageJSON(id, model, text string) []byte {
+// messageJSON returns a complete Messages API message saying text, for a
+// request of inputTokens.
+func messageJSON(id, model, text string, inputTokens int) []byte {
 	endTurn := "end_turn"
 	return marshal(message{
 		ID: id, Type: "message", Role: "assistant", Model: model,

@@ -135,13 +135,15 @@ func (b *bucket) advance(now time.Time) {
 }
 
 // due is when the bucket, refilling from now, holds need: at once for an
-// unknown limit; never before a pause ends.
+// unknown limit; never before a pause ends. A now a little before the
+// bucket's own time (another goroutine's clock reading) counts as that
+// time.
 func (b *bucket) due(now time.Time, need float64) time.Time {
 	t := now
-	if b.at.After(t) {
-		t = b.at
-	}
 	if b.limit > 0 && b.level < need {
+		if b.at.After(t) {
+			t = b.at
+		}
 		t = t.Add(seconds((need - b.level) * 60 / b.limit))
 	}
 	if b.pausedUntil.After(t) {

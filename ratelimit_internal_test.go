@@ -1,0 +1,106 @@
+package damper
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// refuseLater is an attempt gate that admits every attempt now and would
+// refuse any attempt from a later time: an open breaker, as seen before
+// a wait.
+type refuseLater struct{}
+
+var errRefusedLater = &denial{gate: gate{outcome: "later_refused"}}
+
+func (refuseLater) admitAttempt(*call, int, time.Time) admission { return admission{} }
+
+func (refuseLater) refusesAt(_ *call, now, at time.Time) *denial {
+	if at.After(now) {
+		return errRefusedLater
+	}
+	return nil
+}
+
+// limiterCall is a call of model claude-sonnet-4-6 through d, as newCall
+// would make it, without a request.
+func limiterCall(d *Damper, ctx context.Context) *call {
+	c := &call{d: d, ctx: ctx, start: d.clock.Now(), inputTokens: 100, maxTokens: 1024}
+	c.report.Model = "claude-sonnet-4-6"
+	return c
+}
+
+// No wait in line is started for an attempt that a later gate would refuse
+// once the wait is over, and the refused attempt takes nothing.
+func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
+	d, err := New(Policy{RateLimit: &RateLimitPolicy{MaxWait: 2 * time.Minute,
+		Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1}}}},
+		WithClock(realClock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.attemptGates = append(d.attemptGates, refuseLater{})
+	first := limiterCall(d, context.Background())
+	if _, _, refused, _ := first.admitAttempt(1); refused != nil {
+		t.Fatalf("first attempt refused: %+v", refused)
+	}
+	first.settlePasses(attemptEvent{outcome: AttemptOutcome{Success: true}})
+
+	c := limiterCall(d, context.Background())
+	start := time.Now()
+	_, queued, refused, canceled := c.admitAttempt(1)
+	if refused != errRefusedLater || canceled || queued > time.Second || time.Since(start) > time.Second {
+		t.Fatalf("refused %+v, canceled %v, queued %v after %v; want the later gate's refusal at once", refused, canceled, queued, time.Since(start))
+	}
+	if s := d.RateLimits()[0]; s.Bucket != "requests" || s.Remaining > 0.01 {
+		t.Fatalf("requests bucket %+v", s)
+	}
+	// The bucket holds nothing, and no debt: the next request is due in a
+	// minute at most (a debt would have made it two).
+	if due := d.limiter.group("claude-sonnet-4-6").g.Admits(time.Now(), time.Now(), [3]float64{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
+		t.Fatalf("next request due in %v: the refused attempt kept its request", due.Sub(time.Now()))
+	}
+}
+
+// BenchmarkRateLimitAdmission is the limiter's cost per attempt: the
+// gate's admission, reading the answer's headers and settling by usage.
+func BenchmarkRateLimitAdmission(b *testing.B) {
+	h := http.Header{}
+	h.Set("anthropic-ratelimit-requests-limit", "4000")
+	h.Set("anthropic-ratelimit-requests-remaining", "3999")
+	h.Set("anthropic-ratelimit-input-tokens-limit", "2000000")
+	h.Set("anthropic-ratelimit-input-tokens-remaining", "1999000")
+	h.Set("anthropic-ratelimit-output-tokens-limit", "400000")
+	h.Set("anthropic-ratelimit-output-tokens-remaining", "399000")
+	ev := attemptEvent{outcome: AttemptOutcome{First: true, Success: true}, header: h,
+		usage: usage{input: 100, output: 200, known: true}}
+	for _, bc := range []struct {
+		name   string
+		policy *RateLimitPolicy
+	}{
+		{"learned", &RateLimitPolicy{}},
+		{"configured", &RateLimitPolicy{Limits: map[string]RateLimits{"claude-sonnet-4": {
+			RequestsPerMinute: 1e9, InputTokensPerMinute: 1e12, OutputTokensPerMinute: 1e12}}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			d, err := New(Policy{RateLimit: bc.policy})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				c := limiterCall(d, ctx)
+				for pb.Next() {
+					c.rate = nil // each call finds its group and cost
+					adm := d.limiter.admitAttempt(c, 1, d.clock.Now())
+					if adm.pass == nil {
+						b.Fatalf("refused: %+v", adm.refused.err())
+					}
+					adm.pass.settle(d.clock.Now(), ev)
+				}
+			})
+		})
+	}
+}
