@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
 )
 
 // limitAPI answers Messages requests as its answer function says, and
@@ -482,4 +485,62 @@ func TestLimitGroup(t *testing.T) {
 			t.Errorf("LimitGroup(%q) = %q, want %q", model, got, want)
 		}
 	}
+}
+
+// Against a fake API that enforces its limits, a limiter that learned them
+// from one response keeps every goroutine under them: no 429 at all, calls
+// spaced as the bucket refills, and those that could not start within
+// MaxWait refused before they were sent.
+func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := dampertest.NewServer(dampertest.InMemory(),
+			dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 10, OutputTokensPerMinute: 100000}))
+		defer srv.Close()
+		d, err := damper.New(damper.Policy{RateLimit: &damper.RateLimitPolicy{}}, damper.WithRand(half))
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+		call := func() error {
+			_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
+			return err
+		}
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var admitted, refused int
+		for range 16 {
+			wg.Go(func() {
+				err := call()
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					admitted++
+				case errors.Is(err, damper.ErrRateLimited):
+					refused++
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		// 9 requests are left after the first; then one every 6 s, the
+		// last of them at the 30 s MaxWait.
+		st := srv.RateLimitStats()
+		if admitted != 14 || refused != 2 || st.Limited != 0 || st.Admitted != 15 {
+			t.Fatalf("%d admitted, %d refused; server admitted %d, sent %d 429s; want 14, 2, 15, 0", admitted, refused, st.Admitted, st.Limited)
+		}
+		var at []time.Duration
+		for _, r := range srv.Requests()[1:] {
+			at = append(at, r.At.Sub(start))
+		}
+		want := []time.Duration{0, 0, 0, 0, 0, 0, 0, 0, 0, 6 * time.Second, 12 * time.Second, 18 * time.Second, 24 * time.Second, 30 * time.Second}
+		if !slices.Equal(at, want) {
+			t.Fatalf("sent at %v, want %v", at, want)
+		}
+	})
 }

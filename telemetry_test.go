@@ -1025,3 +1025,47 @@ func TestTelemetryCircuit(t *testing.T) {
 		{"level": "INFO", "msg": "damper: circuit breaker closed", "from": "half_open", "to": "closed"},
 	})
 }
+
+// The rate limiter's wait is on the attempt and request spans and in its
+// histogram; its buckets are gauges, by group and bucket, once learned.
+func TestTelemetryRateLimit(t *testing.T) {
+	r := newTelRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{}}, nil)
+	full := dampertest.OK().
+		WithHeader("anthropic-ratelimit-requests-limit", "60").
+		WithHeader("anthropic-ratelimit-requests-remaining", "0")
+	group := attribute.String("damper.ratelimit.group", "claude-sonnet-4")
+	ok := attribute.Int("http.response.status_code", 200)
+	rep, err := r.call(t, "limited", pricedModel, full)
+	noError(t, err)
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Attrs: attrs(ok)},
+		{Name: reqSpan, Attrs: requestAttrs(rep, group, attribute.Float64("damper.ratelimit.wait_s", 0))},
+	})
+	r.spans.Reset()
+	rep, err = r.call(t, "limited", pricedModel, full)
+	noError(t, err)
+	if rep.RateLimitWait != time.Second {
+		t.Fatalf("second call waited %v in line, want 1s (60 a minute, none left)", rep.RateLimitWait)
+	}
+	r.checkSpans(t, []wantSpan{
+		{Name: tryoSpan, Parent: reqSpan, Start: time.Second, End: time.Second, Attrs: attrs(ok, attribute.Float64("damper.ratelimit.wait_s", 1))},
+		{Name: reqSpan, End: time.Second, Attrs: requestAttrs(rep, group, attribute.Float64("damper.ratelimit.wait_s", 1))},
+	})
+	got := r.metricValues(t)
+	bucket := "damper.ratelimit.bucket=requests,damper.ratelimit.group=claude-sonnet-4,damper.ratelimit.learned=true"
+	for key, want := range map[string]float64{
+		"damper.ratelimit.wait{" + anth + ",damper.ratelimit.group=claude-sonnet-4}.count": 2,
+		"damper.ratelimit.wait{" + anth + ",damper.ratelimit.group=claude-sonnet-4}.sum":   1,
+		"damper.ratelimit.limit{" + bucket + "}":                                           60,
+		"damper.ratelimit.remaining{" + bucket + "}":                                       0,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", key, got[key], want, got)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, "input_tokens") || strings.Contains(key, "output_tokens") {
+			t.Errorf("%s: a bucket whose limit is unknown has no gauge", key)
+		}
+	}
+}
