@@ -494,11 +494,27 @@ func headerFloat(h http.Header, key string) (float64, bool) {
 	if len(vs) == 0 {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(vs[0]), 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+	v := strings.TrimSpace(vs[0])
+	// The API sends whole numbers: read them without ParseFloat.
+	if n := len(v); n > 0 && n <= 15 {
+		var x int64
+		for i := 0; i < n; i++ {
+			c := v[i]
+			if c < '0' || c > '9' {
+				x = -1
+				break
+			}
+			x = x*10 + int64(c-'0')
+		}
+		if x >= 0 {
+			return float64(x), true
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false
 	}
-	return v, true
+	return f, true
 }
 
 // usage is an answer's token usage.

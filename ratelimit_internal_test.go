@@ -2,7 +2,10 @@ package damper
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,4 +106,45 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 			})
 		})
 	}
+}
+
+// FuzzHeaderFloat: a rate-limit header's number reads as ParseFloat reads
+// it, and never as NaN, an infinity, or from a value it does not parse.
+func FuzzHeaderFloat(f *testing.F) {
+	for _, s := range []string{"3999", " 42 ", "0", "1e3", "12.5", "-3", "NaN", "+Inf", "", "abc", "999999999999999", "9999999999999999", "007"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{"X": {v}}
+		got, ok := headerFloat(h, "X")
+		want, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		valid := err == nil && !math.IsNaN(want) && !math.IsInf(want, 0)
+		if ok != valid || ok && got != want {
+			t.Fatalf("headerFloat(%q) = %v, %v; ParseFloat says %v, %v", v, got, ok, want, err)
+		}
+	})
+}
+
+// FuzzRateHeaders: the headers of any response give an observation with
+// no negative, NaN or infinite count, and a bucket only with a positive
+// limit.
+func FuzzRateHeaders(f *testing.F) {
+	f.Add("4000", "3999", "-5", "1e400")
+	f.Add("", "0", "NaN", "12")
+	f.Fuzz(func(t *testing.T, reqLimit, reqRem, inLimit, inRem string) {
+		h := http.Header{}
+		h.Set("anthropic-ratelimit-requests-limit", reqLimit)
+		h.Set("anthropic-ratelimit-requests-remaining", reqRem)
+		h.Set("anthropic-ratelimit-input-tokens-limit", inLimit)
+		h.Set("anthropic-ratelimit-input-tokens-remaining", inRem)
+		o, _ := rateHeaders(h)
+		for k := range o.Has {
+			if !o.Has[k] {
+				continue
+			}
+			if !(o.Limit[k] > 0) || !(o.Remaining[k] >= 0) || math.IsInf(o.Limit[k], 0) || math.IsInf(o.Remaining[k], 0) {
+				t.Fatalf("bucket %d: limit %v remaining %v", k, o.Limit[k], o.Remaining[k])
+			}
+		}
+	})
 }
