@@ -24,10 +24,11 @@ import (
 // each limit group, a model family (see [LimitGroup]), as token buckets that
 // refill continuously. The limiter keeps the same three buckets per group.
 // A bucket's limit is configured in Limits or, by default, learned from the
-// anthropic-ratelimit-* headers of the responses, which also correct every
-// bucket's level, so the limiter follows limits that change and traffic
-// that other processes send. Until a group's first response the limiter
-// admits everything.
+// anthropic-ratelimit-* headers of the responses. The limiter counts its
+// own traffic exactly; a response's count of what remains lowers a bucket
+// that holds more (traffic that other processes send on the same limits),
+// and a learned limit follows the API's as it is raised or lowered. Until a
+// group's first response the limiter admits everything.
 //
 // An attempt takes one request, its estimated input tokens (see
 // [EstimateInputTokens]) and its max_tokens, from the three buckets at once

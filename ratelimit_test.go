@@ -160,15 +160,16 @@ func (r *rlRig) bucketState(t *testing.T, bucket string) damper.RateLimitState {
 }
 
 // With no configuration, the first response sizes the buckets; later ones
-// follow the limit as it is raised and lowered. A response's count of what
-// remains already holds its own request and input; its output, counted as
-// max_tokens, is settled by the answer's usage.
+// follow the limit as it is raised and lowered. The fake API counts as the
+// real one: each request and its 100 input tokens when it arrives, its
+// max_tokens as output until it is answered with 10, and a raised or
+// lowered limit moves what remains by as much.
 func TestRateLimitLearnsFromHeaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		limits := []buckets{{50, 20000, 4000}, {100, 40000, 8000}, {10, 5000, 2000}}
 		r := newRLRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{}}, func(n int, w http.ResponseWriter, _ *http.Request) {
 			l := limits[n-1]
-			setRateHeaders(w.Header(), l, buckets{l[0] - 1, l[1] - 100, l[2] - 1024})
+			setRateHeaders(w.Header(), l, buckets{l[0] - n, l[1] - 100*n, l[2] - 10*(n-1) - 1024})
 			answerPlain(w, 100, 0, 0, 10)
 		})
 		if got := r.d.RateLimits(); len(got) != 0 {
@@ -182,11 +183,12 @@ func TestRateLimitLearnsFromHeaders(t *testing.T) {
 			if rep.LimitGroup != "claude-sonnet-4" || rep.RateLimitWait != 0 {
 				t.Fatalf("call %d: report %+v", i, rep)
 			}
+			n := i + 1
 			for k, bucket := range []string{"requests", "input_tokens", "output_tokens"} {
 				s := r.bucketState(t, bucket)
-				want := []float64{float64(l[0] - 1), float64(l[1] - 100), float64(l[2] - 10)}[k]
+				want := []float64{float64(l[0] - n), float64(l[1] - 100*n), float64(l[2] - 10*n)}[k]
 				if !s.Learned || s.Limit != float64(l[k]) || s.Remaining != want {
-					t.Errorf("call %d, %s: %+v, want limit %d learned, remaining %v", i, bucket, s, l[k], want)
+					t.Errorf("call %d, %s: %+v, want limit %d learned, remaining %v", n, bucket, s, l[k], want)
 				}
 			}
 		}
@@ -512,6 +514,9 @@ func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var admitted, refused int
+		// The callers come one after another at the same instant, each once
+		// the one before it has been answered or waits in line: which
+		// requests a response's count includes is then known exactly.
 		for range 16 {
 			wg.Go(func() {
 				err := call()
@@ -526,6 +531,7 @@ func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
 					t.Error(err)
 				}
 			})
+			synctest.Wait()
 		}
 		wg.Wait()
 		// 9 requests are left after the first; then one every 6 s, the
@@ -543,4 +549,43 @@ func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
 			t.Fatalf("sent at %v, want %v", at, want)
 		}
 	})
+}
+
+// Callers that come all at once, their responses interleaved with their
+// reservations in any order, still never meet a 429: a response to a later
+// request may lower a bucket but never raise it while an earlier request
+// is unanswered, since the API may not have counted that one yet. The
+// price is a request or two refused that could have waited.
+func TestRateLimitBurstNever429(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			srv := dampertest.NewServer(dampertest.InMemory(),
+				dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 10, OutputTokensPerMinute: 100000}))
+			defer srv.Close()
+			d, err := damper.New(damper.Policy{MaxAttempts: 1, RateLimit: &damper.RateLimitPolicy{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+			call := func() error {
+				_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
+				return err
+			}
+			if err := call(); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					if err := call(); err != nil && !errors.Is(err, damper.ErrRateLimited) {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			if st := srv.RateLimitStats(); st.Limited != 0 || st.Admitted < 13 {
+				t.Fatalf("server admitted %d, sent %d 429s; want no 429 and at least 13 (of 15 possible)", st.Admitted, st.Limited)
+			}
+		})
+	}
 }

@@ -16,14 +16,16 @@
 // nothing and learns when it could be admitted.
 //
 // A batch request takes only while every bucket keeps a share of its limit
-// for interactive requests, and never runs into debt: it waits for its
+// for interactive requests, and runs into no debt but that of a request
+// larger than its share (which waits for a full bucket): it waits for its
 // slot in the batch line, then asks again. Interactive debt holds every
 // batch request back, so interactive requests get through while batch
 // requests fill the bucket.
 //
-// Every response corrects the buckets from the API's own count of what
-// remains, less what this group took after the request it answers; a rate
-// limit refusal empties the buckets it names until the API's delay.
+// A group's own accounting is exact for its own traffic; a response's count
+// of what remains lowers a bucket that holds more (other traffic on the same
+// limits), and teaches it its limit and any change of it. A rate limit
+// refusal empties the buckets it names until the API's delay.
 //
 // golang.org/x/time/rate is not used: its limiter cannot set its tokens
 // from a count the API reports, cannot take from three limiters at once or
@@ -31,6 +33,8 @@
 package ratelimit
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 )
@@ -95,6 +99,18 @@ type Group struct {
 	// its turn: each waiting batch request holds a slot, spaced by the
 	// time its cost takes to refill.
 	batchNext time.Time
+	// open holds, in order, the reservations taken and neither answered
+	// nor settled: a response to a request taken after one of them may
+	// not count it yet (see Observe).
+	seq  uint64
+	open []openReservation
+}
+
+// openReservation is a reservation on the open list: its number and what
+// it took.
+type openReservation struct {
+	seq  uint64
+	cost Amounts
 }
 
 // bucket is one bucket. Its level may be negative: interactive requests
@@ -122,8 +138,7 @@ func New(s Settings) *Group {
 	return g
 }
 
-// advance refills the bucket up to now; a paused bucket refills from the
-// end of its pause.
+// advance refills the bucket up to now.
 func (b *bucket) advance(now time.Time) {
 	if !now.After(b.at) {
 		return
@@ -140,7 +155,7 @@ func (b *bucket) advance(now time.Time) {
 // time.
 func (b *bucket) due(now time.Time, need float64) time.Time {
 	t := now
-	if b.limit > 0 && b.level < need {
+	if b.limit > 0 && b.level < need-b.limit*roundingSlack {
 		if b.at.After(t) {
 			t = b.at
 		}
@@ -151,6 +166,12 @@ func (b *bucket) due(now time.Time, need float64) time.Time {
 	}
 	return t
 }
+
+// roundingSlack is how far short of need, in limits, a level may be and
+// still hold it: the refill summed up to a due time, in one step or in
+// several, can fall an ulp or so short of need. It is far above that
+// rounding, and far below what a nanosecond refills (1/6e10 of the limit).
+const roundingSlack = 1e-12
 
 // need is what the bucket must hold for a request of cost to take it,
 // leaving floor: a request larger than the whole bucket waits for a full
@@ -168,12 +189,15 @@ type Reservation struct {
 	// the API will: its request and its input tokens. Settling leaves
 	// them as the response left them.
 	seen [NumKinds]bool
+	seq  uint64 // its number among the group's reservations
+	open bool   // in the group's open list
 }
 
 // Taken reports whether r took from the buckets and is not settled yet.
 func (r Reservation) Taken() bool { return r.taken }
 
-// Cost is what r asked for.
+// Cost is what r holds: what it asked for until it is settled, then what
+// its request used.
 func (r Reservation) Cost() Amounts { return r.cost }
 
 // Ticket is a batch request's place in the batch line, kept between its
@@ -186,7 +210,8 @@ type Ticket struct {
 // latest. The request either takes (taken true), and may be sent at due, no
 // earlier than now; or takes nothing and can be admitted no sooner than
 // due: when due is after latest, it is refused, else its caller waits
-// until due and asks again with the same ticket.
+// until due and asks again with the same ticket (nil for an interactive
+// request, which holds no place in the batch line).
 func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Time, t *Ticket) (r Reservation, due time.Time, taken bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -203,6 +228,9 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 		}
 	}
 	if p == Batch {
+		if t == nil {
+			t = new(Ticket)
+		}
 		inLine := t.slot.IsZero() || now.Before(t.slot)
 		if inLine && g.batchNext.After(due) {
 			due = g.batchNext
@@ -217,7 +245,9 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 	} else if due.After(latest) {
 		return Reservation{}, due, false
 	}
-	r = Reservation{cost: cost, taken: true}
+	g.seq++
+	r = Reservation{cost: cost, taken: true, seq: g.seq, open: true}
+	g.open = append(g.open, openReservation{g.seq, cost})
 	for k := range g.b {
 		b := &g.b[k]
 		b.level -= cost[k]
@@ -255,6 +285,9 @@ func (g *Group) Admits(now, at time.Time, cost Amounts, p Priority) time.Time {
 			due = d
 		}
 	}
+	if p == Batch && g.batchNext.After(due) {
+		due = g.batchNext
+	}
 	return due
 }
 
@@ -272,6 +305,7 @@ func (g *Group) Settle(r *Reservation, now time.Time, used Amounts, known [NumKi
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.answered(r)
 	for k := range g.b {
 		if !known[k] || r.seen[k] {
 			continue
@@ -289,6 +323,19 @@ func (g *Group) Settle(r *Reservation, now time.Time, used Amounts, known [NumKi
 	r.taken = false
 }
 
+// answered takes r off the open list.
+func (g *Group) answered(r *Reservation) {
+	if !r.open {
+		return
+	}
+	r.open = false
+	if i, found := slices.BinarySearchFunc(g.open, r.seq, func(o openReservation, seq uint64) int {
+		return cmp.Compare(o.seq, seq)
+	}); found {
+		g.open = slices.Delete(g.open, i, i+1)
+	}
+}
+
 // Observation is what one response's headers say of the buckets.
 type Observation struct {
 	Has       [NumKinds]bool // the response carried the bucket's headers
@@ -297,41 +344,61 @@ type Observation struct {
 }
 
 // Observe corrects the buckets from a response to the request of r, which
-// must have taken, before r is settled. The response counts r's request and
-// input tokens as the API does, and its output as the max_tokens reserved,
-// which settling r then corrects. A
-// bucket whose limit is not configured takes the response's limit; its
-// level becomes the response's count of what remains, less what the group
-// took after r. A configured bucket only lowers its level to that count,
-// as does a paused one.
+// must have taken, before r is settled.
+//
+// The response counts what remained when the API admitted r: r's request
+// and input tokens as the API counts them, its output as the max_tokens
+// reserved (which settling r corrects), and any number of the requests
+// taken after r, or taken before it and not answered yet, depending on
+// when each reached the API. So what remains now is at most the count,
+// and at least the count less all of those. The group's own accounting is
+// exact for its own traffic, so a count only lowers a level, to the count
+// itself: other traffic on the same limits took what the group does not
+// know of. It never raises one, since a count that is higher than the
+// level may be older news than the level.
+//
+// A bucket whose limit is not configured takes the response's limit. On
+// learning it, its level is the least the count allows; when a learned
+// limit changes, its level moves with it, unless it is paused. A level set from the count holds
+// r's request and input tokens as the API counted them, so settling r
+// leaves those alone.
 func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var older Amounts
+	for _, open := range g.open {
+		if open.seq >= r.seq {
+			break
+		}
+		for k := range older {
+			older[k] += open.cost[k]
+		}
+	}
+	g.answered(r)
 	for k := range g.b {
 		if !o.Has[k] {
 			continue
 		}
 		b := &g.b[k]
 		b.advance(now)
-		if !b.configured && o.Limit[k] > 0 && o.Limit[k] != b.limit {
-			if b.limit == 0 {
-				b.level = o.Limit[k]
+		level := b.level
+		if limit := o.Limit[k]; !b.configured && limit > 0 && limit != b.limit {
+			switch {
+			case b.limit == 0:
+				level = o.Remaining[k] - (b.taken - r.mark[k]) - older[k]
+			case !b.pausedUntil.After(now):
+				level += limit - b.limit // a pause holds its level
 			}
-			b.limit = o.Limit[k]
-			b.level = min(b.level, b.limit)
+			b.limit = limit
 		}
 		if b.limit == 0 {
 			continue
 		}
-		if Kind(k) != OutputTokens {
+		level = min(level, o.Remaining[k], b.limit)
+		if level != b.level && Kind(k) != OutputTokens {
 			r.seen[k] = true
 		}
-		seen := o.Remaining[k] - (b.taken - r.mark[k])
-		if b.configured || b.pausedUntil.After(now) {
-			b.level = min(b.level, seen)
-		} else {
-			b.level = min(seen, b.limit)
-		}
+		b.level = level
 	}
 }
 
