@@ -489,27 +489,36 @@ func TestLimitGroup(t *testing.T) {
 	}
 }
 
+// enforcingAPI is a fake API that enforces 10 requests a minute, and a
+// call through a Damper with policy p that has made one call already, so
+// that a learning limiter knows the limit.
+func enforcingAPI(t *testing.T, p damper.Policy) (*dampertest.Server, func() error) {
+	t.Helper()
+	srv := dampertest.NewServer(dampertest.InMemory(),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 10, OutputTokensPerMinute: 100000}))
+	t.Cleanup(srv.Close)
+	d, err := damper.New(p, damper.WithRand(half))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	call := func() error {
+		_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, call
+}
+
 // Against a fake API that enforces its limits, a limiter that learned them
 // from one response keeps every goroutine under them: no 429 at all, calls
 // spaced as the bucket refills, and those that could not start within
 // MaxWait refused before they were sent.
 func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := dampertest.NewServer(dampertest.InMemory(),
-			dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 10, OutputTokensPerMinute: 100000}))
-		defer srv.Close()
-		d, err := damper.New(damper.Policy{RateLimit: &damper.RateLimitPolicy{}}, damper.WithRand(half))
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
-		call := func() error {
-			_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
-			return err
-		}
-		if err := call(); err != nil {
-			t.Fatal(err)
-		}
+		srv, call := enforcingAPI(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{}})
 		start := time.Now()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -559,21 +568,7 @@ func TestRateLimitAgainstEnforcingAPI(t *testing.T) {
 func TestRateLimitBurstNever429(t *testing.T) {
 	for range 20 {
 		synctest.Test(t, func(t *testing.T) {
-			srv := dampertest.NewServer(dampertest.InMemory(),
-				dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 10, OutputTokensPerMinute: 100000}))
-			defer srv.Close()
-			d, err := damper.New(damper.Policy{MaxAttempts: 1, RateLimit: &damper.RateLimitPolicy{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
-			call := func() error {
-				_, err := client.Messages.New(context.Background(), params("claude-sonnet-4-6"))
-				return err
-			}
-			if err := call(); err != nil {
-				t.Fatal(err)
-			}
+			srv, call := enforcingAPI(t, damper.Policy{MaxAttempts: 1, RateLimit: &damper.RateLimitPolicy{}})
 			var wg sync.WaitGroup
 			for range 16 {
 				wg.Go(func() {

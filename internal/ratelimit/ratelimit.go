@@ -215,18 +215,7 @@ type Ticket struct {
 func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Time, t *Ticket) (r Reservation, due time.Time, taken bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	due = now
-	for k := range g.b {
-		b := &g.b[k]
-		b.advance(now)
-		floor := 0.0
-		if p == Batch {
-			floor = (1 - g.batchShare) * b.limit
-		}
-		if d := b.due(now, b.need(cost[k], floor)); d.After(due) {
-			due = d
-		}
-	}
+	due = g.due(now, now, cost, p)
 	if p == Batch {
 		if t == nil {
 			t = new(Ticket)
@@ -273,7 +262,17 @@ func (g *Group) refillTime(cost Amounts) time.Duration {
 func (g *Group) Admits(now, at time.Time, cost Amounts, p Priority) time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	due := at
+	due := g.due(now, at, cost, p)
+	if p == Batch && g.batchNext.After(due) {
+		due = g.batchNext
+	}
+	return due
+}
+
+// due is when every bucket, brought up to now, holds what a request of
+// cost at priority p needs, no earlier than from; it requires g.mu.
+func (g *Group) due(now, from time.Time, cost Amounts, p Priority) time.Time {
+	due := from
 	for k := range g.b {
 		b := &g.b[k]
 		b.advance(now)
@@ -284,9 +283,6 @@ func (g *Group) Admits(now, at time.Time, cost Amounts, p Priority) time.Time {
 		if d := b.due(now, b.need(cost[k], floor)); d.After(due) {
 			due = d
 		}
-	}
-	if p == Batch && g.batchNext.After(due) {
-		due = g.batchNext
 	}
 	return due
 }
