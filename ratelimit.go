@@ -223,11 +223,45 @@ type limiter struct {
 	byModelCount atomic.Int32
 }
 
-// limitGroup is one group's buckets.
+// limitGroup is one group's buckets, and how long its attempts take.
 type limitGroup struct {
 	name       string
 	g          *ratelimit.Group
 	cacheAware bool
+	took       attemptTimes
+}
+
+// attemptTimes follows how long a group's answered attempts take (to the
+// whole answer, or to a stream's first content) as TCP follows round trips:
+// a smoothed mean and mean deviation. An attempt is not started from the
+// line unless the mean plus four deviations still fits before the caller's
+// deadline: one sent at the deadline's edge would be counted by the API
+// and then cut off by the deadline.
+type attemptTimes struct {
+	mu        sync.Mutex
+	mean, dev time.Duration
+	n         int
+}
+
+func (a *attemptTimes) add(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == 0 {
+		a.mean, a.dev = d, d/2
+	} else {
+		diff := d - a.mean
+		a.mean += diff / 8
+		a.dev += (max(diff, -diff) - a.dev) / 4
+	}
+	a.n++
+}
+
+// room is the time to leave an attempt before the caller's deadline: at
+// least minAttempt.
+func (a *attemptTimes) room() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(minAttempt, a.mean+4*a.dev)
 }
 
 func newLimiter(p *RateLimitPolicy, clock Clock) *limiter {
@@ -284,11 +318,13 @@ func (l *limiter) forCall(c *call) *callRate {
 	return c.rate
 }
 
-// latest is the latest time an attempt asked for at now may be sent.
-func (l *limiter) latest(c *call, now time.Time) time.Time {
+// latest is the latest time an attempt of c asked for at now may be sent:
+// within MaxWait, and early enough before the caller's deadline for an
+// attempt of its group to end (see attemptTimes).
+func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 	latest := now.Add(l.p.MaxWait)
 	if deadline, ok := c.ctx.Deadline(); ok {
-		if d := deadline.Add(-minAttempt); d.Before(latest) {
+		if d := deadline.Add(-cr.group.took.room()); d.Before(latest) {
 			latest = d
 		}
 	}
@@ -298,7 +334,7 @@ func (l *limiter) latest(c *call, now time.Time) time.Time {
 func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
 	cr := l.forCall(c)
 	g := cr.group.g
-	latest := l.latest(c, now)
+	latest := l.latest(c, cr, now)
 	start := now
 	var ticket ratelimit.Ticket
 	for {
@@ -311,7 +347,7 @@ func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
 			due = later(due, g.PausedUntil(now))
 		}
 		if !due.After(now) {
-			return admission{pass: &limitPass{l: l, group: cr.group, r: r}, queued: now.Sub(start)}
+			return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
 		}
 		if due.After(latest) {
 			g.Cancel(&r, now)
@@ -339,7 +375,7 @@ func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
 					paused = g.PausedUntil(now)
 				}
 			}
-			return admission{pass: &limitPass{l: l, group: cr.group, r: r}, queued: now.Sub(start)}
+			return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
 		}
 	}
 }
@@ -347,7 +383,7 @@ func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
 func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
 	cr := l.forCall(c)
 	due := cr.group.g.Admits(now, at, cr.cost, ratelimit.Priority(cr.priority))
-	if latest := l.latest(c, at); due.After(latest) {
+	if latest := l.latest(c, cr, at); due.After(latest) {
 		return rateDenial(now, due)
 	}
 	return nil
@@ -388,9 +424,9 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
-	l     *limiter
 	group *limitGroup
 	r     ratelimit.Reservation
+	sent  time.Time // when the line let it go
 }
 
 // settle corrects the buckets from the response's headers, pauses them
@@ -406,6 +442,9 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	}
 	if o, ok := rateHeaders(e.header); ok {
 		g.Observe(now, &p.r, o)
+	}
+	if e.outcome.Success {
+		p.group.took.add(now.Sub(p.sent))
 	}
 	switch {
 	case e.failure != nil:

@@ -148,3 +148,33 @@ func FuzzRateHeaders(f *testing.F) {
 		}
 	})
 }
+
+// The room left before a deadline follows the group's attempts: their
+// smoothed mean plus four mean deviations, and never less than minAttempt.
+func TestAttemptTimesRoom(t *testing.T) {
+	var a attemptTimes
+	if got := a.room(); got != minAttempt {
+		t.Fatalf("no attempt yet: room %v, want %v", got, minAttempt)
+	}
+	a.add(2 * time.Second)
+	if got := a.room(); got != 6*time.Second {
+		t.Fatalf("one 2 s attempt: room %v, want 2s + 4 × 1s", got)
+	}
+	for range 200 {
+		a.add(2 * time.Second)
+	}
+	if got := a.room(); got < 2*time.Second || got > 2*time.Second+10*time.Millisecond {
+		t.Fatalf("steady 2 s attempts: room %v, want about 2s", got)
+	}
+	a.add(10 * time.Second) // a slow one widens it at once
+	if got := a.room(); got < 9*time.Second {
+		t.Fatalf("after a 10 s attempt: room %v, want above 9s", got)
+	}
+	var fast attemptTimes
+	for range 50 {
+		fast.add(10 * time.Millisecond)
+	}
+	if got := fast.room(); got != minAttempt {
+		t.Fatalf("fast attempts: room %v, want the floor %v", got, minAttempt)
+	}
+}

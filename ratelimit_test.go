@@ -584,3 +584,41 @@ func TestRateLimitBurstNever429(t *testing.T) {
 		})
 	}
 }
+
+// An attempt is not sent from the line so close to the caller's deadline
+// that an attempt of its group, as long as they have been taking, would
+// not end before it: it would be counted by the API and cut off.
+func TestRateLimitLeavesRoomForTheAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRLRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{
+			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 12}},
+		}}, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			time.Sleep(2 * time.Second)
+			answerPlain(w, 1, 0, 0, 1)
+		})
+		var wg sync.WaitGroup
+		for range 12 {
+			wg.Go(func() {
+				if _, err := r.call(context.Background(), 16); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		// The bucket has room again in 3 s; attempts take 2 s, and the
+		// room kept for one is 2 s plus four deviations (1 s at first, a
+		// quarter less with each steady sample since): about 2.2 s.
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), start.Add(4*time.Second))
+		defer cancel()
+		rep, err := r.call(ctx, 16)
+		if !errors.Is(err, damper.ErrRateLimited) || rep.Attempts != 0 || time.Since(start) != 0 {
+			t.Fatalf("err %v, %d attempts after %v; want ErrRateLimited at once", err, rep.Attempts, time.Since(start))
+		}
+		ctx, cancel = context.WithDeadline(context.Background(), start.Add(6*time.Second))
+		defer cancel()
+		if rep, err := r.call(ctx, 16); err != nil || rep.RateLimitWait != 3*time.Second {
+			t.Fatalf("err %v, waited %v; want it sent after 3 s in line", err, rep.RateLimitWait)
+		}
+	})
+}
