@@ -58,7 +58,21 @@ func RunSuite(scenarios []Scenario, outageStarts []time.Duration, contenders []C
 // as there are processors, and returns the results scenario by scenario,
 // each in contender order, or the first error in that order.
 func runAll(scenarios []Scenario, contenders []Contender) ([]*Result, error) {
-	n := len(scenarios) * len(contenders)
+	var scs []Scenario
+	var cs []Contender
+	for _, sc := range scenarios {
+		for _, c := range contenders {
+			scs, cs = append(scs, sc), append(cs, c)
+		}
+	}
+	return runPairs(scs, cs)
+}
+
+// runPairs runs scenarios[j] with contenders[j] for every j, on as many
+// goroutines as there are processors, and returns the results in that
+// order, or the first error in that order.
+func runPairs(scenarios []Scenario, contenders []Contender) ([]*Result, error) {
+	n := len(scenarios)
 	results := make([]*Result, n)
 	errs := make([]error, n)
 	jobs := make(chan int)
@@ -66,7 +80,7 @@ func runAll(scenarios []Scenario, contenders []Contender) ([]*Result, error) {
 	for range min(runtime.GOMAXPROCS(0), n) {
 		wg.Go(func() {
 			for j := range jobs {
-				results[j], errs[j] = Run(scenarios[j/len(contenders)], contenders[j%len(contenders)])
+				results[j], errs[j] = Run(scenarios[j], contenders[j])
 			}
 		})
 	}

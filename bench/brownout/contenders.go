@@ -40,6 +40,8 @@ type replicaEnv struct {
 	rng       *rand.Rand
 	// circuit records the changes of the replica's circuit breaker.
 	circuit func(damper.CircuitChange)
+	// params is the request of every logical request.
+	params anthropic.MessageNewParams
 }
 
 // newSDKClient returns a real SDK client over the simulated transport.
@@ -52,10 +54,21 @@ func newSDKClient(rt http.RoundTripper, opts ...option.RequestOption) anthropic.
 	return anthropic.NewClient(append(base, opts...)...)
 }
 
-var messageParams = anthropic.MessageNewParams{
-	Model:     "claude-sonnet-4-5",
-	MaxTokens: 64,
-	Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+// messageParams is the request of the scenarios without a prompt of their
+// own.
+var messageParams = paramsFor("")
+
+// paramsFor returns the request with prompt as its user message; "" means
+// "hello".
+func paramsFor(prompt string) anthropic.MessageNewParams {
+	if prompt == "" {
+		prompt = "hello"
+	}
+	return anthropic.MessageNewParams{
+		Model:     "claude-sonnet-4-5",
+		MaxTokens: 64,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
+	}
 }
 
 // Contenders returns the contenders, in table order: the no-retry
@@ -74,7 +87,7 @@ func NoRetry() Contender {
 		newReplica: func(env replicaEnv) (call, error) {
 			client := newSDKClient(env.transport, option.WithMaxRetries(0))
 			return func(ctx context.Context) error {
-				_, err := client.Messages.New(ctx, messageParams)
+				_, err := client.Messages.New(ctx, env.params)
 				return err
 			}, nil
 		},
@@ -139,7 +152,7 @@ func damperContender(name, path string, policy func() damper.Policy) Contender {
 			}
 			client := newSDKClient(env.transport, d.Option())
 			return func(ctx context.Context) error {
-				_, err := client.Messages.New(ctx, messageParams)
+				_, err := client.Messages.New(ctx, env.params)
 				return err
 			}, nil
 		},
@@ -158,7 +171,7 @@ func SDKDefault() Contender {
 			client := newSDKClient(env.transport, option.WithMaxRetries(0))
 			return func(ctx context.Context) error {
 				for retry := 0; ; retry++ {
-					_, err := client.Messages.New(ctx, messageParams)
+					_, err := client.Messages.New(ctx, env.params)
 					if err == nil || ctx.Err() != nil {
 						return err
 					}
@@ -212,7 +225,7 @@ func GRPCThrottle() Contender {
 func jitterLoop(ctx context.Context, env replicaEnv, client anthropic.Client, rt *retryThrottler) error {
 	const attempts = 3
 	for n := 1; ; n++ {
-		_, err := client.Messages.New(ctx, messageParams)
+		_, err := client.Messages.New(ctx, env.params)
 		if err == nil {
 			rt.successfulRPC()
 			return nil
@@ -246,7 +259,7 @@ func Failsafe() Contender {
 			rt := failsafehttp.NewRoundTripper(env.transport, policy)
 			client := newSDKClient(rt, option.WithMaxRetries(0))
 			return func(ctx context.Context) error {
-				_, err := client.Messages.New(ctx, messageParams)
+				_, err := client.Messages.New(ctx, env.params)
 				return err
 			}, nil
 		},

@@ -1,6 +1,8 @@
 package brownout
 
 import (
+	"bytes"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -32,6 +34,26 @@ type Provider struct {
 	RejectLatency time.Duration
 	// Incident is what goes wrong, and when.
 	Incident Incident
+	// RateLimit, when set, is the organisation's rate limit, which every
+	// replica's attempts share as they share one API key.
+	RateLimit *RateLimit
+}
+
+// RateLimit is an organisation's rate limit as the Messages API enforces
+// it: a token bucket for each limit set, of capacity L refilling
+// continuously at L a minute and starting full. An attempt takes one
+// request and its input tokens from every bucket at once; one that finds
+// no room in a bucket takes nothing and gets 429 rate_limit_error at once
+// (after RejectLatency), with retry-after, in whole seconds rounded up,
+// until there is room for it. Every response, whatever its status, carries
+// the anthropic-ratelimit-* headers of each bucket: its limit, what
+// remains after the request's take (rounded down) and when it would be
+// full again. Zero leaves a bucket out: no limit, no headers. The limit is
+// checked before the provider's capacity; an attempt that the provider
+// then turns away (529) takes nothing from it.
+type RateLimit struct {
+	RequestsPerMinute    float64
+	InputTokensPerMinute float64
 }
 
 // IncidentKind names what goes wrong during an incident.
@@ -66,6 +88,71 @@ type providerState struct {
 	rng   *rand.Rand
 	last  time.Time // when left was last brought up to date
 	left  float64   // work available now; negative is debt
+	// requests and inputTokens are the rate limit's buckets, when set.
+	requests, inputTokens *rateBucket
+	// counted is the last body counted and its input tokens: the bodies of
+	// a run are alike, and decoding each would be most of a run's work.
+	counted       []byte
+	countedTokens int
+}
+
+// count returns countInputTokens(body).
+func (p *providerState) count(body []byte) int {
+	if p.counted == nil || !bytes.Equal(body, p.counted) {
+		p.counted, p.countedTokens = body, countInputTokens(body)
+	}
+	return p.countedTokens
+}
+
+// rateBucket is one bucket of a RateLimit during a run.
+type rateBucket struct {
+	limit float64 // per minute
+	level float64
+	last  time.Time
+}
+
+func newRateBucket(limit float64, start time.Time) *rateBucket {
+	if limit <= 0 {
+		return nil
+	}
+	return &rateBucket{limit: limit, level: limit, last: start}
+}
+
+// refill brings the bucket up to now.
+func (b *rateBucket) refill(now time.Time) {
+	b.level = min(b.limit, b.level+b.limit*now.Sub(b.last).Seconds()/60)
+	b.last = now
+}
+
+// wait is how long until the bucket holds need, refilling from now.
+func (b *rateBucket) wait(need float64) time.Duration {
+	if b.level >= need {
+		return 0
+	}
+	return time.Duration((need - b.level) * 60 / b.limit * float64(time.Second))
+}
+
+// view is the bucket as a response's headers show it at now.
+func (b *rateBucket) view(now time.Time) bucketView {
+	full := now.Add(time.Duration((b.limit - b.level) * 60 / b.limit * float64(time.Second)))
+	if t := full.Truncate(time.Second); t.Before(full) {
+		full = t.Add(time.Second) // the headers give whole seconds
+	}
+	return bucketView{limit: int64(b.limit), remaining: int64(max(math.Floor(b.level), 0)), reset: full}
+}
+
+// bucketView is one bucket as a response's headers show it.
+type bucketView struct {
+	limit, remaining int64
+	reset            time.Time
+}
+
+// rateView is the rate limit as a response's headers show it: the
+// buckets of the limit (nil for one not set), and for a refusal the delay
+// until the attempt would find room.
+type rateView struct {
+	requests, inputTokens *bucketView
+	retryAfter            time.Duration // a 429's; 0 otherwise
 }
 
 // response is what one attempt gets back, after latency.
@@ -73,6 +160,11 @@ type response struct {
 	status  int
 	errType string
 	latency time.Duration
+	// rate is the rate limit's headers; nil without a rate limit.
+	rate *rateView
+	// inputTokens is the attempt's input, which a success reports in its
+	// usage; 0 without a rate limit (the answer then reports a fixed one).
+	inputTokens int
 }
 
 func (p *providerState) capacityAt(now time.Time) float64 {
@@ -87,8 +179,60 @@ func (p *providerState) inIncident(now time.Time) bool {
 	return p.Incident.Kind != 0 && t >= p.Incident.Start && t < p.Incident.Start+p.Incident.Length
 }
 
-// attempt decides the fate of an attempt arriving at now.
-func (p *providerState) attempt(now time.Time) response {
+// attempt decides the fate of an attempt arriving at now with inputTokens
+// of input (counted only for a rate limit).
+func (p *providerState) attempt(now time.Time, inputTokens int) response {
+	if p.RateLimit == nil {
+		return p.serve(now)
+	}
+	return p.limited(now, inputTokens)
+}
+
+// limited is attempt under the rate limit: the limit is checked first, and
+// an attempt takes from its buckets only if the provider then serves it
+// (a 529 or an outage error takes nothing).
+func (p *providerState) limited(now time.Time, inputTokens int) response {
+	need := [2]float64{1, float64(inputTokens)}
+	buckets := [2]*rateBucket{p.requests, p.inputTokens}
+	var wait time.Duration
+	for i, b := range buckets {
+		if b != nil {
+			b.refill(now)
+			wait = max(wait, b.wait(need[i]))
+		}
+	}
+	var res response
+	if wait > 0 {
+		res = response{status: 429, errType: "rate_limit_error", latency: p.RejectLatency}
+	} else {
+		res = p.serve(now)
+		if res.status != 529 {
+			for i, b := range buckets {
+				if b != nil {
+					b.level -= need[i]
+				}
+			}
+		}
+	}
+	res.inputTokens = inputTokens
+	res.rate = &rateView{}
+	if wait > 0 {
+		res.rate.retryAfter = time.Duration(math.Ceil(wait.Seconds())) * time.Second
+	}
+	if b := p.requests; b != nil {
+		v := b.view(now)
+		res.rate.requests = &v
+	}
+	if b := p.inputTokens; b != nil {
+		v := b.view(now)
+		res.rate.inputTokens = &v
+	}
+	return res
+}
+
+// serve decides the fate of an attempt that the rate limit, if any, let
+// through.
+func (p *providerState) serve(now time.Time) response {
 	if p.inIncident(now) && p.Incident.Kind == Outage {
 		return response{status: 529, errType: "overloaded_error", latency: p.RejectLatency}
 	}

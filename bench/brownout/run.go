@@ -36,6 +36,8 @@ type Scenario struct {
 	// Seed makes the run repeatable: arrivals, the provider's draws and
 	// each replica's jitter are all drawn from it.
 	Seed uint64
+	// Prompt is the user message of every request; "" means "hello".
+	Prompt string
 }
 
 // Request is the record of one logical request.
@@ -47,6 +49,9 @@ type Request struct {
 	// CircuitOpen is true when the call ended refused by an open circuit
 	// breaker (its error matches damper.ErrCircuitOpen).
 	CircuitOpen bool
+	// RateLimited is true when the call ended refused by Damper's rate
+	// limiter (its error matches damper.ErrRateLimited).
+	RateLimited bool
 }
 
 // Attempt is one provider attempt: when it arrived, from the start of the
@@ -54,6 +59,7 @@ type Request struct {
 type Attempt struct {
 	At      time.Duration
 	Replica int
+	Status  int // the provider's answer: 200, 429, 500, 529
 }
 
 // CircuitEvent is one change of a replica's circuit breaker, for the
@@ -90,9 +96,9 @@ type runState struct {
 	res      *Result
 }
 
-func (r *runState) recordAttempt(now time.Time, replica int) {
+func (r *runState) recordAttempt(now time.Time, replica, status int) {
 	at := now.Sub(epoch)
-	r.res.Attempts = append(r.res.Attempts, Attempt{At: at, Replica: replica})
+	r.res.Attempts = append(r.res.Attempts, Attempt{At: at, Replica: replica, Status: status})
 	if sec := int(at / time.Second); sec < len(r.res.AttemptsPerSecond) {
 		r.res.AttemptsPerSecond[sec]++
 	}
@@ -126,6 +132,10 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 		last:     epoch,
 		left:     sc.Provider.Capacity,
 	}
+	if rl := sc.Provider.RateLimit; rl != nil {
+		ps.requests = newRateBucket(rl.RequestsPerMinute, epoch)
+		ps.inputTokens = newRateBucket(rl.InputTokensPerMinute, epoch)
+	}
 	run := &runState{s: s, provider: ps, res: res}
 
 	replicas := make([]call, sc.Replicas)
@@ -135,6 +145,7 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 			clock:     simClock{s: s},
 			rng:       rand.New(rand.NewPCG(sc.Seed, uint64(100+i))),
 			circuit:   run.circuitRecorder(i),
+			params:    paramsFor(sc.Prompt),
 		}
 		r, err := c.newReplica(env)
 		if err != nil {
@@ -177,6 +188,7 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.TimedOut = ctx.expired
 		rec.Attempts = p.attempt
 		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
+		rec.RateLimited = errors.Is(err, damper.ErrRateLimited)
 		if rec.OK {
 			if sec := int(rec.Ended / time.Second); sec < len(r.res.GoodputPerSecond) {
 				r.res.GoodputPerSecond[sec]++

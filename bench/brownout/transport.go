@@ -2,10 +2,12 @@ package brownout
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // simTransport is the http.RoundTripper under every contender: it sends
@@ -17,11 +19,73 @@ type simTransport struct {
 	replica int // the replica it belongs to, for the record of attempts
 }
 
+// okBody is every successful answer's body but for its input tokens: 12,
+// what countInputTokens counts of the prompt "hello". Without a rate limit
+// the provider does not count them, and answers with okBody as it is.
 const okBody = `{"id":"msg_sim","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}`
 
+// okBodyWith is okBody reporting inputTokens of input.
+func okBodyWith(inputTokens int) string {
+	return `{"id":"msg_sim","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":` +
+		strconv.Itoa(inputTokens) + `,"output_tokens":1}}`
+}
+
+// Input tokens as the simulated provider counts them: one token per four
+// bytes of each text block (rounded up), plus a fixed overhead per request
+// (the role markers and framing the API adds).
+const (
+	bytesPerInputToken   = 4
+	requestOverheadToken = 10
+)
+
+// countInputTokens counts the input tokens of a Messages request body as
+// the simulated provider does, for its rate limit and the answer's usage:
+// a deterministic stand-in for the API's tokenizer. It differs from
+// Damper's estimate (damper.EstimateInputTokens, a token per four bytes of
+// the whole JSON body), as the real tokenizer does, if less.
+func countInputTokens(body []byte) int {
+	var req struct {
+		System   json.RawMessage `json:"system"`
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return len(body) / bytesPerInputToken
+	}
+	n := requestOverheadToken + textTokens(req.System)
+	for _, m := range req.Messages {
+		n += textTokens(m.Content)
+	}
+	return n
+}
+
+// textTokens counts the text of content: a string, or a list of blocks.
+func textTokens(content json.RawMessage) int {
+	var s string
+	if json.Unmarshal(content, &s) == nil {
+		return (len(s) + bytesPerInputToken - 1) / bytesPerInputToken
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(content, &blocks)
+	n := 0
+	for _, b := range blocks {
+		n += (len(b.Text) + bytesPerInputToken - 1) / bytesPerInputToken
+	}
+	return n
+}
+
 func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	inputTokens := 0
 	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
+		if t.run.provider.RateLimit != nil {
+			body, _ := io.ReadAll(req.Body)
+			inputTokens = t.run.provider.count(body)
+		} else {
+			_, _ = io.Copy(io.Discard, req.Body)
+		}
 		_ = req.Body.Close()
 	}
 	ctx := req.Context()
@@ -33,9 +97,9 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if p == nil {
 		return nil, fmt.Errorf("brownout: attempt sent outside a simulated request")
 	}
-	res := t.run.provider.attempt(s.now)
+	res := t.run.provider.attempt(s.now, inputTokens)
 	p.attempt++
-	t.run.recordAttempt(s.now, t.replica)
+	t.run.recordAttempt(s.now, t.replica, res.status)
 
 	e := s.at(s.now.Add(res.latency), nil, nil)
 	e.fn = func() { s.resume(p, wakeup{res: &res}) }
@@ -53,6 +117,15 @@ func httpResponse(req *http.Request, r response) *http.Response {
 	body := okBody
 	if r.status != http.StatusOK {
 		body = `{"type":"error","error":{"type":"` + r.errType + `","message":"simulated"}}`
+	} else if r.rate != nil {
+		body = okBodyWith(r.inputTokens)
+	}
+	if v := r.rate; v != nil {
+		setBucketHeaders(h, "requests", v.requests)
+		setBucketHeaders(h, "input-tokens", v.inputTokens)
+		if v.retryAfter > 0 {
+			h.Set("retry-after", strconv.Itoa(int(v.retryAfter/time.Second)))
+		}
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	return &http.Response{
@@ -66,4 +139,16 @@ func httpResponse(req *http.Request, r response) *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
+}
+
+// setBucketHeaders sets the anthropic-ratelimit-<name>-* headers of a
+// bucket, if the limit has it.
+func setBucketHeaders(h http.Header, name string, b *bucketView) {
+	if b == nil {
+		return
+	}
+	prefix := "anthropic-ratelimit-" + name + "-"
+	h.Set(prefix+"limit", strconv.FormatInt(b.limit, 10))
+	h.Set(prefix+"remaining", strconv.FormatInt(b.remaining, 10))
+	h.Set(prefix+"reset", b.reset.UTC().Format(time.RFC3339))
 }

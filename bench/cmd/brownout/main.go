@@ -1,6 +1,7 @@
 // Command brownout runs the brownout simulation with every contender (and
-// the full outage at several start times, and Damper's retry throttle at
-// several settings) and writes the "Brownout simulation" section of
+// the full outage at several start times, Damper's retry throttle and
+// breaker at several settings, and the rate-limit scenario with one
+// replica and with -replicas) and writes the "Brownout simulation" section of
 // docs/BENCHMARKS.md and the charts docs/brownout-*.svg. Run it from the
 // bench module (it takes a few minutes):
 //
@@ -59,11 +60,19 @@ func run(docs string, replicas int) error {
 			return err
 		}
 	}
-	md := suite.Markdown(contenders, sweep, breakers, chart)
+	counts := []int{1}
+	if replicas > 1 {
+		counts = append(counts, replicas)
+	}
+	rates, err := brownout.RunRateLimit(counts, brownout.RateLimitContenders)
+	if err != nil {
+		return err
+	}
+	md := suite.Markdown(contenders, sweep, breakers, chart) + rates.Markdown()
 	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
 		return err
 	}
-	for _, c := range suite.Checks() {
+	for _, c := range append(suite.Checks(), rates.Checks()...) {
 		status := "shown"
 		if !c.Pass {
 			status = "MISSED"
