@@ -27,15 +27,19 @@ import (
 // anthropic-ratelimit-* headers of the responses. The limiter counts its
 // own traffic exactly; a response's count of what remains lowers a bucket
 // that holds more (traffic that other processes send on the same limits),
-// and a learned limit follows the API's as it is raised or lowered. Until a
-// group's first response the limiter admits everything.
+// and a learned limit follows the API's as it is raised or lowered. From
+// those gaps the limiter also estimates the rate at which other traffic
+// takes tokens, and refills its buckets with only what that leaves, so that
+// replicas on one key share its limits. Until a group's first response the
+// limiter admits everything.
 //
 // An attempt takes one request, its estimated input tokens (see
 // [EstimateInputTokens]) and its max_tokens, from the three buckets at once
 // or from none; the answer's usage settles the reservation (a stream's, at
 // its end). An attempt that finds no room waits in line, first come, first
-// served within its priority, for at most MaxWait and never past the
-// caller's deadline less half a second; else it fails at once with
+// served within its priority, for at most MaxWait, and is not sent so close
+// to the caller's deadline that an attempt of its group, as long as they
+// have been taking, could not end before it; else it fails at once with
 // [ErrRateLimited], which says when it could be admitted. A 429 for a rate
 // limit (not a spend limit) empties the buckets it names until the delay
 // it gives, so every goroutine backs off together. Retries pass through the
@@ -280,7 +284,7 @@ func (l *limiter) group(model string) *limitGroup {
 		c := l.p.Limits[name]
 		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: ratelimit.New(ratelimit.Settings{
 			Limits:     ratelimit.Amounts{float64(c.RequestsPerMinute), float64(c.InputTokensPerMinute), float64(c.OutputTokensPerMinute)},
-			BatchShare: l.p.BatchShare,
+			BatchShare: l.p.BatchShare, FollowOthers: true,
 		})}
 		l.groups[name] = g
 	}

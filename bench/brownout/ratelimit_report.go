@@ -96,7 +96,6 @@ func (s *RateSuite) writeRateWhy(b *strings.Builder, checks []Check, estimate in
 			missed[c.Target] = true
 		}
 	}
-	admitted := AdmittedPerMinute()
 	one, many := s.Scenarios[0], s.Scenarios[len(s.Scenarios)-1]
 	f1, fn := s.figures(one.Name), s.figures(many.Name)
 	short := func(configured bool) string { return limiterName(configured, 1, RateLimitShortWait) }
@@ -119,19 +118,23 @@ func (s *RateSuite) writeRateWhy(b *strings.Builder, checks []Check, estimate in
 	}
 	b.WriteString("\n\n")
 
-	if many.Replicas > 1 && (missed[rateTarget(many, limiterLearnedName, rateTarget429)] || missed[rateTarget(many, limiterConfiguredName, rateTarget429)]) {
+	if many.Replicas > 1 {
 		d, l, c := fn[damperName], fn[limiterLearnedName], fn[limiterConfiguredName]
+		ls := fn[limiterName(false, 1, RateLimitShortWait)]
 		share := fn[limiterName(true, many.Replicas, RateLimitShortWait)]
-		fmt.Fprintf(b, "**Why the 429 target is missed with %d replicas.** Each replica has its own Damper, and so its own limiter: each learns the organisation's limit (or is given it) and refills its buckets at the organisation's rate, as if it had the limit to itself, so together the replicas admit up to %d times what the limit admits. ",
-			many.Replicas, many.Replicas)
-		fmt.Fprintf(b, "The headers correct a replica's buckets with each of its own answers, but the count of what remains is never below zero: it cannot say what the other replicas have taken since, nor are about to take. From that empty bucket the replica refills at the whole limit's rate, room for its next request in %.2f s, while its own requests arrive %.2f s apart on average; so only the pause after each 429 holds it back. The provider's bucket stays empty, and the replicas' attempts find it so: the learned and configured limiters collect %d and %d 429s, against damper's %d (%s and %s), and their waits change nothing. ",
-			float64(estimate)*60/RateLimitITPM, float64(many.Replicas)/many.Rate, l.Provider429, c.Provider429, d.Provider429,
-			fewerText(l.Provider429, d.Provider429), fewerText(c.Provider429, d.Provider429))
+		fmt.Fprintf(b, "**%d replicas.** Each replica has its own Damper, and so its own limiter, which learns the organisation's limit (or is given it) as if it had the limit to itself. What the others take shows in its own responses: the count of what remains falls below what the replica's own traffic leaves. The limiter estimates from those gaps the rate at which other traffic takes tokens, and refills its buckets with only what that leaves, so the replicas settle near equal shares with no state in common. ",
+			many.Replicas)
+		fmt.Fprintf(b, "The learned and configured limiters collect %d and %d 429s against damper's %d (%s and %s), at %.1f %% and %.1f %% of what the limit admits; with a %s wait, %d (%s). ",
+			l.Provider429, c.Provider429, d.Provider429, fewerText(l.Provider429, d.Provider429), fewerText(c.Provider429, d.Provider429),
+			100*l.GoodputShare, 100*c.GoodputShare, secs0(RateLimitShortWait), ls.Provider429, fewerText(ls.Provider429, d.Provider429))
+		if missed[rateTarget(many, limiterLearnedName, rateTarget429)] || missed[rateTarget(many, limiterConfiguredName, rateTarget429)] {
+			b.WriteString("The 429s left are those of the estimate's lag: a replica learns of the others' traffic a response at a time, a few a second, and an attempt that joined its line before the estimate rose is sent when its turn comes. ")
+		}
 		if share.Requests > 0 {
 			fmt.Fprintf(b, "Configured with a %s of the limit each, the replicas stay under it together: %d 429s, at %.1f %% of what the limit admits (the random spread of requests over the replicas costs a little). ",
 				fraction(many.Replicas), share.Provider429, 100*share.GoodputShare)
 		}
-		fmt.Fprintf(b, "Goodput is not at stake here (%.1f/min and %.1f/min of %.0f/min): the provider's bucket bounds it, as it does without a limiter.\n\n", l.Goodput, c.Goodput, admitted)
+		b.WriteString("A budget and limits shared through a fleet store remove the guesswork.\n\n")
 	}
 	b.WriteString("**failsafe-go and `Retry-After`.** The provider sends `retry-after` with every 429, and failsafe-go's HTTP retry policy waits for it on a real timer (`time.NewTimer` in `executor.Apply`, `retrypolicy/retryexecutor.go`); in virtual time, each such wait would hold the whole simulation for as long in wall-clock time, and its retry would leave at once in virtual time, so failsafe-go is left out of this scenario.\n")
 }

@@ -122,17 +122,17 @@ var rateSuite = sync.OnceValues(func() (*RateSuite, error) {
 })
 
 // knownRateMisses are the rate-limit targets the published run misses,
-// each with the reason it must still show (see the docs): each replica's
-// limiter takes the organisation's whole limit for its own.
+// each with the reason it must still show (see the docs): with 10 replicas
+// and the default wait, the limiter's estimate of the other replicas'
+// traffic lags, and a residue of 429s remains, between 5 % and 10 % of
+// damper's.
 var knownRateMisses = map[string]func(f, damper RateFigures) bool{
-	rateTarget(RateLimitScenario(DefaultReplicas), limiterLearnedName, rateTarget429):                        replicasOvershoot,
-	rateTarget(RateLimitScenario(DefaultReplicas), limiterConfiguredName, rateTarget429):                     replicasOvershoot,
-	rateTarget(RateLimitScenario(DefaultReplicas), limiterName(false, 1, RateLimitShortWait), rateTarget429): replicasOvershoot,
-	rateTarget(RateLimitScenario(DefaultReplicas), limiterName(true, 1, RateLimitShortWait), rateTarget429):  replicasOvershoot,
+	rateTarget(RateLimitScenario(DefaultReplicas), limiterLearnedName, rateTarget429):    estimateLag,
+	rateTarget(RateLimitScenario(DefaultReplicas), limiterConfiguredName, rateTarget429): estimateLag,
 }
 
-func replicasOvershoot(f, d RateFigures) bool {
-	return float64(f.Provider429) > 0.5*float64(d.Provider429)
+func estimateLag(f, d RateFigures) bool {
+	return float64(f.Provider429) > 0.05*float64(d.Provider429) && float64(f.Provider429) < 0.1*float64(d.Provider429)
 }
 
 func TestRateLimitTargets(t *testing.T) {
@@ -183,7 +183,7 @@ func TestRateLimitTargets(t *testing.T) {
 	md := s.Markdown()
 	for _, want := range []string{RateLimitHeading + "\n", "#### 1 replica", "#### 10 replicas", "| damper+limiter learned | ",
 		"| damper+limiter configured 1/10, wait 10 s | ", "#### Rate-limit targets",
-		"Why the 429 target is missed with 10 replicas", "failsafe-go and `Retry-After`"} {
+		"failsafe-go and `Retry-After`"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("rate-limit report lacks %q", want)
 		}

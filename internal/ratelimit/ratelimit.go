@@ -87,14 +87,22 @@ type Settings struct {
 	// BatchShare is the share of each bucket batch requests may use, in
 	// (0, 1].
 	BatchShare float64
+	// FollowOthers makes the group estimate, from the gaps between the
+	// responses' counts and what its own traffic leaves, the rate at which
+	// other traffic on the same limits takes tokens, and refill its
+	// buckets with only what that leaves (at least a 64th of the limit):
+	// several processes that each learn an organisation's limits then
+	// share them, each refilling at about the rate the others leave it.
+	FollowOthers bool
 }
 
 // Group is the three buckets of one limit group. It is safe for
 // concurrent use.
 type Group struct {
-	mu         sync.Mutex
-	b          [NumKinds]bucket
-	batchShare float64
+	mu           sync.Mutex
+	b            [NumKinds]bucket
+	batchShare   float64
+	followOthers bool
 	// batchNext is when the next batch request to join the line may take
 	// its turn: each waiting batch request holds a slot, spaced by the
 	// time its cost takes to refill.
@@ -111,6 +119,7 @@ type Group struct {
 type openReservation struct {
 	seq  uint64
 	cost Amounts
+	due  time.Time // when it may be sent
 }
 
 // bucket is one bucket. Its level may be negative: interactive requests
@@ -125,11 +134,30 @@ type bucket struct {
 	// request.
 	taken       float64
 	pausedUntil time.Time
+	// others is the rate, in tokens a second, at which traffic the group
+	// does not see (other processes on the same limits) takes from the
+	// API's bucket, as the responses tell it (see Settings.FollowOthers);
+	// the bucket refills at its limit's rate less that.
+	others float64
+}
+
+// othersWindow is how fast the estimate of other traffic follows what the
+// responses show, in seconds: a gap of n tokens between what a response
+// counts and what the group's own traffic leaves moves the estimate by
+// n / othersWindow tokens a second.
+const othersWindow = 0.25
+
+// perMinute is what the bucket refills a minute.
+func (b *bucket) perMinute() float64 {
+	if b.others == 0 {
+		return b.limit
+	}
+	return max(b.limit-60*b.others, b.limit/64)
 }
 
 // New returns a group: configured buckets start full, the others unknown.
 func New(s Settings) *Group {
-	g := &Group{batchShare: s.BatchShare}
+	g := &Group{batchShare: s.BatchShare, followOthers: s.FollowOthers}
 	for k, l := range s.Limits {
 		if l > 0 {
 			g.b[k] = bucket{limit: l, configured: true, level: l}
@@ -144,7 +172,7 @@ func (b *bucket) advance(now time.Time) {
 		return
 	}
 	if b.limit > 0 {
-		b.level = min(b.limit, b.level+b.limit*now.Sub(b.at).Seconds()/60)
+		b.level = min(b.limit, b.level+b.perMinute()*now.Sub(b.at).Seconds()/60)
 	}
 	b.at = now
 }
@@ -159,7 +187,7 @@ func (b *bucket) due(now time.Time, need float64) time.Time {
 		if b.at.After(t) {
 			t = b.at
 		}
-		t = t.Add(seconds((need - b.level) * 60 / b.limit))
+		t = t.Add(seconds((need - b.level) * 60 / b.perMinute()))
 	}
 	if b.pausedUntil.After(t) {
 		t = b.pausedUntil
@@ -236,7 +264,7 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 	}
 	g.seq++
 	r = Reservation{cost: cost, taken: true, seq: g.seq, open: true}
-	g.open = append(g.open, openReservation{g.seq, cost})
+	g.open = append(g.open, openReservation{g.seq, cost, due})
 	for k := range g.b {
 		b := &g.b[k]
 		b.level -= cost[k]
@@ -361,13 +389,17 @@ type Observation struct {
 func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var older Amounts
+	// older: what requests taken before r and not answered took; unsent:
+	// what requests not sent yet took, which no count holds.
+	var older, unsent Amounts
 	for _, open := range g.open {
-		if open.seq >= r.seq {
-			break
-		}
 		for k := range older {
-			older[k] += open.cost[k]
+			if open.seq < r.seq {
+				older[k] += open.cost[k]
+			}
+			if open.due.After(now) {
+				unsent[k] += open.cost[k]
+			}
 		}
 	}
 	g.answered(r)
@@ -378,9 +410,11 @@ func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 		b := &g.b[k]
 		b.advance(now)
 		level := b.level
+		learning := false
 		if limit := o.Limit[k]; !b.configured && limit > 0 && limit != b.limit {
+			learning = b.limit == 0
 			switch {
-			case b.limit == 0:
+			case learning:
 				level = o.Remaining[k] - (b.taken - r.mark[k]) - older[k]
 			case !b.pausedUntil.After(now):
 				level += limit - b.limit // a pause holds its level
@@ -389,6 +423,21 @@ func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 		}
 		if b.limit == 0 {
 			continue
+		}
+		if g.followOthers && !learning && !b.pausedUntil.After(now) {
+			// The group's own traffic puts the count between the level
+			// with what it has not sent added back, and the level with
+			// everything the count may lack added back: a count below
+			// that shows other traffic, one above it less than was
+			// allowed for.
+			gap := 0.0
+			lo, hi := level+unsent[k], level+(b.taken-r.mark[k])+older[k]
+			if o.Remaining[k] > hi {
+				gap = hi - o.Remaining[k]
+			} else if o.Remaining[k] < lo {
+				gap = lo - o.Remaining[k]
+			}
+			b.others = min(max(b.others+gap/othersWindow, 0), b.limit/60)
 		}
 		level = min(level, o.Remaining[k], b.limit)
 		if level != b.level && Kind(k) != OutputTokens {

@@ -1796,3 +1796,61 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// TestFollowOthers checks the estimate of other traffic on the same limits:
+// counts that the group's own traffic explains leave it at zero; a count
+// below what the group's traffic leaves raises it, and the bucket refills
+// the slower; a count above what it allows for lowers it again.
+func TestFollowOthers(t *testing.T) {
+	g := New(Settings{FollowOthers: true, BatchShare: 1})
+	obs := func(remaining Amounts) Observation { // 60 requests a minute
+		o := obs(remaining)
+		o.Limit[Requests] = 60
+		return o
+	}
+	r := take(t, g, t0, Amounts{1, 0, 0})
+	g.Observe(t0, &r, obs(Amounts{59, 1000, 1000})) // learns 60 a minute, 59 left
+	// The group's own traffic: the API reached b before a, so a's count
+	// holds b, and b's count lacks a. Both are explained: no estimate.
+	a := take(t, g, t0, Amounts{1, 0, 0})
+	b := take(t, g, t0, Amounts{1, 0, 0})
+	g.Observe(t0, &b, obs(Amounts{58, 1000, 1000}))
+	g.Observe(t0, &a, obs(Amounts{57, 1000, 1000}))
+	if o := g.b[Requests].others; o != 0 {
+		t.Fatalf("own traffic read as others': %v a second", o)
+	}
+	// Another process took 3: the count is 3 below the level.
+	c := take(t, g, t0, Amounts{1, 0, 0})
+	g.Observe(t0, &c, obs(Amounts{53, 1000, 1000}))
+	if o := g.b[Requests].others; o != min(3/othersWindow, 1) {
+		t.Fatalf("others = %v a second, want %v (capped at the limit's rate)", o, min(3/othersWindow, 1))
+	}
+	wantLevels(t, g, t0, Amounts{53, 1000, 1000})
+	// The estimate is capped at the whole limit's rate: the bucket
+	// refills at a 64th of it, one request in 64 s.
+	for range 55 {
+		take(t, g, t0, Amounts{1, 0, 0})
+	}
+	wantReserve(t, g, t0, Amounts{1, 0, 0}, Interactive, far, nil, at(3*64*sec), true)
+	// A count far above what the group's traffic allows for (the others
+	// stopped, and the API's bucket refilled) lowers the estimate.
+	d := take(t, g, at(4*sec), Amounts{1, 0, 0})
+	g.Observe(at(4*sec), &d, obs(Amounts{59, 1000, 1000}))
+	if o := g.b[Requests].others; o != 0 {
+		t.Fatalf("others = %v a second after a full count, want 0", o)
+	}
+	// No estimate while paused, nor while learning.
+	g.Pause(at(4*sec), [NumKinds]bool{true, false, false}, at(10*sec))
+	e := take(t, g, at(5*sec), Amounts{1, 0, 0})
+	g.Observe(at(5*sec), &e, obs(Amounts{0, 1000, 1000}))
+	if o := g.b[Requests].others; o != 0 {
+		t.Fatalf("others = %v a second from a count during a pause, want 0", o)
+	}
+	h := New(Settings{FollowOthers: true})
+	obs = func(remaining Amounts) Observation { return learnAll }
+	x := take(t, h, t0, Amounts{1, 0, 0})
+	h.Observe(t0, &x, obs(Amounts{1, 1000, 1000}))
+	if o := h.b[Requests].others; o != 0 {
+		t.Fatalf("others = %v a second on learning, want 0", o)
+	}
+}
