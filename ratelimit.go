@@ -335,51 +335,37 @@ func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 	return latest
 }
 
+// admitAttempt reserves the attempt's cost, waiting in line as the group
+// says (a batch attempt asks again at its slot), and then for any pause of
+// the group, begun before the reservation or during its wait; it gives the
+// reservation back when it refuses, or the wait is cut short.
 func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
 	cr := l.forCall(c)
 	g := cr.group.g
 	latest := l.latest(c, cr, now)
 	start := now
 	var ticket ratelimit.Ticket
+	var r ratelimit.Reservation
 	for {
-		r, due, taken := g.Reserve(now, cr.cost, ratelimit.Priority(cr.priority), latest, &ticket)
-		if !taken && due.After(latest) {
-			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
+		due := now
+		if !r.Taken() {
+			r, due, _ = g.Reserve(now, cr.cost, ratelimit.Priority(cr.priority), latest, &ticket)
 		}
-		if taken {
-			// A pause that begins while the attempt waits holds it too.
+		if r.Taken() {
 			due = later(due, g.PausedUntil(now))
-		}
-		if !due.After(now) {
-			return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
+			if !due.After(now) {
+				return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
+			}
 		}
 		if due.After(latest) {
 			g.Cancel(&r, now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := c.waitUntil(l, due)
-		if refused != nil || canceled {
-			g.Cancel(&r, l.clock.Now())
-			return admission{refused: refused, canceled: canceled, queued: l.clock.Now().Sub(start)}
-		}
 		now = l.clock.Now()
-		if taken {
-			if paused := g.PausedUntil(now); paused.After(now) {
-				// Wait out the pause, then send without asking again.
-				for paused.After(now) {
-					if paused.After(latest) {
-						g.Cancel(&r, now)
-						return admission{refused: rateDenial(now, paused), queued: now.Sub(start)}
-					}
-					if refused, canceled := c.waitUntil(l, paused); refused != nil || canceled {
-						g.Cancel(&r, l.clock.Now())
-						return admission{refused: refused, canceled: canceled, queued: l.clock.Now().Sub(start)}
-					}
-					now = l.clock.Now()
-					paused = g.PausedUntil(now)
-				}
-			}
-			return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
+		if refused != nil || canceled {
+			g.Cancel(&r, now)
+			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
 	}
 }

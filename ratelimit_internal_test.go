@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -179,4 +180,30 @@ func TestAttemptTimesRoom(t *testing.T) {
 	if got := fast.room(); got != minAttempt {
 		t.Fatalf("fast attempts: room %v, want the floor %v", got, minAttempt)
 	}
+}
+
+// An attempt waiting in line with its reservation taken is held by a pause
+// that begins during its wait, until the pause ends.
+func TestRateLimitWaiterHeldByPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Policy{RateLimit: &RateLimitPolicy{MaxWait: time.Minute,
+			Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 60}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 60 {
+			adm := d.limiter.admitAttempt(limiterCall(d, ctx), 1, time.Now())
+			adm.pass.settle(time.Now(), attemptEvent{outcome: AttemptOutcome{Success: true}})
+		}
+		start := time.Now()
+		done := make(chan admission, 1)
+		go func() { done <- d.limiter.admitAttempt(limiterCall(d, ctx), 1, time.Now()) }()
+		time.Sleep(500 * time.Millisecond) // it is due at +1 s
+		d.limiter.group("claude-sonnet-4-6").g.Pause(time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
+		adm := <-done
+		if adm.pass == nil || time.Since(start) != 20*time.Second || adm.queued != 20*time.Second {
+			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.pass != nil, time.Since(start), adm.queued)
+		}
+	})
 }
