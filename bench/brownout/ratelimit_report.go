@@ -73,15 +73,8 @@ func (s *RateSuite) Markdown() string {
 		b.WriteString("\n")
 	}
 
-	b.WriteString("#### Rate-limit targets\n\n| target | shown | measured |\n|---|---|---|\n")
 	checks := s.Checks()
-	for _, c := range checks {
-		mark := "yes"
-		if !c.Pass {
-			mark = "**no**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, mark, c.Detail)
-	}
+	writeChecks(&b, "#### Rate-limit targets", checks)
 	b.WriteString("\n")
 	s.writeRateWhy(&b, checks, estimate)
 	return b.String()

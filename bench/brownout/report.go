@@ -70,15 +70,8 @@ func (s *Suite) Markdown(contenders []Contender, sweep *Sweep, breakers *Suite, 
 		}
 	}
 
-	b.WriteString("### Targets\n\n| target | shown | measured |\n|---|---|---|\n")
 	checks := s.Checks()
-	for _, c := range checks {
-		mark := "yes"
-		if !c.Pass {
-			mark = "**no**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, mark, c.Detail)
-	}
+	writeChecks(&b, "### Targets", checks)
 	b.WriteString("\nFor the probe target, each replica whose breaker opened during the outage counts the attempts that reached the provider from it after its breaker first opened and before the outage ended, against the open periods begun in that time, the first included; each open period admits at most one probe, when it ends.\n\n")
 	s.writeWhyMissed(&b, checks)
 	if breakers != nil {
@@ -235,6 +228,18 @@ func writeCodePaths(b *strings.Builder) {
 
 func secs(d time.Duration) string {
 	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// writeChecks writes checks as a table under heading.
+func writeChecks(b *strings.Builder, heading string, checks []Check) {
+	fmt.Fprintf(b, "%s\n\n| target | shown | measured |\n|---|---|---|\n", heading)
+	for _, c := range checks {
+		mark := "yes"
+		if !c.Pass {
+			mark = "**no**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", c.Target, mark, c.Detail)
+	}
 }
 
 // UpdateSection replaces the section under heading in the Markdown file at
