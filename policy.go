@@ -9,6 +9,9 @@ import (
 // Policy says when Damper retries a Messages call. It is a plain value: the
 // zero value of every field means the default written beside it, and [New]
 // validates it and copies it, so changing a Policy after New has no effect.
+// A field whose zero would otherwise be hidden by its default takes [None]
+// for an explicit zero; its documentation says so. [PolicyConfig] loads a
+// Policy from a JSON or YAML file.
 type Policy struct {
 	// MaxAttempts is the number of provider attempts per logical request,
 	// the first one included. Default 3; 1 turns retries off.
@@ -24,7 +27,8 @@ type Policy struct {
 	MaxRetryCostUSD float64
 
 	// RetryBudgetRatio is the number of budget units that each successful
-	// first attempt adds to the current window. Default 0.1.
+	// first attempt adds to the current window. Default 0.1; [None] for 0,
+	// a budget that never grows beyond RetryBudgetMinTokens.
 	RetryBudgetRatio float64
 
 	// RetryBudgetWindow is the length of the budget's fixed window; units
@@ -32,12 +36,17 @@ type Policy struct {
 	RetryBudgetWindow time.Duration
 
 	// RetryBudgetMinTokens is the number of units every window starts with.
-	// Default 10.
+	// Default 10; [None] for 0, a window that starts empty and allows only
+	// the retries its successful first attempts earn. With RetryBudgetRatio
+	// also None the budget refuses every retry.
 	RetryBudgetMinTokens int
 
 	// BackoffBase and BackoffMax shape the full-jitter backoff used when the
 	// provider gives no delay: retry n waits a uniform random time in
 	// [0, min(BackoffMax, BackoffBase·2^(n-1))]. Defaults 1 s and 30 s.
+	// BackoffBase takes [None] for 0: a retry waits only for a provider
+	// delay, and that with no spread added (BackoffBase also caps the
+	// spread), so clients told the same delay come back together.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
@@ -47,7 +56,9 @@ type Policy struct {
 
 	// MaxRetryAfter is the longest provider delay Damper waits. A longer one
 	// fails the call at once with [ErrRetryAfterTooLong], and the error
-	// carries the delay so that a queue can reschedule. Default 60 s.
+	// carries the delay so that a queue can reschedule. Default 60 s;
+	// [None] for 0: Damper waits for no provider delay, and every call
+	// given one fails at once, for a queue to reschedule.
 	MaxRetryAfter time.Duration
 
 	// OnBudgetExhausted says what a caller gets when the retry budget refuses
@@ -89,6 +100,16 @@ type Policy struct {
 	// [RateLimitPolicy]). Nil: no rate limiter.
 	RateLimit *RateLimitPolicy
 }
+
+// None, in a [Policy] field whose zero value means its default, means
+// explicitly zero, where zero would mean the default. The fields that take
+// it say so: RetryBudgetRatio, RetryBudgetMinTokens, BackoffBase and
+// MaxRetryAfter. [New] turns it into a real 0 in its filled-in copy of the
+// Policy (see [Damper.Policy]). Any other negative value is an error, and
+// so is None in a field that does not take it. It is an untyped constant,
+// so that it fits an int, a float64 and a [time.Duration] field alike (as
+// a Duration it is -1ns).
+const None = -1
 
 // RecommendedPolicy is the policy to start a production service with: the
 // defaults, a retry throttle with its defaults, and a circuit breaker with
@@ -149,8 +170,9 @@ const (
 	DefaultMaxHoldBack          = 1 << 20
 )
 
-// withDefaults returns p with every zero field set to its default, or an
-// error naming the first field whose value cannot be used.
+// withDefaults returns p with every zero field set to its default and every
+// None set to 0, or an error naming the first field whose value cannot be
+// used.
 func (p Policy) withDefaults() (Policy, error) {
 	if p.MaxAttempts < 0 {
 		return p, fieldError("MaxAttempts", p.MaxAttempts, "must be at least 1 (0 means the default, 3)")
@@ -161,23 +183,23 @@ func (p Policy) withDefaults() (Policy, error) {
 	if math.IsNaN(p.MaxRetryCostUSD) || math.IsInf(p.MaxRetryCostUSD, 0) || p.MaxRetryCostUSD < 0 {
 		return p, fieldError("MaxRetryCostUSD", p.MaxRetryCostUSD, "must be a finite number of dollars, at least 0 (0 means no ceiling)")
 	}
-	if math.IsNaN(p.RetryBudgetRatio) || math.IsInf(p.RetryBudgetRatio, 0) || p.RetryBudgetRatio < 0 {
-		return p, fieldError("RetryBudgetRatio", p.RetryBudgetRatio, "must be a finite number, at least 0 (0 means the default, 0.1)")
+	if p.RetryBudgetRatio != None && (math.IsNaN(p.RetryBudgetRatio) || math.IsInf(p.RetryBudgetRatio, 0) || p.RetryBudgetRatio < 0) {
+		return p, fieldError("RetryBudgetRatio", p.RetryBudgetRatio, "must be a finite number, at least 0 (0 means the default, 0.1; None means 0)")
 	}
 	if p.RetryBudgetWindow < 0 {
 		return p, fieldError("RetryBudgetWindow", p.RetryBudgetWindow, "must be positive (0 means the default, 1m0s)")
 	}
-	if p.RetryBudgetMinTokens < 0 {
-		return p, fieldError("RetryBudgetMinTokens", p.RetryBudgetMinTokens, "must be at least 0 (0 means the default, 10)")
+	if p.RetryBudgetMinTokens < 0 && p.RetryBudgetMinTokens != None {
+		return p, fieldError("RetryBudgetMinTokens", p.RetryBudgetMinTokens, "must be at least 0 (0 means the default, 10; None means 0)")
 	}
-	if p.BackoffBase < 0 {
-		return p, fieldError("BackoffBase", p.BackoffBase, "must be positive (0 means the default, 1s)")
+	if p.BackoffBase < 0 && p.BackoffBase != None {
+		return p, fieldError("BackoffBase", p.BackoffBase, "must be at least 0 (0 means the default, 1s; None means 0)")
 	}
 	if p.BackoffMax < 0 {
 		return p, fieldError("BackoffMax", p.BackoffMax, "must be positive (0 means the default, 30s)")
 	}
-	if p.MaxRetryAfter < 0 {
-		return p, fieldError("MaxRetryAfter", p.MaxRetryAfter, "must be positive (0 means the default, 1m0s)")
+	if p.MaxRetryAfter < 0 && p.MaxRetryAfter != None {
+		return p, fieldError("MaxRetryAfter", p.MaxRetryAfter, "must be at least 0 (0 means the default, 1m0s; None means 0)")
 	}
 	if p.MaxHoldBack < 0 {
 		return p, fieldError("MaxHoldBack", p.MaxHoldBack, "must be a positive number of bytes (0 means the default, 1048576)")
@@ -191,12 +213,12 @@ func (p Policy) withDefaults() (Policy, error) {
 
 	p.MaxAttempts = orDefault(p.MaxAttempts, DefaultMaxAttempts)
 	p.PerAttemptTimeout = orDefault(p.PerAttemptTimeout, DefaultPerAttemptTimeout)
-	p.RetryBudgetRatio = orDefault(p.RetryBudgetRatio, DefaultRetryBudgetRatio)
+	p.RetryBudgetRatio = orDefaultOrNone(p.RetryBudgetRatio, DefaultRetryBudgetRatio)
 	p.RetryBudgetWindow = orDefault(p.RetryBudgetWindow, DefaultRetryBudgetWindow)
-	p.RetryBudgetMinTokens = orDefault(p.RetryBudgetMinTokens, DefaultRetryBudgetMinTokens)
-	p.BackoffBase = orDefault(p.BackoffBase, DefaultBackoffBase)
+	p.RetryBudgetMinTokens = orDefaultOrNone(p.RetryBudgetMinTokens, DefaultRetryBudgetMinTokens)
+	p.BackoffBase = orDefaultOrNone(p.BackoffBase, DefaultBackoffBase)
 	p.BackoffMax = orDefault(p.BackoffMax, DefaultBackoffMax)
-	p.MaxRetryAfter = orDefault(p.MaxRetryAfter, DefaultMaxRetryAfter)
+	p.MaxRetryAfter = orDefaultOrNone(p.MaxRetryAfter, DefaultMaxRetryAfter)
 	p.MaxHoldBack = orDefault(p.MaxHoldBack, DefaultMaxHoldBack)
 	if p.PriceTable == nil {
 		p.PriceTable = DefaultPriceTable()
@@ -237,6 +259,29 @@ func orDefault[T comparable](v, def T) T {
 	return v
 }
 
+// orDefaultOrNone is orDefault for a field that takes None: None is 0.
+func orDefaultOrNone[T int | float64 | time.Duration](v, def T) T {
+	switch v {
+	case 0:
+		return def
+	case None:
+		return 0
+	}
+	return v
+}
+
 func fieldError(field string, value any, why string) error {
-	return fmt.Errorf("damper: Policy.%s = %v: %s", field, value, why)
+	return &policyFieldError{field: field, value: value, why: why}
+}
+
+// policyFieldError is a Policy field whose value cannot be used; the
+// configuration loader reads its parts to name the key in the file.
+type policyFieldError struct {
+	field string // as in Go, below Policy: "Breaker.OpenFor"
+	value any
+	why   string
+}
+
+func (e *policyFieldError) Error() string {
+	return fmt.Sprintf("damper: Policy.%s = %v: %s", e.field, e.value, e.why)
 }

@@ -41,10 +41,10 @@ func TestPolicyValidation(t *testing.T) {
 		{damper.Policy{RetryBudgetRatio: math.NaN()}, "RetryBudgetRatio = NaN"},
 		{damper.Policy{RetryBudgetWindow: -time.Minute}, "RetryBudgetWindow = -1m0s"},
 		{damper.Policy{RetryBudgetMinTokens: -3}, "RetryBudgetMinTokens = -3"},
-		{damper.Policy{BackoffBase: -1}, "BackoffBase = -1ns"},
+		{damper.Policy{BackoffBase: -2}, "BackoffBase = -2ns"},
 		{damper.Policy{BackoffMax: -1}, "BackoffMax = -1ns"},
 		{damper.Policy{BackoffBase: time.Minute}, "BackoffBase = 1m0s: must not exceed BackoffMax (30s)"},
-		{damper.Policy{MaxRetryAfter: -1}, "MaxRetryAfter = -1ns"},
+		{damper.Policy{MaxRetryAfter: -2}, "MaxRetryAfter = -2ns"},
 		{damper.Policy{OnBudgetExhausted: 7}, "OnBudgetExhausted = 7"},
 	}
 	for _, tt := range tests {

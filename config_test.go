@@ -1,0 +1,663 @@
+package damper_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// fullPolicy sets every field a file can hold to a value that is not its
+// default, None in each field that takes it.
+func fullPolicy() damper.Policy {
+	return damper.Policy{
+		MaxAttempts:          5,
+		PerAttemptTimeout:    45 * time.Second,
+		MaxRetryCostUSD:      0.25,
+		RetryBudgetRatio:     damper.None,
+		RetryBudgetWindow:    90 * time.Second,
+		RetryBudgetMinTokens: damper.None,
+		BackoffBase:          damper.None,
+		BackoffMax:           20 * time.Second,
+		IgnoreRetryAfter:     true,
+		MaxRetryAfter:        damper.None,
+		OnBudgetExhausted:    damper.PassthroughBudgetExhausted,
+		MaxHoldBack:          4096,
+		StreamIdleTimeout:    time.Minute + 500*time.Millisecond,
+		Breaker: &damper.BreakerPolicy{
+			FailureRatio: 0.6, MinAttempts: 7, Window: 10 * time.Second,
+			OpenFor: 2 * time.Second, MaxOpenFor: 15 * time.Second,
+		},
+		Throttle: &damper.ThrottlePolicy{MaxTokens: 40, TokenRatio: 0.15},
+		RateLimit: &damper.RateLimitPolicy{
+			Limits: map[string]damper.RateLimits{
+				"claude-sonnet-4":  {RequestsPerMinute: 4000, InputTokensPerMinute: 2_000_000, OutputTokensPerMinute: 400_000},
+				"claude-3-5-haiku": {OutputTokensPerMinute: 100_000},
+			},
+			MaxWait:    12 * time.Second,
+			Priority:   damper.Batch,
+			BatchShare: 0.5,
+		},
+	}
+}
+
+// The policies that the round trip must preserve.
+func roundTripPolicies() map[string]damper.Policy {
+	other := fullPolicy()
+	other.RetryBudgetRatio, other.RetryBudgetMinTokens = 0.3, 25
+	other.BackoffBase, other.MaxRetryAfter = 250*time.Millisecond, 2*time.Minute
+	return map[string]damper.Policy{
+		"full":        fullPolicy(),
+		"full values": other,
+		"zero":        {},
+		"empty subs":  {Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{}, RateLimit: &damper.RateLimitPolicy{}},
+		"recommended": damper.RecommendedPolicy(),
+		"one none":    {RetryBudgetRatio: damper.None, RetryBudgetMinTokens: 10},
+	}
+}
+
+func TestPolicyConfigRoundTrip(t *testing.T) {
+	for name, p := range roundTripPolicies() {
+		t.Run(name, func(t *testing.T) {
+			if _, err := damper.New(p); err != nil {
+				t.Fatalf("the policy itself is not valid: %v", err)
+			}
+			c := damper.NewPolicyConfig(p)
+			got, err := c.Policy()
+			if err != nil {
+				t.Fatalf("config.Policy(): %v", err)
+			}
+			if !reflect.DeepEqual(got, p) {
+				t.Fatalf("Policy → config → Policy:\n got %+v\nwant %+v", got, p)
+			}
+
+			js, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = damper.ParsePolicyJSON(js)
+			if err != nil {
+				t.Fatalf("ParsePolicyJSON(%s): %v", js, err)
+			}
+			if !reflect.DeepEqual(got, p) {
+				t.Fatalf("through JSON %s:\n got %+v\nwant %+v", js, got, p)
+			}
+
+			ys, err := yaml.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = damper.ParsePolicyYAML(ys)
+			if err != nil {
+				t.Fatalf("ParsePolicyYAML(%s): %v", ys, err)
+			}
+			if !reflect.DeepEqual(got, p) {
+				t.Fatalf("through YAML\n%s\n got %+v\nwant %+v", ys, got, p)
+			}
+		})
+	}
+}
+
+// TestPolicyConfigWrites: None is written 0, a default is left out, and
+// durations are strings.
+func TestPolicyConfigWrites(t *testing.T) {
+	js, err := json.Marshal(damper.NewPolicyConfig(damper.Policy{
+		RetryBudgetRatio: damper.None, BackoffBase: damper.None, MaxAttempts: 4, BackoffMax: 90 * time.Second,
+		Breaker: &damper.BreakerPolicy{}, RateLimit: &damper.RateLimitPolicy{Priority: damper.Batch},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"max_attempts":4,"retry_budget_ratio":0,"backoff_base":"0s","backoff_max":"1m30s","breaker":{},"rate_limit":{"priority":"batch"}}`
+	if string(js) != want {
+		t.Errorf("JSON = %s\nwant   %s", js, want)
+	}
+	// What a file cannot hold is left out.
+	c := damper.NewPolicyConfig(damper.Policy{
+		PriceTable: damper.DefaultPriceTable(),
+		Classifier: func(_ damper.Failure, c damper.Classification) damper.Classification { return c },
+		Breaker:    &damper.BreakerPolicy{OnStateChange: func(damper.CircuitChange) {}},
+	})
+	p, err := c.Policy()
+	if err != nil || p.PriceTable != nil || p.Classifier != nil || p.Breaker == nil || p.Breaker.OnStateChange != nil {
+		t.Errorf("Policy() = %+v, %v; want the breaker alone", p, err)
+	}
+}
+
+// exampleYAML is the example of README.md, "Policy from a file".
+const exampleYAML = `
+max_attempts: 4
+per_attempt_timeout: 45s
+retry_budget_ratio: 0        # explicitly zero: the budget never grows
+retry_budget_min_tokens: 20
+on_budget_exhausted: passthrough   # or raise
+breaker:                     # RecommendedPolicy's breaker
+  open_for: 2s
+  max_open_for: 10s
+throttle: {}                 # a throttle with its defaults
+rate_limit:
+  max_wait: 1m30s
+  priority: batch            # or interactive
+  limits:
+    claude-sonnet-4: {requests_per_minute: 4000}
+`
+
+const exampleJSON = `{
+  "max_attempts": 4,
+  "per_attempt_timeout": "45s",
+  "retry_budget_ratio": 0,
+  "retry_budget_min_tokens": 20,
+  "on_budget_exhausted": "passthrough",
+  "breaker": {"open_for": "2s", "max_open_for": "10s"},
+  "throttle": {},
+  "rate_limit": {
+    "max_wait": "1m30s",
+    "priority": "batch",
+    "limits": {"claude-sonnet-4": {"requests_per_minute": 4000}}
+  }
+}`
+
+func examplePolicy() damper.Policy {
+	return damper.Policy{
+		MaxAttempts: 4, PerAttemptTimeout: 45 * time.Second,
+		RetryBudgetRatio: damper.None, RetryBudgetMinTokens: 20,
+		OnBudgetExhausted: damper.PassthroughBudgetExhausted,
+		Breaker:           &damper.BreakerPolicy{OpenFor: 2 * time.Second, MaxOpenFor: 10 * time.Second},
+		Throttle:          &damper.ThrottlePolicy{},
+		RateLimit: &damper.RateLimitPolicy{
+			MaxWait: 90 * time.Second, Priority: damper.Batch,
+			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 4000}},
+		},
+	}
+}
+
+func TestParsePolicyExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "#### Policy from a file\n")
+	_, block, _ := strings.Cut(section, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if "\n"+block != exampleYAML {
+		t.Errorf("README.md's example:\n%s\nis not the one tested:%s", block, exampleYAML)
+	}
+
+	want := examplePolicy()
+	for name, parse := range map[string]func() (damper.Policy, error){
+		"yaml":         func() (damper.Policy, error) { return damper.ParsePolicyYAML([]byte(exampleYAML)) },
+		"json":         func() (damper.Policy, error) { return damper.ParsePolicyJSON([]byte(exampleJSON)) },
+		"json as yaml": func() (damper.Policy, error) { return damper.ParsePolicyYAML([]byte(exampleJSON)) },
+	} {
+		p, err := parse()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(p, want) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", name, p, want)
+		}
+	}
+	d, err := damper.New(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Policy(); got.RetryBudgetRatio != 0 || got.RetryBudgetMinTokens != 20 || got.RetryBudgetWindow != time.Minute {
+		t.Errorf("filled in: ratio %v, min tokens %v, window %v; want 0, 20, 1m0s", got.RetryBudgetRatio, got.RetryBudgetMinTokens, got.RetryBudgetWindow)
+	}
+}
+
+// TestPolicyConfigZeroAndAbsent: an absent key is the default, a written 0
+// is zero, and {} is a sub-policy with its defaults.
+func TestPolicyConfigZeroAndAbsent(t *testing.T) {
+	tests := []struct {
+		doc  string
+		want damper.Policy
+	}{
+		{``, damper.Policy{}},
+		{`{}`, damper.Policy{}},
+		{`null`, damper.Policy{}},
+		{`retry_budget_ratio: 0`, damper.Policy{RetryBudgetRatio: damper.None}},
+		{`retry_budget_ratio: 0.0`, damper.Policy{RetryBudgetRatio: damper.None}},
+		{`retry_budget_min_tokens: 0`, damper.Policy{RetryBudgetMinTokens: damper.None}},
+		{`backoff_base: 0`, damper.Policy{BackoffBase: damper.None}},
+		{`backoff_base: 0s`, damper.Policy{BackoffBase: damper.None}},
+		{`max_retry_after: "0"`, damper.Policy{MaxRetryAfter: damper.None}},
+		{`max_retry_cost_usd: 0`, damper.Policy{}},
+		{`stream_idle_timeout: 0s`, damper.Policy{}},
+		{`ignore_retry_after: false`, damper.Policy{}},
+		{`on_budget_exhausted: raise`, damper.Policy{}},
+		{`max_attempts: 1e1`, damper.Policy{MaxAttempts: 10}},
+		{`breaker: {}`, damper.Policy{Breaker: &damper.BreakerPolicy{}}},
+		{`rate_limit: {priority: interactive, limits: {}}`, damper.Policy{RateLimit: &damper.RateLimitPolicy{}}},
+		{`rate_limit: {limits: {claude-opus-4: {requests_per_minute: 0}}}`, damper.Policy{RateLimit: &damper.RateLimitPolicy{
+			Limits: map[string]damper.RateLimits{"claude-opus-4": {}}}}},
+	}
+	for _, tt := range tests {
+		p, err := damper.ParsePolicyYAML([]byte(tt.doc))
+		if err != nil {
+			t.Errorf("%q: %v", tt.doc, err)
+			continue
+		}
+		if !reflect.DeepEqual(p, tt.want) {
+			t.Errorf("%q:\n got %+v\nwant %+v", tt.doc, p, tt.want)
+		}
+	}
+}
+
+// TestPolicyConfigErrors: every error names the key's path and the value
+// as written, in JSON and in YAML alike.
+func TestPolicyConfigErrors(t *testing.T) {
+	tests := []struct {
+		doc  string // JSON, and so YAML too
+		path string // the ConfigError's Path
+		want string // in its message
+	}{
+		// Durations.
+		{`{"breaker": {"open_for": "3x"}}`, "breaker.open_for", `breaker.open_for: "3x": time: unknown unit "x" in duration "3x"`},
+		{`{"per_attempt_timeout": "soon"}`, "per_attempt_timeout", `per_attempt_timeout: "soon": time: invalid duration`},
+		{`{"per_attempt_timeout": 30}`, "per_attempt_timeout", `per_attempt_timeout: 30: want a duration with its unit, such as "30s"`},
+		{`{"rate_limit": {"max_wait": true}}`, "rate_limit.max_wait", `rate_limit.max_wait: true: want a duration`},
+		// Negative values, None's -1 among them.
+		{`{"max_attempts": -1}`, "max_attempts", `max_attempts: -1: must be at least 1 (leave the key out for the default, 3)`},
+		{`{"retry_budget_ratio": -1}`, "retry_budget_ratio", `retry_budget_ratio: -1: must be a finite number, at least 0 (leave the key out for the default, 0.1)`},
+		{`{"retry_budget_min_tokens": -1}`, "retry_budget_min_tokens", `retry_budget_min_tokens: -1: must be at least 0`},
+		{`{"backoff_base": "-1ns"}`, "backoff_base", `backoff_base: "-1ns": must be at least 0`},
+		{`{"max_retry_after": "-1s"}`, "max_retry_after", `max_retry_after: "-1s": must be at least 0`},
+		{`{"max_retry_cost_usd": -1}`, "max_retry_cost_usd", `max_retry_cost_usd: -1: must be a finite number of dollars, at least 0 (0 means no ceiling)`},
+		{`{"stream_idle_timeout": "-1ns"}`, "stream_idle_timeout", `stream_idle_timeout: "-1ns": must be positive`},
+		{`{"rate_limit": {"limits": {"claude-sonnet-4": {"requests_per_minute": -5}}}}`, "rate_limit.limits.claude-sonnet-4.requests_per_minute",
+			`rate_limit.limits.claude-sonnet-4.requests_per_minute: -5: must be at least 0 (0 means learned)`},
+		// A 0 that a field cannot take.
+		{`{"max_attempts": 0}`, "max_attempts", `max_attempts: 0: must be at least 1 (leave the key out for the default, 3)`},
+		{`{"per_attempt_timeout": "0s"}`, "per_attempt_timeout", `per_attempt_timeout: "0s": must be positive (leave the key out for the default, 60s)`},
+		{`{"max_hold_back": 0}`, "max_hold_back", `max_hold_back: 0: must be a positive number of bytes`},
+		{`{"breaker": {"failure_ratio": 0}}`, "breaker.failure_ratio", `breaker.failure_ratio: 0: must be a share in (0, 1] (leave the key out for the default, 0.5)`},
+		{`{"throttle": {"max_tokens": 0}}`, "throttle.max_tokens", `throttle.max_tokens: 0: must be in [1, 1000]`},
+		{`{"rate_limit": {"max_wait": 0}}`, "rate_limit.max_wait", `rate_limit.max_wait: "0s": must be positive`},
+		{`{"rate_limit": {"batch_share": 0}}`, "rate_limit.batch_share", `rate_limit.batch_share: 0: must be a share in (0, 1]`},
+		// Out of range, and wrong together.
+		{`{"breaker": {"failure_ratio": 1.5}}`, "breaker.failure_ratio", `breaker.failure_ratio: 1.5: must be a share in (0, 1]`},
+		{`{"throttle": {"max_tokens": 1001}}`, "throttle.max_tokens", `throttle.max_tokens: 1001: must be in [1, 1000]`},
+		{`{"throttle": {"token_ratio": 0.0004}}`, "throttle.token_ratio", `throttle.token_ratio: 0.0004: must be at least 0.001`},
+		{`{"backoff_base": "1m"}`, "backoff_base", `backoff_base: "1m0s": must not exceed backoff_max (30s)`},
+		{`{"breaker": {"open_for": "10m"}}`, "breaker.max_open_for", `breaker.max_open_for: "5m0s" (the default): must not be shorter than open_for (10m0s)`},
+		{`{"rate_limit": {"limits": {"": {}}}}`, "rate_limit.limits", `rate_limit.limits: "": a limit group needs a name`},
+		// Names.
+		{`{"on_budget_exhausted": "retry"}`, "on_budget_exhausted", `on_budget_exhausted: "retry": want "raise" or "passthrough"`},
+		{`{"on_budget_exhausted": "Raise"}`, "on_budget_exhausted", `on_budget_exhausted: "Raise": want "raise" or "passthrough"`},
+		{`{"rate_limit": {"priority": "urgent"}}`, "rate_limit.priority", `rate_limit.priority: "urgent": want "interactive" or "batch"`},
+		// Unknown keys.
+		{`{"max_attempt": 3}`, "max_attempt", `max_attempt: unknown key (known: max_attempts, per_attempt_timeout,`},
+		{`{"MaxAttempts": 3}`, "MaxAttempts", `MaxAttempts: unknown key`},
+		{`{"breaker": {"failure_rate": 0.5}}`, "breaker.failure_rate", `breaker.failure_rate: unknown key (known: failure_ratio, min_attempts, window, open_for, max_open_for)`},
+		{`{"rate_limit": {"limits": {"claude-sonnet-4": {"rpm": 5}}}}`, "rate_limit.limits.claude-sonnet-4.rpm", `rate_limit.limits.claude-sonnet-4.rpm: unknown key`},
+		{`{"classifier": "mine"}`, "classifier", `classifier: unknown key`},
+		{`{"price_table": {}}`, "price_table", `price_table: unknown key`},
+		// Wrong types.
+		{`{"max_attempts": "three"}`, "max_attempts", `max_attempts: "three": want a whole number`},
+		{`{"max_attempts": 2.5}`, "max_attempts", `max_attempts: 2.5: want a whole number`},
+		{`{"max_attempts": [3]}`, "max_attempts", `max_attempts: a list: want a whole number`},
+		{`{"retry_budget_ratio": "0.1"}`, "retry_budget_ratio", `retry_budget_ratio: "0.1": want a number`},
+		{`{"ignore_retry_after": "true"}`, "ignore_retry_after", `ignore_retry_after: "true": want true or false`},
+		{`{"on_budget_exhausted": 1}`, "on_budget_exhausted", `on_budget_exhausted: 1: want a string`},
+		{`{"breaker": 5}`, "breaker", `breaker: 5: want an object`},
+		{`{"breaker": null}`, "breaker", `breaker: null: leave the key out for none, or write {} for one with its defaults`},
+		{`{"max_attempts": null}`, "max_attempts", `max_attempts: null: leave the key out for the default`},
+		{`{"rate_limit": {"limits": []}}`, "rate_limit.limits", `rate_limit.limits: a list: want an object`},
+		{`[]`, "", `damper: policy config: a list: want an object`},
+		{`"max_attempts"`, "", `damper: policy config: "max_attempts": want an object`},
+	}
+	for _, tt := range tests {
+		for name, parse := range map[string]func([]byte) (damper.Policy, error){"json": damper.ParsePolicyJSON, "yaml": damper.ParsePolicyYAML} {
+			_, err := parse([]byte(tt.doc))
+			var ce *damper.ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("%s %s: error %v, want a *ConfigError", name, tt.doc, err)
+				continue
+			}
+			if ce.Path != tt.path || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s %s:\n error %q (path %q)\n  want %q (path %q)", name, tt.doc, err, ce.Path, tt.want, tt.path)
+			}
+		}
+	}
+}
+
+// TestPolicyConfigDocumentErrors: documents that are not JSON, or not
+// YAML, or repeat a key.
+func TestPolicyConfigDocumentErrors(t *testing.T) {
+	tests := []struct {
+		parse func([]byte) (damper.Policy, error)
+		doc   string
+		want  string
+	}{
+		{damper.ParsePolicyJSON, `{"max_attempts": }`, `damper: policy config: line 1, column 18: invalid character '}'`},
+		{damper.ParsePolicyJSON, "{\n  \"max_attempts\": 3,\n  \"breaker\": {]\n}", `line 3, column 15: invalid character ']'`},
+		{damper.ParsePolicyJSON, `{} {}`, `invalid character '{' after top-level value`},
+		{damper.ParsePolicyJSON, ``, `unexpected end of JSON input`},
+		{damper.ParsePolicyJSON, `{"max_attempts": 1, "max_attempts": 2}`, `damper: policy config: max_attempts: repeated key`},
+		{damper.ParsePolicyJSON, `{"breaker": {"window": "1m", "window": "2m"}}`, `breaker.window: repeated key`},
+		{damper.ParsePolicyYAML, "max_attempts: 1\nmax_attempts: 2\n", `line 2: key "max_attempts" already set in map`},
+		{damper.ParsePolicyYAML, "breaker:\n  open_for: 2s\n open_for: 3s\n", `damper: policy config: yaml: line 2: did not find expected key`},
+		{damper.ParsePolicyYAML, "retry_budget_ratio: .nan\n", `NaN: no key takes a value that is not a finite number`},
+		{damper.ParsePolicyYAML, "max_retry_cost_usd: .inf\n", `+Inf: no key takes a value that is not a finite number`},
+		{damper.ParsePolicyYAML, "- max_attempts: 3\n", `damper: policy config: a list: want an object`},
+	}
+	for _, tt := range tests {
+		_, err := tt.parse([]byte(tt.doc))
+		var ce *damper.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want a *ConfigError with %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+// TestPolicyConfigOverrides: a document sets only its keys over a
+// PolicyConfig filled in from code, and changes nothing when it fails.
+func TestPolicyConfigOverrides(t *testing.T) {
+	c := damper.NewPolicyConfig(damper.RecommendedPolicy())
+	if err := json.Unmarshal([]byte(`{"max_attempts": 5, "breaker": {"open_for": "3s"}}`), &c); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := damper.RecommendedPolicy()
+	want.MaxAttempts, want.Breaker.OpenFor = 5, 3*time.Second
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("overridden:\n got %+v\nwant %+v", p, want)
+	}
+
+	before, _ := json.Marshal(c)
+	breaker := c.Breaker
+	err = json.Unmarshal([]byte(`{"max_attempts": 6, "breaker": {"open_for": "4s", "max_open_for": true}}`), &c)
+	if err == nil {
+		t.Fatal("a bad document was accepted")
+	}
+	if after, _ := json.Marshal(c); string(after) != string(before) || c.Breaker != breaker || *breaker.OpenFor != damper.Duration(3*time.Second) {
+		t.Fatalf("a failed decoding changed the config: %s, was %s", after, before)
+	}
+}
+
+// TestPolicyConfigEmbedded: a larger configuration file, such as the
+// proxy's, holds a PolicyConfig as one of its fields.
+func TestPolicyConfigEmbedded(t *testing.T) {
+	type proxyConfig struct {
+		Listen string              `json:"listen"`
+		Policy damper.PolicyConfig `json:"policy"`
+	}
+	var pc proxyConfig
+	doc := "listen: :8080\npolicy:\n  max_attempts: 2\n  retry_budget_min_tokens: 0\n  throttle: {}\n"
+	if err := yaml.UnmarshalStrict([]byte(doc), &pc); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pc.Policy.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := damper.Policy{MaxAttempts: 2, RetryBudgetMinTokens: damper.None, Throttle: &damper.ThrottlePolicy{}}
+	if pc.Listen != ":8080" || !reflect.DeepEqual(p, want) {
+		t.Fatalf("got %q, %+v; want :8080, %+v", pc.Listen, p, want)
+	}
+
+	err = yaml.UnmarshalStrict([]byte("listen: :8080\npolicy:\n  breaker: {window: 1}\n"), &pc)
+	var ce *damper.ConfigError
+	if !errors.As(err, &ce) || ce.Path != "breaker.window" {
+		t.Fatalf("error %v, want a *ConfigError for breaker.window", err)
+	}
+}
+
+func TestLoadPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range map[string]string{"damper.yaml": exampleYAML, "damper.yml": exampleYAML, "damper.json": exampleJSON, "damper.conf": exampleYAML} {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := damper.LoadPolicyFile(file)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(p, examplePolicy()) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", name, p, examplePolicy())
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("breaker:\n  open_for: 3x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := damper.LoadPolicyFile(bad)
+	var ce *damper.ConfigError
+	if !errors.As(err, &ce) || ce.File != bad || err.Error() != "damper: "+bad+`: breaker.open_for: "3x": time: unknown unit "x" in duration "3x"` {
+		t.Errorf("error %v, want one naming the file and the key", err)
+	}
+	// A tab-indented JSON file is read as JSON.
+	tabs := filepath.Join(dir, "tabs.json")
+	if err := os.WriteFile(tabs, []byte("{\n\t\"max_attempts\": 2\n}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := damper.LoadPolicyFile(tabs); err != nil || p.MaxAttempts != 2 {
+		t.Errorf("tabs.json: %+v, %v", p, err)
+	}
+	if _, err := damper.LoadPolicyFile(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: error %v", err)
+	}
+}
+
+func TestDurationJSON(t *testing.T) {
+	var d damper.Duration
+	for in, want := range map[string]time.Duration{`"1m30s"`: 90 * time.Second, `0`: 0, `"0"`: 0, `"250ms"`: 250 * time.Millisecond} {
+		if err := json.Unmarshal([]byte(in), &d); err != nil || time.Duration(d) != want {
+			t.Errorf("%s: %v, %v; want %v", in, d, err, want)
+		}
+	}
+	for _, in := range []string{`30`, `"3x"`, `{}`} {
+		if err := json.Unmarshal([]byte(in), &d); err == nil {
+			t.Errorf("%s: accepted as %v", in, d)
+		}
+	}
+	if js, _ := json.Marshal(damper.Duration(90 * time.Second)); string(js) != `"1m30s"` {
+		t.Errorf("Marshal = %s", js)
+	}
+}
+
+// TestPolicyNone: None is accepted where documented and becomes 0 in the
+// filled-in policy; elsewhere, and any other negative value, is an error.
+func TestPolicyNone(t *testing.T) {
+	d, err := damper.New(damper.Policy{RetryBudgetRatio: damper.None, RetryBudgetMinTokens: damper.None, BackoffBase: damper.None, MaxRetryAfter: damper.None})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Policy()
+	if p.RetryBudgetRatio != 0 || p.RetryBudgetMinTokens != 0 || p.BackoffBase != 0 || p.MaxRetryAfter != 0 || p.BackoffMax != damper.DefaultBackoffMax {
+		t.Errorf("filled in: %+v", p)
+	}
+	tests := []struct {
+		p    damper.Policy
+		want string
+	}{
+		{damper.Policy{RetryBudgetRatio: -2}, "RetryBudgetRatio = -2: must be a finite number, at least 0 (0 means the default, 0.1; None means 0)"},
+		{damper.Policy{RetryBudgetRatio: -0.5}, "RetryBudgetRatio = -0.5"},
+		{damper.Policy{RetryBudgetMinTokens: -2}, "RetryBudgetMinTokens = -2"},
+		{damper.Policy{BackoffBase: -time.Second}, "BackoffBase = -1s"},
+		{damper.Policy{MaxRetryAfter: -2}, "MaxRetryAfter = -2ns"},
+		// Fields whose zero cannot be used take no None.
+		{damper.Policy{MaxAttempts: damper.None}, "MaxAttempts = -1"},
+		{damper.Policy{PerAttemptTimeout: damper.None}, "PerAttemptTimeout = -1ns"},
+		{damper.Policy{MaxRetryCostUSD: damper.None}, "MaxRetryCostUSD = -1"},
+		{damper.Policy{RetryBudgetWindow: damper.None}, "RetryBudgetWindow = -1ns"},
+		{damper.Policy{BackoffMax: damper.None}, "BackoffMax = -1ns"},
+		{damper.Policy{MaxHoldBack: damper.None}, "MaxHoldBack = -1"},
+		{damper.Policy{StreamIdleTimeout: damper.None}, "StreamIdleTimeout = -1ns"},
+		{damper.Policy{Breaker: &damper.BreakerPolicy{FailureRatio: damper.None}}, "Breaker.FailureRatio = -1"},
+		{damper.Policy{Throttle: &damper.ThrottlePolicy{TokenRatio: damper.None}}, "Throttle.TokenRatio = -1"},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{BatchShare: damper.None}}, "RateLimit.BatchShare = -1"},
+	}
+	for _, tt := range tests {
+		if _, err := damper.New(tt.p); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) error = %v, want one naming %q", tt.p, err, tt.want)
+		}
+	}
+}
+
+// TestBudgetZero: a budget with no starting units and no growth refuses
+// every retry; one with no growth grants exactly its starting units.
+func TestBudgetZero(t *testing.T) {
+	b := mustBudget(t, 0, time.Minute, 0)
+	for range 100 {
+		b.FirstAttemptSucceeded(t0)
+	}
+	if b.TryAcquire(t0) || b.Balance(t0) != 0 {
+		t.Fatalf("a budget of ratio 0 and no starting units granted a retry (balance %v)", b.Balance(t0))
+	}
+
+	b = mustBudget(t, 0, time.Minute, 10)
+	for window := range 3 {
+		now := t0.Add(time.Duration(window) * time.Minute)
+		granted := 0
+		for range 50 {
+			b.FirstAttemptSucceeded(now)
+			if b.TryAcquire(now) {
+				granted++
+			}
+		}
+		if granted != 10 {
+			t.Errorf("window %d granted %d retries, want 10", window, granted)
+		}
+	}
+
+	// The same through a Policy, against a provider that always fails.
+	for _, tt := range []struct {
+		minTokens, attempts int
+	}{{damper.None, 50}, {10, 60}} {
+		r := newRig(t, damper.Policy{RetryBudgetRatio: damper.None, RetryBudgetMinTokens: tt.minTokens})
+		r.srv.Script("", dampertest.Status(529))
+		for range 50 {
+			var rep damper.Report
+			_, _ = r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+			if rep.Attempts > 1 && rep.Outcome != damper.OutcomeBudgetExhausted && rep.Outcome != damper.OutcomeAttemptsExhausted {
+				t.Fatalf("outcome %s", rep.Outcome)
+			}
+		}
+		if got := r.srv.Count(""); got != tt.attempts {
+			t.Errorf("min tokens %d: provider attempts = %d, want %d", tt.minTokens, got, tt.attempts)
+		}
+	}
+}
+
+// TestBackoffAndRetryAfterNone: with BackoffBase None a retry waits only
+// for a provider delay, with no spread; with MaxRetryAfter None a call
+// given a delay fails at once.
+func TestBackoffAndRetryAfterNone(t *testing.T) {
+	r := newRig(t, damper.Policy{BackoffBase: damper.None})
+	r.srv.Script("", dampertest.Status(529), dampertest.Status(429).RetryAfter("2"), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.AttemptLog) != 3 || rep.AttemptLog[0].Backoff != 0 || rep.AttemptLog[1].Backoff != 2*time.Second {
+		t.Fatalf("attempts %+v; want backoffs 0 and exactly 2s", rep.AttemptLog)
+	}
+
+	r = newRig(t, damper.Policy{MaxRetryAfter: damper.None})
+	r.srv.Script("", dampertest.Status(429).RetryAfter("1"), dampertest.OK())
+	rep = damper.Report{}
+	_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+	if !errors.Is(err, damper.ErrRetryAfterTooLong) || rep.Attempts != 1 {
+		t.Fatalf("error %v after %d attempts; want ErrRetryAfterTooLong after 1", err, rep.Attempts)
+	}
+	// A failure with no delay is still retried, after the backoff.
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	rep = damper.Report{}
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("error %v after %d attempts; want success after 2", err, rep.Attempts)
+	}
+}
+
+func ExampleParsePolicyYAML() {
+	p, err := damper.ParsePolicyYAML([]byte(`
+max_attempts: 4
+retry_budget_ratio: 0   # explicitly zero: each window has its 10 starting units, no more
+breaker:
+  open_for: 2s
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := damper.New(p)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	got := d.Policy()
+	fmt.Println(got.MaxAttempts, got.RetryBudgetRatio, got.RetryBudgetMinTokens, got.Breaker.OpenFor, got.Breaker.MaxOpenFor)
+
+	_, err = damper.ParsePolicyYAML([]byte("breaker: {open_for: 3x}"))
+	fmt.Println(err)
+	// Output:
+	// 4 0 10 2s 5m0s
+	// damper: policy config: breaker.open_for: "3x": time: unknown unit "x" in duration "3x"
+}
+
+// FuzzParsePolicy: the parsers never panic, fail only with a ConfigError,
+// and a document they accept is a valid Policy that survives the round
+// trip through a PolicyConfig, JSON and YAML.
+func FuzzParsePolicy(f *testing.F) {
+	f.Add([]byte(exampleYAML))
+	f.Add([]byte(exampleJSON))
+	f.Add([]byte(`{"breaker": {"open_for": "3x"}}`))
+	f.Add([]byte(`{"rate_limit": {"limits": {"claude-sonnet-4": {"requests_per_minute": -5}}}}`))
+	f.Add([]byte("retry_budget_ratio: 0\nbackoff_base: 0\nmax_retry_after: 0s\nretry_budget_min_tokens: 0\n"))
+	f.Add([]byte("max_attempts: 1\nmax_attempts: 2\n"))
+	f.Add([]byte("rate_limit: {limits: {'': {}}}"))
+	for _, p := range roundTripPolicies() {
+		js, _ := json.Marshal(damper.NewPolicyConfig(p))
+		f.Add(js)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for name, parse := range map[string]func([]byte) (damper.Policy, error){"json": damper.ParsePolicyJSON, "yaml": damper.ParsePolicyYAML} {
+			p, err := parse(data)
+			if err != nil {
+				var ce *damper.ConfigError
+				if !errors.As(err, &ce) {
+					t.Fatalf("%s: error %v is not a *ConfigError", name, err)
+				}
+				continue
+			}
+			if _, err := damper.New(p); err != nil {
+				t.Fatalf("%s: accepted %+v, which New rejects: %v", name, p, err)
+			}
+			c := damper.NewPolicyConfig(p)
+			if got, err := c.Policy(); err != nil || !reflect.DeepEqual(got, p) {
+				t.Fatalf("%s: Policy → config → Policy: %+v, %v; want %+v", name, got, err, p)
+			}
+			js, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := damper.ParsePolicyJSON(js); err != nil || !reflect.DeepEqual(got, p) {
+				t.Fatalf("%s: through JSON %s: %+v, %v; want %+v", name, js, got, err, p)
+			}
+			ys, err := yaml.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := damper.ParsePolicyYAML(ys); err != nil || !reflect.DeepEqual(got, p) {
+				t.Fatalf("%s: through YAML\n%s: %+v, %v; want %+v", name, ys, got, err, p)
+			}
+		}
+	})
+}
