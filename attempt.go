@@ -190,9 +190,10 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	answer.r.Reset(body)
 	res.Body = answer
 	r := attemptResult{res: res, answer: answer}
-	if c.d.limiter != nil {
+	if c.d.limiter != nil || c.trace.tokensOn() {
 		r.usage = answerUsage(body)
 	}
+	c.trace.plainAnswer(body, r.usage)
 	return r
 }
 

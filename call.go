@@ -86,7 +86,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	c.trace = c.d.tel.startCall(c.ctx, callFacts{
 		provider: c.report.Provider, model: c.report.Model, stream: c.stream,
 		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
-	})
+	}, c.req.URL)
 	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {

@@ -25,7 +25,7 @@ const initialHold = 4 << 10
 func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
-	b.sc.TrackUsage = c.d.limiter != nil
+	b.sc.TrackUsage = c.d.limiter != nil || c.trace.tokensOn()
 	fail := func(err error, f Failure) attemptResult {
 		a.over()
 		_ = b.rc.Close()
@@ -49,6 +49,10 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 			k, kind := b.sc.Scan(held[from:])
 			from += k
 			switch kind {
+			case sse.Held:
+				if c.trace.gen != nil {
+					c.trace.heldEvent(b.sc.EventData()) // message_start names the model
+				}
 			case sse.Content, sse.MessageStop:
 				if kind == sse.MessageStop {
 					held = held[:from] // nothing after message_stop is read
@@ -93,9 +97,11 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 		}
 		return fail(err, Failure{})
 	}
+	first := c.d.clock.Now().Sub(c.start)
 	c.mu.Lock()
-	c.report.FirstContent = c.d.clock.Now().Sub(c.start)
+	c.report.FirstContent = first
 	c.mu.Unlock()
+	c.trace.firstChunkAt(first)
 	b.held, b.skip = held, scanned
 	b.noteUsage()
 	b.complete.Store(complete)
@@ -156,8 +162,9 @@ type streamBody struct {
 	idleOff   bool // requires idleMu
 	idleStop  func() bool
 
-	// The answer's usage so far, for the rate limiter: Read writes it, and
-	// the stream's end, on any goroutine, reads it.
+	// The answer's usage so far, for the rate limiter and the token
+	// metrics: Read writes it, and the stream's end, on any goroutine,
+	// reads it.
 	usageMu sync.Mutex
 	usage   usage
 }
@@ -429,6 +436,7 @@ func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
 		u := b.usage
 		b.usageMu.Unlock()
 		b.c.settleEnd(u)
+		b.c.trace.streamUsage(u, b.complete.Load())
 		if f == nil {
 			b.att.end(succeeded(b.res))
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -87,8 +88,11 @@ func WithTracerProvider(tp trace.TracerProvider) Setting {
 
 // WithMeterProvider makes the Damper create its metric instruments with mp
 // instead of the provider registered with otel.SetMeterProvider. The
-// instruments are created once, by [New]; see the README's Telemetry
-// section for their names, units and attributes.
+// instruments are created once, by [New]: Damper's own damper.* metrics and
+// the client metrics of the OpenTelemetry GenAI semantic conventions
+// (gen_ai.client.operation.duration, gen_ai.client.token.usage and
+// gen_ai.client.operation.time_to_first_chunk, as of v1.41.0); see the
+// README's Telemetry section for their names, units and attributes.
 func WithMeterProvider(mp metric.MeterProvider) Setting {
 	return func(d *Damper) error {
 		if mp == nil {
@@ -216,11 +220,13 @@ type callTrace struct {
 	attemptAt time.Time // when the open attempt ended; zero while it runs
 	retryAt   time.Time // when the pending retry was authorized; zero if none
 	ended     bool
+	gen       *genAICall // the GenAI metrics' view; nil when none records
 }
 
-// startCall opens the damper.request span of a call made in ctx.
-func (t *telemetry) startCall(ctx context.Context, f callFacts) *callTrace {
-	ct := &callTrace{t: t, ctx: ctx, facts: f}
+// startCall opens the damper.request span of a call made in ctx to the
+// URL u.
+func (t *telemetry) startCall(ctx context.Context, f callFacts, u *url.URL) *callTrace {
+	ct := &callTrace{t: t, ctx: ctx, facts: f, gen: t.m.gen.start(ctx, u)}
 	_, span := t.start(ctx, spanRequest, f.start)
 	ct.request = span
 	if !span.IsRecording() {
@@ -254,6 +260,9 @@ func (ct *callTrace) attemptStart(ctx context.Context, n int, probe bool) contex
 		t.m.backoffWaited(ctx, ct.facts.provider, now.Sub(ct.retryAt))
 		ct.retryAt = time.Time{}
 	}
+	if ct.gen != nil {
+		ct.gen.heldModel = "" // what an earlier attempt's stream named
+	}
 	req := ct.request
 	if req == nil || !req.IsRecording() && !req.SpanContext().IsValid() {
 		// No tracing at all: an attempt span would be a no-op too.
@@ -270,15 +279,16 @@ func (ct *callTrace) attemptStart(ctx context.Context, n int, probe bool) contex
 	return ctx
 }
 
-// attemptEnd records the end of an attempt, a. A successful attempt's span
+// attemptEnd records the end of an attempt, a, once (attempt.end): its
+// count, with or without tracing, and its span. A successful attempt's span
 // ends here; a failed attempt's when the loop has decided what follows it.
 func (ct *callTrace) attemptEnd(a AttemptReport) {
+	ct.t.m.attempt(ct.ctx, ct.facts.provider, a)
 	span := ct.attempt
 	if span == nil {
-		return // already ended: an attempt is counted once
+		return // no tracing
 	}
 	now := ct.t.clock.Now()
-	ct.t.m.attempt(ct.ctx, ct.facts.provider, a)
 	if span.IsRecording() {
 		if a.StatusCode > 0 {
 			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
@@ -331,6 +341,9 @@ func (ct *callTrace) end(rep *Report, last AttemptReport) {
 		ct.retryAt = time.Time{}
 	}
 	t.m.request(ct.ctx, rep)
+	if ct.gen != nil {
+		t.m.gen.record(ct.ctx, &t.m, ct.gen, rep, last)
+	}
 	if last.Class != 0 && last.Backoff == 0 {
 		ct.logNoRetry(rep, last)
 	}

@@ -2,6 +2,7 @@ package damper
 
 import (
 	"context"
+	"net/url"
 	"testing"
 )
 
@@ -15,9 +16,10 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	u := &url.URL{Scheme: "https", Host: "api.anthropic.com", Path: "/v1/messages"}
 	b.ReportAllocs()
 	for b.Loop() {
-		ct := d.tel.startCall(ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()})
+		ct := d.tel.startCall(ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()}, u)
 		_ = ct.attemptStart(ctx, 1, false)
 		ct.attemptEnd(AttemptReport{StatusCode: 200})
 		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}

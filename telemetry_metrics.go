@@ -27,8 +27,10 @@ const (
 )
 
 // metrics are the instruments of one Damper, created once by New. Every
-// attribute they record has a handful of values: provider, outcome, failure
-// kind, gate. The model is left out, as a caller can name any model.
+// attribute of the damper.* metrics has a handful of values: provider,
+// outcome, failure kind, gate. The model is left out of them, as a caller
+// can name any model; the GenAI metrics carry it, as their conventions
+// require.
 type metrics struct {
 	name      attribute.KeyValue // damper.name, recorded with every value when named
 	named     bool
@@ -40,6 +42,7 @@ type metrics struct {
 	duration  metric.Float64Histogram
 	circuit   metric.Int64Counter
 	rateWait  metric.Float64Histogram
+	gen       genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
 // newMetrics creates a Damper's instruments on meter. An instrument the
@@ -70,6 +73,7 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithDescription("Time a Messages request waited in the rate limiter's line, by limit group."),
 			metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait)),
 	}
+	m.gen = newGenAIMetrics(meter)
 	if lim != nil {
 		m.rateGauges(meter, lim, clock, owner)
 	}

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -25,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -217,6 +220,11 @@ func (r *telRig) metricValues(t *testing.T) map[string]float64 {
 					out[key(p.Attributes)+".count"] = float64(p.Count)
 					out[key(p.Attributes)+".sum"] = p.Sum
 				}
+			case metricdata.Histogram[int64]:
+				for _, p := range data.DataPoints {
+					out[key(p.Attributes)+".count"] = float64(p.Count)
+					out[key(p.Attributes)+".sum"] = float64(p.Sum)
+				}
 			default:
 				t.Fatalf("metric %s: unexpected data %T", m.Name, m.Data)
 			}
@@ -278,6 +286,87 @@ func durKey(outcome string, stream bool, field string) string {
 	return fmt.Sprintf("damper.request.duration{damper.outcome=%s,%s,damper.stream=%t}.%s", outcome, anth, stream, field)
 }
 
+// genAI names the series of the GenAI metrics that a rig's calls record:
+// every one carries the operation, the provider, the request's model, the
+// answer's model when an answer came, and the server's address and port.
+type genAI struct {
+	provider string
+	server   string
+	port     int
+	extra    []attribute.KeyValue // on every series: damper.name, when named
+}
+
+// genAI returns the GenAI series of calls to the rig's fake API.
+func (r *telRig) genAI(t *testing.T) genAI {
+	t.Helper()
+	u, err := url.Parse(r.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return genAI{provider: "anthropic", server: u.Hostname(), port: port}
+}
+
+// key returns the key, as metricValues has it, of metric's series for a
+// call to model answered by response ("" when no answer came), with more.
+func (g genAI) key(metric, model, response string, more ...attribute.KeyValue) string {
+	kvs := append([]attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.provider.name", g.provider),
+		attribute.String("gen_ai.request.model", model),
+		attribute.String("server.address", g.server),
+		attribute.Int("server.port", g.port),
+	}, g.extra...)
+	if response != "" {
+		kvs = append(kvs, attribute.String("gen_ai.response.model", response))
+	}
+	set := attribute.NewSet(append(kvs, more...)...)
+	return metric + "{" + set.Encoded(attribute.DefaultEncoder()) + "}"
+}
+
+// histogram adds to m the count and sum of a histogram's series.
+func histogram(m map[string]float64, key string, count, sum float64) map[string]float64 {
+	m[key+".count"] += count
+	m[key+".sum"] += sum
+	return m
+}
+
+// duration adds to m n calls that took secs each and failed with errType
+// ("" for none).
+func (g genAI) duration(m map[string]float64, model, response, errType string, n int, secs float64) map[string]float64 {
+	var more []attribute.KeyValue
+	if errType != "" {
+		more = append(more, attribute.String("error.type", errType))
+	}
+	return histogram(m, g.key("gen_ai.client.operation.duration", model, response, more...), float64(n), float64(n)*secs)
+}
+
+// firstChunk adds to m a stream that reached its caller after secs.
+func (g genAI) firstChunk(m map[string]float64, model, response string, secs float64) map[string]float64 {
+	return histogram(m, g.key("gen_ai.client.operation.time_to_first_chunk", model, response), 1, secs)
+}
+
+// tokens adds to m the usage of n answers, each of in input tokens (cache
+// read and creation included: cacheRead and cacheCreation of them) and,
+// when out >= 0, out output tokens.
+func (g genAI) tokens(m map[string]float64, model, response string, n int, in, cacheRead, cacheCreation, out int) map[string]float64 {
+	tok := func(typ string) string {
+		return g.key("gen_ai.client.token.usage", model, response, attribute.String("gen_ai.token.type", typ))
+	}
+	cache := func(c string) string {
+		return g.key("damper.token.cache_usage", model, response, attribute.String("damper.token.cache", c))
+	}
+	histogram(m, tok("input"), float64(n), float64(n*in))
+	if out >= 0 {
+		histogram(m, tok("output"), float64(n), float64(n*out))
+	}
+	histogram(m, cache("read"), float64(n), float64(n*cacheRead))
+	return histogram(m, cache("creation"), float64(n), float64(n*cacheCreation))
+}
+
 // requestAttrs are the attributes of a damper.request span.
 func requestAttrs(rep damper.Report, extra ...attribute.KeyValue) map[attribute.Key]attribute.Value {
 	kvs := []attribute.KeyValue{
@@ -314,7 +403,7 @@ type telCase struct {
 	spans  func(rep damper.Report) []wantSpan
 	// metrics are all the metrics, exactly; if nil, only that none starts
 	// with one of noMetrics is checked.
-	metrics   func(rep damper.Report) map[string]float64
+	metrics   func(rep damper.Report, g genAI) map[string]float64
 	noMetrics []string
 	// logs are all the log lines, exactly; if nil and logLine is set, there
 	// is one line, holding logLine's fields.
@@ -381,13 +470,17 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, Attrs: requestAttrs(rep)},
 			}
 		},
-		metrics: func(damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(_ damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{" + anth + "}":   1,
 				durKey("success", false, "count"): 1,
 				durKey("success", false, "sum"):   0,
 				"damper.retry_budget.balance{}":   10.1,
 			}
+			// The fake answers with the model asked for, 10 input tokens
+			// and 1 output token ("ok").
+			g.duration(m, pricedModel, pricedModel, "", 1, 0)
+			return g.tokens(m, pricedModel, pricedModel, 1, 10, 0, 0, 1)
 		},
 		logs: func(damper.Report) []map[string]any { return nil },
 	}, {
@@ -412,8 +505,8 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, End: 500 * ms, Attrs: requestAttrs(rep)},
 			}
 		},
-		metrics: func(rep damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(rep damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{" + anth + "}":                                       1,
 				"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}": 1,
 				"damper.retries{damper.attempt.error_class=overloaded," + anth + "}":  1,
@@ -424,6 +517,9 @@ func TestTelemetry(t *testing.T) {
 				durKey("success", false, "sum"):                                       0.5,
 				"damper.retry_budget.balance{}":                                       9,
 			}
+			// One operation, its retry and backoff included.
+			g.duration(m, pricedModel, pricedModel, "", 1, 0.5)
+			return g.tokens(m, pricedModel, pricedModel, 1, 10, 0, 0, 1)
 		},
 		logs: func(rep damper.Report) []map[string]any {
 			return []map[string]any{{
@@ -452,14 +548,16 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "budget_exhausted"))},
 			}
 		},
-		metrics: func(damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(_ damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":      1,
 				"damper.retry.denials{damper.denial.reason=budget_exhausted," + anth + "}": 1,
 				durKey("budget_exhausted", false, "count"):                                 1,
 				durKey("budget_exhausted", false, "sum"):                                   0,
 				"damper.retry_budget.balance{}":                                            0,
 			}
+			// No answer: no response model, no tokens.
+			return g.duration(m, pricedModel, "", "budget_exhausted", 1, 0)
 		},
 		logs: func(damper.Report) []map[string]any {
 			return []map[string]any{{
@@ -489,14 +587,15 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "cost_ceiling"))},
 			}
 		},
-		metrics: func(damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(_ damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{damper.attempt.error_class=server_error," + anth + "}": 1,
 				"damper.retry.denials{damper.denial.reason=cost_ceiling," + anth + "}":  1,
 				durKey("cost_ceiling", false, "count"):                                  1,
 				durKey("cost_ceiling", false, "sum"):                                    0,
 				"damper.retry_budget.balance{}":                                         10,
 			}
+			return g.duration(m, unpricedModel, "", "cost_ceiling", 1, 0)
 		},
 		logLine: map[string]any{"reason": "cost_ceiling", "level": "WARN"},
 	}, {
@@ -518,14 +617,15 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "retry_after_too_long"))},
 			}
 		},
-		metrics: func(damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(_ damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{damper.attempt.error_class=rate_limited," + anth + "}":        1,
 				"damper.retry.denials{damper.denial.reason=retry_after_too_long," + anth + "}": 1,
 				durKey("retry_after_too_long", false, "count"):                                 1,
 				durKey("retry_after_too_long", false, "sum"):                                   0,
 				"damper.retry_budget.balance{}":                                                10,
 			}
+			return g.duration(m, pricedModel, "", "retry_after_too_long", 1, 0)
 		},
 		logLine: map[string]any{"reason": "retry_after_too_long", "status": 429.0},
 	}, {
@@ -573,8 +673,8 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, Status: codes.Error, Attrs: requestAttrs(rep, attribute.String("error.type", "ambiguous"))},
 			}
 		},
-		metrics: func(damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(_ damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{damper.attempt.error_class=transport," + anth + "}": 1,
 				durKey("ambiguous", true, "count"):                                   1,
 				durKey("ambiguous", true, "sum"):                                     0,
@@ -582,6 +682,11 @@ func TestTelemetry(t *testing.T) {
 				// success for the budget.
 				"damper.retry_budget.balance{}": 10.1,
 			}
+			// message_start named the model and the input; the stream was
+			// cut before its final message_delta, so its output is unknown.
+			g.duration(m, pricedModel, pricedModel, "ambiguous", 1, 0)
+			g.firstChunk(m, pricedModel, pricedModel, 0)
+			return g.tokens(m, pricedModel, pricedModel, 1, 10, 0, 0, -1)
 		},
 		logs: func(damper.Report) []map[string]any {
 			return []map[string]any{{
@@ -627,8 +732,8 @@ func TestTelemetry(t *testing.T) {
 				{Name: reqSpan, End: end, Attrs: requestAttrs(rep)},
 			}
 		},
-		metrics: func(rep damper.Report) map[string]float64 {
-			return map[string]float64{
+		metrics: func(rep damper.Report, g genAI) map[string]float64 {
+			m := map[string]float64{
 				"damper.attempts{" + anth + "}":                                      1,
 				"damper.attempts{damper.attempt.error_class=sse_error," + anth + "}": 1,
 				"damper.retries{damper.attempt.error_class=sse_error," + anth + "}":  1,
@@ -639,6 +744,11 @@ func TestTelemetry(t *testing.T) {
 				durKey("success", true, "sum"):                                       2.5,
 				"damper.retry_budget.balance{}":                                      9,
 			}
+			// The first chunk reached the caller after the backoff; the
+			// operation lasted until the caller had read the stream.
+			g.duration(m, pricedModel, pricedModel, "", 1, 2.5)
+			g.firstChunk(m, pricedModel, pricedModel, 0.5)
+			return g.tokens(m, pricedModel, pricedModel, 1, 10, 0, 0, 1)
 		},
 	}}
 	for _, tc := range cases {
@@ -651,7 +761,7 @@ func TestTelemetry(t *testing.T) {
 			}
 			r.checkSpans(t, tc.spans(rep))
 			if tc.metrics != nil {
-				checkMetrics(t, r.metricValues(t), tc.metrics(rep))
+				checkMetrics(t, r.metricValues(t), tc.metrics(rep, r.genAI(t)))
 			} else {
 				got := r.metricValues(t)
 				for k := range got {
@@ -996,7 +1106,7 @@ func TestTelemetryCircuit(t *testing.T) {
 		wantSpan{Name: reqSpan, Start: later, End: later, Attrs: requestAttrs(reps[4], state("closed"))},
 	)
 
-	checkMetrics(t, r.metricValues(t), map[string]float64{
+	want := map[string]float64{
 		"damper.attempts{" + anth + "}":                                                  2,
 		"damper.attempts{damper.attempt.error_class=overloaded," + anth + "}":            2,
 		"damper.retry.denials{damper.denial.reason=attempts_exhausted," + anth + "}":     2,
@@ -1011,7 +1121,13 @@ func TestTelemetryCircuit(t *testing.T) {
 		"damper.circuit.changes{damper.circuit.from=open,damper.circuit.to=half_open}":   1,
 		"damper.circuit.changes{damper.circuit.from=half_open,damper.circuit.to=closed}": 1,
 		"damper.retry_budget.balance{}":                                                  10.2,
-	})
+	}
+	g := r.genAI(t)
+	g.duration(want, pricedModel, "", "attempts_exhausted", 2, 0)
+	g.duration(want, pricedModel, "", "circuit_open", 1, 0)
+	g.duration(want, pricedModel, pricedModel, "", 2, 0)
+	g.tokens(want, pricedModel, pricedModel, 2, 10, 0, 0, 1)
+	checkMetrics(t, r.metricValues(t), want)
 
 	var changes []map[string]any
 	for _, line := range r.logLines(t) {
@@ -1067,5 +1183,42 @@ func TestTelemetryRateLimit(t *testing.T) {
 		if strings.Contains(key, "input_tokens") || strings.Contains(key, "output_tokens") {
 			t.Errorf("%s: a bucket whose limit is unknown has no gauge", key)
 		}
+	}
+}
+
+// Attempts are counted with metrics alone, no tracer provider registered.
+func TestAttemptsCountedWithoutTracing(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	srv := dampertest.NewServer(dampertest.WithClock(clk))
+	defer srv.Close()
+	srv.Script("", dampertest.Status(529), dampertest.OK())
+	d, err := damper.New(damper.Policy{}, damper.WithClock(clk), damper.WithRand(func() float64 { return 0.5 }),
+		damper.WithMeterProvider(mp), damper.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	if _, err := client.Messages.New(context.Background(), telParams(pricedModel)); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var attempts int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "damper.attempts" {
+				for _, p := range sum.DataPoints {
+					attempts += p.Value
+				}
+			}
+		}
+	}
+	if attempts != 2 {
+		t.Fatalf("damper.attempts = %d, want 2 (the 529 and the answer)", attempts)
 	}
 }
