@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -82,19 +83,8 @@ Flags:
 		fs.Usage()
 		return f, fmt.Errorf("demo takes no arguments, got %q", fs.Args())
 	}
-	// Policy reads 0 as "the default", so 0 on the command line would
-	// silently mean something else: refuse it.
-	switch {
-	case *maxAttempts < 1:
-		return f, fmt.Errorf("--max-attempts = %d: must be at least 1", *maxAttempts)
-	case *ratio <= 0:
-		return f, fmt.Errorf("--budget-ratio = %v: must be above 0", *ratio)
-	case *minTokens < 1:
-		return f, fmt.Errorf("--budget-min = %d: must be at least 1", *minTokens)
-	case *window <= 0:
-		return f, fmt.Errorf("--budget-window = %v: must be above 0", *window)
-	case f.maxAmplification <= 0:
-		return f, fmt.Errorf("--max-amplification = %v: must be above 0", f.maxAmplification)
+	if err := checkDemoFlags(f, *maxAttempts, *ratio, *minTokens, *window); err != nil {
+		return f, err
 	}
 	f.cfg.Policy = damper.Policy{
 		MaxAttempts:          *maxAttempts,
@@ -102,10 +92,43 @@ Flags:
 		RetryBudgetMinTokens: *minTokens,
 		RetryBudgetWindow:    *window,
 	}
+	// checkDemoFlags refuses every value that Validate would; this is a
+	// backstop, whose message names a Config field, not a flag.
 	if err := f.cfg.Validate(); err != nil {
 		return f, err
 	}
 	return f, nil
+}
+
+// checkDemoFlags returns an error naming the first flag whose value the
+// demo cannot use, in the form "--flag value: what it must be". Policy
+// reads 0 as "the default", so 0 on the command line would silently mean
+// something else: it is refused too. A ratio or a limit must be a finite
+// number.
+func checkDemoFlags(f demoFlags, maxAttempts int, ratio float64, minTokens int, window time.Duration) error {
+	bad := func(flag string, value any, why string) error {
+		return fmt.Errorf("--%s %v: %s", flag, value, why)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case f.cfg.Requests < 1:
+		return bad("requests", f.cfg.Requests, "must be at least 1")
+	case f.cfg.Failures < 0:
+		return bad("failures", f.cfg.Failures, "must be at least 0")
+	case f.cfg.Concurrency < 1:
+		return bad("concurrency", f.cfg.Concurrency, "must be at least 1")
+	case maxAttempts < 1:
+		return bad("max-attempts", maxAttempts, "must be at least 1")
+	case !finite(ratio) || ratio <= 0:
+		return bad("budget-ratio", ratio, "must be a finite number above 0")
+	case minTokens < 1:
+		return bad("budget-min", minTokens, "must be at least 1")
+	case window <= 0:
+		return bad("budget-window", window, "must be above 0")
+	case !finite(f.maxAmplification) || f.maxAmplification <= 0:
+		return bad("max-amplification", f.maxAmplification, "must be a finite number above 0")
+	}
+	return nil
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {

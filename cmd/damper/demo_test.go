@@ -116,14 +116,17 @@ func TestDemoBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--requests", "0"}, "Config.Requests = 0"},
-		{[]string{"--failures", "-2"}, "Config.Failures = -2"},
-		{[]string{"--concurrency", "0"}, "Config.Concurrency = 0"},
-		{[]string{"--budget-min", "0"}, "--budget-min = 0"},
-		{[]string{"--budget-ratio", "0"}, "--budget-ratio = 0"},
-		{[]string{"--budget-window", "0s"}, "--budget-window = 0s"},
-		{[]string{"--max-attempts", "0"}, "--max-attempts = 0"},
-		{[]string{"--max-amplification", "-1"}, "--max-amplification = -1"},
+		{[]string{"--requests", "0"}, "--requests 0: must be at least 1"},
+		{[]string{"--failures", "-2"}, "--failures -2: must be at least 0"},
+		{[]string{"--concurrency", "0"}, "--concurrency 0: must be at least 1"},
+		{[]string{"--budget-min", "0"}, "--budget-min 0: must be at least 1"},
+		{[]string{"--budget-ratio", "0"}, "--budget-ratio 0: must be a finite number above 0"},
+		{[]string{"--budget-ratio", "NaN"}, "--budget-ratio NaN: must be a finite number above 0"},
+		{[]string{"--budget-ratio", "+Inf"}, "--budget-ratio +Inf: must be a finite number above 0"},
+		{[]string{"--budget-window", "0s"}, "--budget-window 0s: must be above 0"},
+		{[]string{"--max-attempts", "0"}, "--max-attempts 0: must be at least 1"},
+		{[]string{"--max-amplification", "-1"}, "--max-amplification -1: must be a finite number above 0"},
+		{[]string{"--max-amplification", "NaN"}, "--max-amplification NaN: must be a finite number above 0"},
 		{[]string{"--requests", "many"}, `invalid value "many" for flag -requests`},
 		{[]string{"extra"}, `demo takes no arguments, got ["extra"]`},
 	}
@@ -134,6 +137,10 @@ func TestDemoBadFlags(t *testing.T) {
 		}
 		if !strings.Contains(errb.String(), tt.want) {
 			t.Errorf("demo %q: stderr %q, want it to name %q", tt.args, errb.String(), tt.want)
+		}
+		// The flag, never the field of a Go type behind it.
+		if strings.Contains(errb.String(), "Config.") || strings.Contains(errb.String(), "Policy.") {
+			t.Errorf("demo %q: stderr %q names an internal field", tt.args, errb.String())
 		}
 	}
 }

@@ -58,7 +58,7 @@ Flags:
 		return exitUsage
 	}
 	if *deadline <= 0 {
-		fmt.Fprintf(stderr, "damper scenarios: --deadline = %v: must be above 0\n", *deadline)
+		fmt.Fprintf(stderr, "damper scenarios: --deadline %v: must be above 0\n", *deadline)
 		return exitUsage
 	}
 	rows, err := runCatalogue(context.Background(), catalogue(), *deadline, *seed)
