@@ -57,16 +57,23 @@ func main() {
 	}
 	fmt.Printf("answer:   %s\n", msg.Content[0].Text)
 	printReport(rep)
+	if rep.Attempts != 3 || rep.Outcome != damper.OutcomeSuccess {
+		log.Fatalf("want an answer on the third attempt, got %d attempts, outcome %s", rep.Attempts, rep.Outcome)
+	}
 
 	// A spend limit does not clear by waiting: Damper returns it after one
 	// attempt, and the SDK's own error is still there for errors.As.
 	rep = damper.Report{}
 	_, err = client.Messages.New(ctx, params, damper.ReportInto(&rep), dampertest.Scenario("spend-limit"))
 	var apiErr *anthropic.Error
-	if errors.As(err, &apiErr) {
-		fmt.Printf("\nspend limit: HTTP %d, error code %s\n", apiErr.StatusCode, apiErr.ErrorCode())
+	if !errors.As(err, &apiErr) {
+		log.Fatalf("want the SDK's *anthropic.Error, got %v", err)
 	}
+	fmt.Printf("\nspend limit: HTTP %d, error code %s\n", apiErr.StatusCode, apiErr.ErrorCode())
 	printReport(rep)
+	if rep.Attempts != 1 {
+		log.Fatalf("want one attempt at a spend limit, got %d", rep.Attempts)
+	}
 }
 
 func printReport(rep damper.Report) {

@@ -80,5 +80,8 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "answer: %s\n", msg.Content[0].Text)
 	fmt.Fprintf(os.Stderr, "attempts: %d, outcome: %s, retry cost: $%.6f, took: %v (virtual clock)\n",
 		rep.Attempts, rep.Outcome, rep.RetryCostUSD, rep.Duration)
+	if rep.Attempts != 3 {
+		return fmt.Errorf("want 3 attempts, got %d", rep.Attempts)
+	}
 	return nil
 }
