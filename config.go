@@ -582,7 +582,7 @@ func (c PolicyConfig) Policy() (Policy, error) {
 	}
 	if r := c.RateLimit; r != nil {
 		p.RateLimit = &RateLimitPolicy{}
-		cv.duration(&p.RateLimit.MaxWait, r.MaxWait, "RateLimit.MaxWait", "rate_limit.max_wait", zeroIsWrong)
+		cv.duration(&p.RateLimit.MaxWait, r.MaxWait, "RateLimit.MaxWait", "rate_limit.max_wait", zeroIsNone)
 		if r.Priority != nil {
 			switch *r.Priority {
 			case "interactive":
@@ -685,7 +685,7 @@ func NewPolicyConfig(p Policy) PolicyConfig {
 	}
 	if r := p.RateLimit; r != nil {
 		c.RateLimit = &RateLimitConfig{
-			MaxWait:    configDuration(r.MaxWait, false),
+			MaxWait:    configDuration(r.MaxWait, true),
 			BatchShare: configValue(r.BatchShare, false),
 		}
 		if r.Priority != Interactive {

@@ -64,6 +64,7 @@ func roundTripPolicies() map[string]damper.Policy {
 		"empty subs":  {Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{}, RateLimit: &damper.RateLimitPolicy{}},
 		"recommended": damper.RecommendedPolicy(),
 		"one none":    {RetryBudgetRatio: damper.None, RetryBudgetMinTokens: 10},
+		"never wait":  {RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}},
 	}
 }
 
@@ -239,6 +240,7 @@ func TestPolicyConfigZeroAndAbsent(t *testing.T) {
 		{`on_budget_exhausted: raise`, damper.Policy{}},
 		{`max_attempts: 1e1`, damper.Policy{MaxAttempts: 10}},
 		{`breaker: {}`, damper.Policy{Breaker: &damper.BreakerPolicy{}}},
+		{`rate_limit: {max_wait: 0}`, damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}}},
 		{`rate_limit: {priority: interactive, limits: {}}`, damper.Policy{RateLimit: &damper.RateLimitPolicy{}}},
 		{`rate_limit: {limits: {claude-opus-4: {requests_per_minute: 0}}}`, damper.Policy{RateLimit: &damper.RateLimitPolicy{
 			Limits: map[string]damper.RateLimits{"claude-opus-4": {}}}}},
@@ -284,7 +286,6 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{`{"max_hold_back": 0}`, "max_hold_back", `max_hold_back: 0: must be a positive number of bytes`},
 		{`{"breaker": {"failure_ratio": 0}}`, "breaker.failure_ratio", `breaker.failure_ratio: 0: must be a share in (0, 1] (leave the key out for the default, 0.5)`},
 		{`{"throttle": {"max_tokens": 0}}`, "throttle.max_tokens", `throttle.max_tokens: 0: must be in [1, 1000]`},
-		{`{"rate_limit": {"max_wait": 0}}`, "rate_limit.max_wait", `rate_limit.max_wait: "0s": must be positive`},
 		{`{"rate_limit": {"batch_share": 0}}`, "rate_limit.batch_share", `rate_limit.batch_share: 0: must be a share in (0, 1]`},
 		// Out of range, and wrong together.
 		{`{"breaker": {"failure_ratio": 1.5}}`, "breaker.failure_ratio", `breaker.failure_ratio: 1.5: must be a share in (0, 1]`},

@@ -53,7 +53,9 @@ type RateLimitPolicy struct {
 	// limit may be lower than the API's, to leave room for other services:
 	// the headers then only lower the bucket's level, never its limit.
 	Limits map[string]RateLimits
-	// MaxWait is the longest an attempt waits in line. Default 30 s.
+	// MaxWait is the longest an attempt waits in line. Default 30 s;
+	// [None] never waits: an attempt that finds no room fails at once
+	// with [ErrRateLimited].
 	MaxWait time.Duration
 	// Priority is the priority of calls whose context does not give one
 	// (see [ContextWithPriority]). Default [Interactive].
@@ -113,8 +115,8 @@ func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 // default, or an error naming the first field that cannot be used.
 func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	switch {
-	case p.MaxWait < 0:
-		return nil, fieldError("RateLimit.MaxWait", p.MaxWait, "must be positive (0 means the default, 30s)")
+	case p.MaxWait < 0 && p.MaxWait != None:
+		return nil, fieldError("RateLimit.MaxWait", p.MaxWait, "must be positive (0 means the default, 30s; None never waits)")
 	case p.Priority != Interactive && p.Priority != Batch:
 		return nil, fieldError("RateLimit.Priority", p.Priority, "must be Interactive or Batch")
 	case math.IsNaN(p.BatchShare) || p.BatchShare < 0 || p.BatchShare > 1:
@@ -137,7 +139,11 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		limits[group] = l
 	}
 	p.Limits = limits
-	p.MaxWait = orDefault(p.MaxWait, DefaultRateLimitMaxWait)
+	if p.MaxWait == None {
+		p.MaxWait = 0
+	} else {
+		p.MaxWait = orDefault(p.MaxWait, DefaultRateLimitMaxWait)
+	}
 	p.BatchShare = orDefault(p.BatchShare, DefaultRateLimitBatchShare)
 	return &p, nil
 }

@@ -461,7 +461,7 @@ func TestRateLimitPolicyErrors(t *testing.T) {
 		p    damper.RateLimitPolicy
 		want string
 	}{
-		{damper.RateLimitPolicy{MaxWait: -1}, "RateLimit.MaxWait = -1ns"},
+		{damper.RateLimitPolicy{MaxWait: -2}, "RateLimit.MaxWait = -2ns"},
 		{damper.RateLimitPolicy{BatchShare: 1.5}, "RateLimit.BatchShare = 1.5"},
 		{damper.RateLimitPolicy{Priority: 7}, "RateLimit.Priority = Priority(7)"},
 		{damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{"claude-opus-4": {InputTokensPerMinute: -5}}}, `RateLimit.Limits["claude-opus-4"].InputTokensPerMinute = -5`},
@@ -619,6 +619,26 @@ func TestRateLimitLeavesRoomForTheAttempt(t *testing.T) {
 		defer cancel()
 		if rep, err := r.call(ctx, 16); err != nil || rep.RateLimitWait != 3*time.Second {
 			t.Fatalf("err %v, waited %v; want it sent after 3 s in line", err, rep.RateLimitWait)
+		}
+	})
+}
+
+// With MaxWait None an attempt never waits in line: one that finds room is
+// sent, the next fails at once with ErrRateLimited.
+func TestRateLimitNeverWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRLRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None,
+			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1}}}},
+			func(_ int, w http.ResponseWriter, _ *http.Request) { answerPlain(w, 1, 0, 0, 1) })
+		if got := r.d.Policy().RateLimit.MaxWait; got != 0 {
+			t.Fatalf("filled-in MaxWait = %v, want 0", got)
+		}
+		if _, err := r.call(context.Background(), 16); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := r.call(context.Background(), 16); !errors.Is(err, damper.ErrRateLimited) || time.Since(start) != 0 {
+			t.Fatalf("err %v after %v, want ErrRateLimited at once", err, time.Since(start))
 		}
 	})
 }

@@ -66,7 +66,7 @@ func (f requestOption[O, C]) Apply(c C) error { return f().Apply(c) }
 // request's own: set by its first run, it marks any later one as the SDK's.
 func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *atomic.Bool) (*http.Response, error) {
 	if fix := signedBy(req); fix != "" {
-		return noRetry(req), fmt.Errorf("%w; give damper's Option() %s (an Option() given to one call runs after all of them)", errOptionOrder, fix)
+		return noRetry(req), fmt.Errorf("%w; give damper's Option() %s (an Option() given to one call runs after all of them)", ErrOptionOrder, fix)
 	}
 	if !isMessagesPath(req) {
 		return next(req)
@@ -90,9 +90,12 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	return res, nil
 }
 
-// errOptionOrder is a Messages call that reached Damper already signed
-// for a platform: Damper was given after the platform's option.
-var errOptionOrder = errors.New("damper: the Messages request reached Damper already signed or rewritten for a cloud platform, so its retries could not be signed afresh")
+// ErrOptionOrder is the error of a Messages call that reached Damper
+// already signed or rewritten for a cloud platform: Damper's option was
+// given after the platform's (bedrock.WithConfig, vertex.WithGoogleAuth),
+// so the call's retries could not be signed afresh. Nothing was sent; the
+// error's text names the option to move.
+var ErrOptionOrder = errors.New("damper: the Messages request reached Damper already signed or rewritten for a cloud platform, so its retries could not be signed afresh")
 
 // errSDKRequestTimeout is the answer to the SDK's retry of a Messages call.
 // The SDK retries a call through Damper only when its request timeout

@@ -109,7 +109,7 @@ func TestBedrockWrongOrderIsRefused(t *testing.T) {
 	}
 	client := bedrockClient(t, fake, false, d)
 	_, err = client.Messages.New(context.Background(), params("claude-sonnet-4-6"), option.WithMaxRetries(0))
-	if err == nil || !strings.Contains(err.Error(), "before bedrock.WithConfig") {
+	if !errors.Is(err, damper.ErrOptionOrder) || !strings.Contains(err.Error(), "before bedrock.WithConfig") {
 		t.Fatalf("err = %v, want the option-order error", err)
 	}
 	var apiErr *anthropic.Error

@@ -35,6 +35,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -166,9 +167,8 @@ func (p platform) refused(ctx context.Context, front *platformFront, client anth
 	_, err := client.Messages.New(ctx, params(p.model), dampertest.Scenario(p.scenario))
 	sent := len(front.log()) - before
 	fmt.Printf("  %s: %d requests sent, error:\n    %v\n", p.name, sent, err)
-	// The error has no sentinel of its own: it is for a developer to read,
-	// once, on the first call of a misbuilt client.
-	if err == nil || !strings.Contains(err.Error(), "before "+p.option) || sent != 0 {
+	// damper.ErrOptionOrder marks it; its text names the option to move.
+	if !errors.Is(err, damper.ErrOptionOrder) || !strings.Contains(err.Error(), "before "+p.option) || sent != 0 {
 		return fmt.Errorf("%s: want the call refused unsent, with an error naming %s", p.name, p.option)
 	}
 	return nil
