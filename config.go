@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -597,7 +598,7 @@ func (c PolicyConfig) Policy() (Policy, error) {
 		if len(r.Limits) > 0 {
 			p.RateLimit.Limits = make(map[string]RateLimits, len(r.Limits))
 			cv.fields["RateLimit.Limits"] = configField{path: "rate_limit.limits", written: `""`}
-			for _, group := range slices.Sorted(mapKeys(r.Limits)) {
+			for _, group := range slices.Sorted(maps.Keys(r.Limits)) {
 				l, in := r.Limits[group], RateLimits{}
 				field, path := fmt.Sprintf("RateLimit.Limits[%q].", group), "rate_limit.limits."+group+"."
 				cv.int(&in.RequestsPerMinute, l.RequestsPerMinute, field+"RequestsPerMinute", path+"requests_per_minute", zeroIsZero)

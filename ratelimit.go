@@ -3,6 +3,7 @@ package damper
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -123,7 +124,7 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
 	}
 	limits := make(map[string]RateLimits, len(p.Limits))
-	for _, group := range slices.Sorted(mapKeys(p.Limits)) {
+	for _, group := range slices.Sorted(maps.Keys(p.Limits)) {
 		l := p.Limits[group]
 		field := fmt.Sprintf("RateLimit.Limits[%q]", group)
 		switch {
@@ -146,16 +147,6 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	}
 	p.BatchShare = orDefault(p.BatchShare, DefaultRateLimitBatchShare)
 	return &p, nil
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // LimitGroup returns the rate-limit group of a model ID, the key of
@@ -400,7 +391,7 @@ func later(a, b time.Time) time.Time {
 
 func (l *limiter) state(now time.Time) []RateLimitState {
 	l.mu.Lock()
-	names := slices.Sorted(mapKeys(l.groups))
+	names := slices.Sorted(maps.Keys(l.groups))
 	groups := make([]*limitGroup, len(names))
 	for i, n := range names {
 		groups[i] = l.groups[n]

@@ -165,16 +165,22 @@ type streamBody struct {
 	// The answer's usage so far, for the rate limiter and the token
 	// metrics: Read writes it, and the stream's end, on any goroutine,
 	// reads it.
-	usageMu sync.Mutex
-	usage   usage
+	usageMu     sync.Mutex
+	usage       usage
+	usageEvents int // the scanner's Usage().Events when usage was last kept; Read's only
 }
 
-// noteUsage keeps the usage the scanner has read so far.
+// noteUsage keeps the usage the scanner has read so far, if it has read
+// more since it was last kept: a lock only per usage event, not per event.
 func (b *streamBody) noteUsage() {
 	if !b.sc.TrackUsage {
 		return
 	}
 	u := b.sc.Usage()
+	if u.Events == b.usageEvents {
+		return
+	}
+	b.usageEvents = u.Events
 	b.usageMu.Lock()
 	b.usage = usage{input: u.Input, cacheCreation: u.CacheCreation, cacheRead: u.CacheRead, output: u.Output, known: u.Known}
 	b.usageMu.Unlock()

@@ -330,6 +330,9 @@ type Usage struct {
 	Input, CacheCreation, CacheRead, Output int64
 	// Known is true once an event has given any of it.
 	Known bool
+	// Events counts the events that gave any of it, so that a reader can
+	// tell that it has changed.
+	Events int
 }
 
 // Usage returns the usage read so far: message_start's, updated by each
@@ -350,6 +353,7 @@ func (s *Scanner) readUsage() {
 	if !u.IsObject() {
 		return
 	}
+	s.usage.Events++
 	for _, f := range [...]struct {
 		key string
 		dst *int64
