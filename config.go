@@ -89,6 +89,7 @@ type PolicyConfig struct {
 	Breaker              *BreakerConfig   `json:"breaker,omitempty"`
 	Throttle             *ThrottleConfig  `json:"throttle,omitempty"`
 	RateLimit            *RateLimitConfig `json:"rate_limit,omitempty"`
+	Hedge                *HedgeConfig     `json:"hedge,omitempty"`
 }
 
 // BreakerConfig is a [BreakerPolicy] in a [PolicyConfig].
@@ -113,6 +114,16 @@ type RateLimitConfig struct {
 	MaxWait    *Duration                   `json:"max_wait,omitempty"`
 	Priority   *string                     `json:"priority,omitempty"` // "interactive" or "batch"
 	BatchShare *float64                    `json:"batch_share,omitempty"`
+}
+
+// HedgeConfig is a [HedgePolicy] in a [PolicyConfig].
+type HedgeConfig struct {
+	Delay         *Duration `json:"delay,omitempty"`
+	Quantile      *float64  `json:"quantile,omitempty"`
+	MinDelay      *Duration `json:"min_delay,omitempty"`
+	Window        *int      `json:"window,omitempty"`
+	MinSamples    *int      `json:"min_samples,omitempty"`
+	OnlyWhenAsked *bool     `json:"only_when_asked,omitempty"`
 }
 
 // RateLimitsConfig is the [RateLimits] of one limit group in a
@@ -609,6 +620,18 @@ func (c PolicyConfig) Policy() (Policy, error) {
 		}
 	}
 
+	if h := c.Hedge; h != nil {
+		p.Hedge = &HedgePolicy{}
+		cv.duration(&p.Hedge.Delay, h.Delay, "Hedge.Delay", "hedge.delay", zeroIsZero)
+		cv.float(&p.Hedge.Quantile, h.Quantile, "Hedge.Quantile", "hedge.quantile", zeroIsWrong)
+		cv.duration(&p.Hedge.MinDelay, h.MinDelay, "Hedge.MinDelay", "hedge.min_delay", zeroIsZero)
+		cv.int(&p.Hedge.Window, h.Window, "Hedge.Window", "hedge.window", zeroIsWrong)
+		cv.int(&p.Hedge.MinSamples, h.MinSamples, "Hedge.MinSamples", "hedge.min_samples", zeroIsWrong)
+		if h.OnlyWhenAsked != nil {
+			p.Hedge.OnlyWhenAsked = *h.OnlyWhenAsked
+		}
+	}
+
 	if _, err := p.withDefaults(); err != nil {
 		return Policy{}, cv.translate(err)
 	}
@@ -702,6 +725,18 @@ func NewPolicyConfig(p Policy) PolicyConfig {
 					OutputTokensPerMinute: configValue(l.OutputTokensPerMinute, false),
 				}
 			}
+		}
+	}
+	if h := p.Hedge; h != nil {
+		c.Hedge = &HedgeConfig{
+			Delay:      configDuration(h.Delay, false),
+			Quantile:   configValue(h.Quantile, false),
+			MinDelay:   configDuration(h.MinDelay, false),
+			Window:     configValue(h.Window, false),
+			MinSamples: configValue(h.MinSamples, false),
+		}
+		if h.OnlyWhenAsked {
+			c.Hedge.OnlyWhenAsked = &h.OnlyWhenAsked
 		}
 	}
 	return c

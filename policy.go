@@ -99,6 +99,10 @@ type Policy struct {
 	// limits, learned from its headers or configured (see
 	// [RateLimitPolicy]). Nil: no rate limiter.
 	RateLimit *RateLimitPolicy
+	// Hedge, when set, sends one more attempt beside one that is slow to
+	// start answering; the first to answer wins (see [HedgePolicy]). Nil:
+	// no hedging.
+	Hedge *HedgePolicy
 }
 
 // None, in a [Policy] field whose zero value means its default, means
@@ -244,6 +248,13 @@ func (p Policy) withDefaults() (Policy, error) {
 			return p, err
 		}
 		p.RateLimit = r
+	}
+	if p.Hedge != nil {
+		h, err := p.Hedge.withDefaults()
+		if err != nil {
+			return p, err
+		}
+		p.Hedge = h
 	}
 	if p.BackoffBase > p.BackoffMax {
 		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))

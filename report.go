@@ -47,6 +47,10 @@ type Report struct {
 	// RateLimitWait is the time the call's attempts waited in the rate
 	// limiter's line, in all.
 	RateLimitWait time.Duration
+	// Hedges is the number of hedges sent (see [HedgePolicy]); HedgeWon is
+	// whether one of them gave the answer the caller got.
+	Hedges   int
+	HedgeWon bool
 
 	// Duration is the time from the first attempt to the end of the call.
 	Duration time.Duration
@@ -82,4 +86,10 @@ type AttemptReport struct {
 	// RateLimitWait is the time the attempt waited in the rate limiter's
 	// line before it was sent.
 	RateLimitWait time.Duration
+	// Hedge is true for an attempt sent beside another (see
+	// [HedgePolicy]).
+	Hedge bool
+	// Lost is true for an attempt cancelled because another attempt of its
+	// call answered first; its Kind is "hedge_lost".
+	Lost bool
 }
