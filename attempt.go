@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -39,35 +40,63 @@ type attempt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	stopTimer func() bool
+	span      trace.Span    // nil without tracing
 	n         int           // its number in the call, from 1
 	duration  time.Duration // set by over
 	probe     bool          // the breaker's probe
+	hedge     bool          // sent beside another attempt (race)
 	queued    time.Duration // waited in the rate limiter's line before it
 	isOver    atomic.Bool
 	ended     atomic.Bool
+
+	// passes are the gates' passes of the attempt, settled when it ends
+	// (settle); the loop alone touches them.
+	passes  []pass
+	passBuf [3]pass
+
+	// race is the race the attempt runs in, nil when it runs alone: the
+	// first attempt of a race to answer claims the win.
+	race *race
 }
 
-// startAttempt starts attempt n: its context, under the call's, carries the
-// call (for ReportInto) and the attempt's span, and its timer cancels it
-// after PerAttemptTimeout.
-func (c *call) startAttempt(n int, probe bool, queued time.Duration) *attempt {
-	a := &attempt{c: c, n: n, start: c.d.clock.Now(), probe: probe, queued: queued}
-	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
-	a.ctx, a.cancel = c.trace.attemptStart(ctx, n, a.probe), cancel
-	limit := c.d.policy.PerAttemptTimeout
-	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
-	c.mu.Lock()
-	c.report.Attempts = n
-	c.report.RateLimitWait += queued
-	c.mu.Unlock()
+// newAttempt is attempt n of c, before the gates admit it.
+func (c *call) newAttempt(n int, hedge bool) *attempt {
+	a := &attempt{c: c, n: n, hedge: hedge}
+	a.passes = a.passBuf[:0]
 	return a
 }
 
+// startAttempt starts attempt a, admitted: its context, under the call's,
+// carries the call (for ReportInto) and the attempt's span, and its timer
+// cancels it after PerAttemptTimeout.
+func (c *call) startAttempt(a *attempt) {
+	a.start = c.d.clock.Now()
+	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
+	ctx, a.span = c.trace.attemptStart(ctx, a.n, a.probe, a.hedge)
+	a.ctx, a.cancel = ctx, cancel
+	limit := c.d.policy.PerAttemptTimeout
+	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
+	c.mu.Lock()
+	c.report.Attempts = a.n
+	c.report.RateLimitWait += a.queued
+	if a.hedge {
+		c.report.Hedges++
+	}
+	c.mu.Unlock()
+}
+
 // cause turns the transport's "context canceled" into the attempt's
-// timeout when its timer, not the caller, ended it.
+// timeout when its timer, not the caller, ended it, and into errHedgeLost
+// when another attempt of its race answered first.
 func (a *attempt) cause(err error) error {
-	if err != nil && a.c.ctx.Err() == nil && errors.Is(context.Cause(a.ctx), ErrAttemptTimeout) {
+	if err == nil || a.c.ctx.Err() != nil {
+		return err
+	}
+	switch cause := context.Cause(a.ctx); {
+	case errors.Is(cause, ErrAttemptTimeout):
 		return attemptTimeoutError{d: a.c.d.policy.PerAttemptTimeout}
+	case cause == errHedgeLost:
+		return errHedgeLost
 	}
 	return err
 }
@@ -92,8 +121,26 @@ func (a *attempt) end(ar AttemptReport) {
 	}
 	ar.Duration = a.duration
 	ar.Probe = a.probe
+	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
-	a.c.record(ar)
+	a.c.record(a.span, ar)
+}
+
+// settle settles the attempt's passes with e; those of a stream handed to
+// its caller that hear its end are kept for it on the call.
+func (a *attempt) settle(e attemptEvent) {
+	if len(a.passes) == 0 {
+		return
+	}
+	c := a.c
+	now := c.d.clock.Now()
+	for _, p := range a.passes {
+		p.settle(now, e)
+		if ep, ok := p.(endPass); ok && e.streamOpen {
+			c.endPasses = append(c.endPasses, ep)
+		}
+	}
+	a.passes = a.passes[:0]
 }
 
 // succeeded is the record of an answered attempt.
@@ -121,6 +168,9 @@ type attemptResult struct {
 	failure *Failure
 	answer  answerBody // res.Body of an answered attempt, with which the call ends
 	usage   usage      // a plain answer's, read for the rate limiter
+	// firstAt is when a plain answer's headers, or a stream's first
+	// content, came: zero when they did not.
+	firstAt time.Time
 }
 
 // send sends attempt a and, for a plain call, reads its whole body inside
@@ -134,7 +184,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		areq = c.retryRequest(a.ctx)
 	}
 	if areq.GetBody != nil {
-		body, err := areq.GetBody()
+		body, err := c.body(areq)
 		if err != nil {
 			err = fmt.Errorf("damper: resending the request body: %w", err)
 			a.over()
@@ -151,6 +201,10 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	}
 	if c.stream && res.StatusCode < 400 {
 		return c.streamAttempt(a, res)
+	}
+	var firstAt time.Time
+	if res.StatusCode < 400 && c.d.hedge != nil {
+		firstAt = c.d.clock.Now()
 	}
 
 	limit := int64(maxResponseBody + 1)
@@ -185,11 +239,17 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		res.Body = io.NopCloser(bytes.NewReader(body))
 		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
 	}
-	a.end(succeeded(res))
+	if a.race != nil {
+		if !a.race.claim() {
+			return attemptResult{err: errHedgeLost, failure: &Failure{Err: errHedgeLost}, firstAt: firstAt}
+		}
+	} else {
+		a.end(succeeded(res))
+	}
 	answer := &plainBody{c: c}
 	answer.r.Reset(body)
 	res.Body = answer
-	r := attemptResult{res: res, answer: answer}
+	r := attemptResult{res: res, answer: answer, firstAt: firstAt}
 	if c.d.limiter != nil || c.trace.tokensOn() {
 		r.usage = answerUsage(body)
 	}

@@ -132,7 +132,7 @@ func newCircuitGate(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry
 	})}
 }
 
-func (g circuitGate) admitAttempt(_ *call, _ int, now time.Time) admission {
+func (g circuitGate) admitAttempt(_ *call, _ *attempt, now time.Time) admission {
 	a := g.b.Allow(now)
 	state := CircuitState(a.State)
 	if !a.OK {

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // minAttempt is the least time worth giving another attempt: a retry whose
@@ -45,11 +47,18 @@ type call struct {
 
 	firstLog [1]AttemptReport // the report's log, until a second attempt
 
-	// passes are the gates' passes of the attempt under way, settled when
-	// it ends (observe). The loop alone touches them. endPasses are those
-	// of a stream handed to its caller that hear its end (settleEnd).
-	passes    []pass
+	// endPasses are the passes of a stream handed to its caller that hear
+	// its end (settleEnd).
 	endPasses []endPass
+
+	// retryCost is the summed estimated cost of the retries and hedges
+	// sent; the loop alone touches it.
+	retryCost float64
+
+	// What hedging needs: the delay's statistics key, and a body of the
+	// call's own when GetBody's readers are one (see ownBody).
+	latencyKey latencyKey
+	bodyCopy   []byte
 
 	rate *callRate // the rate limiter's view of the call, from its first attempt
 
@@ -70,6 +79,9 @@ func (d *Damper) newCall(req *http.Request) (*call, error) {
 		return nil, err
 	}
 	c.report.Stream = c.stream
+	if d.hedge != nil {
+		c.latencyKey = latencyKey{group: LimitGroup(c.report.Model), stream: c.stream}
+	}
 	if p, ok := d.policy.PriceTable.Lookup(c.report.Model); ok {
 		c.price = p
 		c.report.Priced = true
@@ -87,20 +99,30 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		provider: c.report.Provider, model: c.report.Model, stream: c.stream,
 		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
 	}, c.req.URL)
-	var retryCost float64
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
-		probe, queued, refused, canceled := c.admitAttempt(n)
-		switch {
+		a := c.newAttempt(n, false)
+		switch refused, canceled := c.admitAttempt(a); {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
 		case refused != nil:
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
-		a := c.startAttempt(n, probe, queued)
-		r = c.send(a, next)
+		c.startAttempt(a)
+		var cls Classification
+		var canceled bool
+		if delay, ok := c.hedgeDelay(); ok {
+			a, r, cls, canceled = c.race(a, next, delay)
+			n = c.report.Attempts
+		} else {
+			r = c.send(a, next)
+			c.noteLatency(a, r)
+			if r.failure != nil {
+				cls, canceled = c.judge(a, r)
+			}
+		}
 		if r.failure == nil {
-			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
 			c.settle("")
@@ -109,42 +131,58 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 			c.mu.Unlock()
 			return r.res, nil
 		}
-		// The caller's own end is no failure of the provider's: it is
-		// recorded as such before any classifier sees it.
-		if c.ctx.Err() != nil {
-			a.end(failed(r.failure, Classification{Class: NotRetryable, Kind: "canceled"}))
-			c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		switch {
+		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
-		}
-		cls := c.classify(*r.failure)
-		a.end(failed(r.failure, cls))
-		c.observe(attemptEvent{outcome: AttemptOutcome{First: n == 1, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
-
-		if cls.Class == Ambiguous {
+		case cls.Class == Ambiguous:
 			return c.surface(r, OutcomeAmbiguous, nil)
-		}
-		if cls.Class != Retryable {
+		case cls.Class != Retryable:
 			return c.surface(r, OutcomeError, nil)
 		}
-		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), retryCost, c.d.rand)
+		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
 		if refused != nil {
 			if refused.circuit != 0 {
 				c.noteCircuit(refused.circuit)
 			}
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
-		retryCost += c.report.EstimatedCostUSD
+		c.addRetryCost()
 		c.mu.Lock()
-		c.report.RetryCostUSD = retryCost
 		c.report.AttemptLog[len(c.report.AttemptLog)-1].Backoff = wait
 		c.mu.Unlock()
-		c.trace.retry(n, c.report.AttemptLog[len(c.report.AttemptLog)-1], cls, wait, retryCost)
+		c.trace.retry(n, c.report.AttemptLog[len(c.report.AttemptLog)-1], cls, wait, c.retryCost)
 		closeBody(r.res)
 
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
 			return c.surface(r, OutcomeCanceled, nil)
 		}
 	}
+}
+
+// judge classifies failed attempt a, whose result is r, ends it and tells
+// its passes and the observers; canceled reports that the caller's context
+// ended, which is recorded as such before any classifier sees it: the
+// caller's own end is no failure of the provider's.
+func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled bool) {
+	if c.ctx.Err() != nil {
+		cls = Classification{Class: NotRetryable, Kind: "canceled"}
+		a.end(failed(r.failure, cls))
+		c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		return cls, true
+	}
+	cls = c.classify(*r.failure)
+	a.end(failed(r.failure, cls))
+	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	return cls, false
+}
+
+// addRetryCost counts one more attempt beyond the first, a retry or a
+// hedge, at the estimated cost of an attempt.
+func (c *call) addRetryCost() {
+	c.retryCost += c.report.EstimatedCostUSD
+	c.mu.Lock()
+	c.report.RetryCostUSD = c.retryCost
+	c.mu.Unlock()
 }
 
 // classify is the one classification of a failed attempt: the built-in
@@ -157,32 +195,33 @@ func (c *call) classify(f Failure) Classification {
 	return cls
 }
 
-// admitAttempt runs the attempt gates on attempt n, in order, and returns
-// whether the attempt is the breaker's probe and how long it waited in
-// line, or the first refusal, or whether the caller's context ended during
-// a wait. The passes of an attempt that is not sent are given back at once.
-func (c *call) admitAttempt(n int) (probe bool, queued time.Duration, refused *denial, canceled bool) {
-	c.passes = c.passes[:0]
+// admitAttempt runs the attempt gates on attempt a, in order, and notes on
+// it their passes, whether it is the breaker's probe and how long it waited
+// in line; or returns the first refusal, or whether the caller's context
+// ended during a wait. The passes of an attempt that is not sent are given
+// back at once. A hedge waits for nothing: a gate that has no room for it
+// at once refuses it.
+func (c *call) admitAttempt(a *attempt) (refused *denial, canceled bool) {
 	for _, g := range c.d.attemptGates {
-		adm := g.admitAttempt(c, n, c.d.clock.Now())
-		queued += adm.queued
+		adm := g.admitAttempt(c, a, c.d.clock.Now())
+		a.queued += adm.queued
 		if adm.circuit != 0 {
 			c.noteCircuit(adm.circuit)
-			probe = adm.probe
+			a.probe = adm.probe
 		}
 		if adm.pass != nil {
-			c.passes = append(c.passes, adm.pass)
+			a.passes = append(a.passes, adm.pass)
 		}
 		if adm.refused != nil || adm.canceled {
-			c.settlePasses(attemptEvent{})
+			a.settle(attemptEvent{})
 			if adm.refused != nil && adm.refused.circuit != 0 {
 				c.noteCircuit(adm.refused.circuit)
 			}
-			c.noteQueued(queued)
-			return false, queued, adm.refused, adm.canceled
+			c.noteQueued(a.queued)
+			return adm.refused, adm.canceled
 		}
 	}
-	return probe, queued, nil, false
+	return nil, false
 }
 
 // waitUntil is an attempt gate's wait, until until: it first asks the gates
@@ -215,9 +254,9 @@ func (c *call) noteQueued(d time.Duration) {
 	}
 }
 
-// observe tells the attempt's passes and every observer how it ended.
-func (c *call) observe(e attemptEvent) {
-	c.settlePasses(e)
+// observe tells attempt a's passes and every observer how it ended.
+func (c *call) observe(a *attempt, e attemptEvent) {
+	a.settle(e)
 	now := c.d.clock.Now()
 	for _, o := range c.d.observers {
 		o.observeAttempt(c.ctx, now, e)
@@ -229,22 +268,6 @@ func (c *call) noteCircuit(s CircuitState) {
 	c.mu.Lock()
 	c.report.Circuit = s
 	c.mu.Unlock()
-}
-
-// settlePasses settles the passes of the attempt under way with e; those
-// of a stream handed to its caller that hear its end are kept for it.
-func (c *call) settlePasses(e attemptEvent) {
-	if len(c.passes) == 0 {
-		return
-	}
-	now := c.d.clock.Now()
-	for _, p := range c.passes {
-		p.settle(now, e)
-		if ep, ok := p.(endPass); ok && e.streamOpen {
-			c.endPasses = append(c.endPasses, ep)
-		}
-	}
-	c.passes = c.passes[:0]
 }
 
 // settleEnd settles the passes kept for a stream's end with the usage of
@@ -267,12 +290,13 @@ func (c *call) budgetError(op string, err error) {
 	}
 }
 
-// record appends an attempt to the report and ends its telemetry.
-func (c *call) record(ar AttemptReport) {
+// record appends an attempt to the report and ends its telemetry, its
+// span among it.
+func (c *call) record(span trace.Span, ar AttemptReport) {
 	c.mu.Lock()
 	c.report.AttemptLog = append(c.report.AttemptLog, ar)
 	c.mu.Unlock()
-	c.trace.attemptEnd(ar)
+	c.trace.attemptEnd(span, ar)
 }
 
 // surface ends the call with the failure of attempt a. With refusal nil the

@@ -102,6 +102,7 @@ type Damper struct {
 
 	throttle *retryThrottle // nil without Policy.Throttle
 	limiter  *limiter       // nil without Policy.RateLimit
+	hedge    *hedger        // nil without Policy.Hedge
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -178,6 +179,9 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		d.throttle = newRetryThrottle(p.Throttle)
 		d.observers = append(d.observers, d.throttle)
 	}
+	if p.Hedge != nil {
+		d.hedge = newHedger(*p.Hedge)
+	}
 	return d, nil
 }
 
@@ -197,6 +201,10 @@ func (d *Damper) Policy() Policy {
 		r := *p.RateLimit
 		r.Limits = maps.Clone(r.Limits)
 		p.RateLimit = &r
+	}
+	if p.Hedge != nil {
+		h := *p.Hedge
+		p.Hedge = &h
 	}
 	return p
 }

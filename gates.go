@@ -169,7 +169,9 @@ func (c *call) pastDeadline(t time.Time) bool {
 // The rate limiter and the circuit breaker are attempt gates, in that order:
 // the breaker admits its probe at the moment the attempt leaves.
 type attemptGate interface {
-	admitAttempt(c *call, n int, now time.Time) admission
+	// admitAttempt admits attempt a of c at now; a hedge (a.hedge) must
+	// find room at once, with no wait.
+	admitAttempt(c *call, a *attempt, now time.Time) admission
 	// refusesAt reports, taking nothing, whether the gate would refuse an
 	// attempt of c at the later time at, as far as it can tell at now: an
 	// attempt it refuses is not waited for, nor paid for.

@@ -76,7 +76,8 @@ type testGate struct {
 
 var errTestRefused = errors.New("test gate: refused")
 
-func (g *testGate) admitAttempt(c *call, n int, now time.Time) admission {
+func (g *testGate) admitAttempt(c *call, a *attempt, now time.Time) admission {
+	n := a.n
 	g.seen = append(g.seen, n)
 	if n == g.refuseAt {
 		return admission{refused: &denial{gate: gate{outcome: "test_refused", reason: errTestRefused}}}

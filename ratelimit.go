@@ -336,10 +336,13 @@ func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 // says (a batch attempt asks again at its slot), and then for any pause of
 // the group, begun before the reservation or during its wait; it gives the
 // reservation back when it refuses, or the wait is cut short.
-func (l *limiter) admitAttempt(c *call, _ int, now time.Time) admission {
+func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	cr := l.forCall(c)
 	g := cr.group.g
-	latest := l.latest(c, cr, now)
+	latest := now
+	if !a.hedge {
+		latest = l.latest(c, cr, now)
+	}
 	start := now
 	var ticket ratelimit.Ticket
 	var r ratelimit.Reservation

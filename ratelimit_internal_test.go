@@ -18,7 +18,7 @@ type refuseLater struct{}
 
 var errRefusedLater = &denial{gate: gate{outcome: "later_refused"}}
 
-func (refuseLater) admitAttempt(*call, int, time.Time) admission { return admission{} }
+func (refuseLater) admitAttempt(*call, *attempt, time.Time) admission { return admission{} }
 
 func (refuseLater) refusesAt(_ *call, now, at time.Time) *denial {
 	if at.After(now) {
@@ -46,14 +46,17 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	}
 	d.attemptGates = append(d.attemptGates, refuseLater{})
 	first := limiterCall(d, context.Background())
-	if _, _, refused, _ := first.admitAttempt(1); refused != nil {
+	a := first.newAttempt(1, false)
+	if refused, _ := first.admitAttempt(a); refused != nil {
 		t.Fatalf("first attempt refused: %+v", refused)
 	}
-	first.settlePasses(attemptEvent{outcome: AttemptOutcome{Success: true}})
+	a.settle(attemptEvent{outcome: AttemptOutcome{Success: true}})
 
 	c := limiterCall(d, context.Background())
 	start := time.Now()
-	_, queued, refused, canceled := c.admitAttempt(1)
+	b := c.newAttempt(1, false)
+	refused, canceled := c.admitAttempt(b)
+	queued := b.queued
 	if refused != errRefusedLater || canceled || queued > time.Second || time.Since(start) > time.Second {
 		t.Fatalf("refused %+v, canceled %v, queued %v after %v; want the later gate's refusal at once", refused, canceled, queued, time.Since(start))
 	}
@@ -100,7 +103,7 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 				c := limiterCall(d, ctx)
 				for pb.Next() {
 					c.rate = nil // each call finds its group and cost
-					adm := d.limiter.admitAttempt(c, 1, d.clock.Now())
+					adm := d.limiter.admitAttempt(c, c.newAttempt(1, false), d.clock.Now())
 					if adm.pass == nil {
 						b.Fatalf("refused: %+v", adm.refused.err())
 					}
@@ -193,12 +196,12 @@ func TestRateLimitWaiterHeldByPause(t *testing.T) {
 		}
 		ctx := context.Background()
 		for range 60 {
-			adm := d.limiter.admitAttempt(limiterCall(d, ctx), 1, time.Now())
+			adm := d.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now())
 			adm.pass.settle(time.Now(), attemptEvent{outcome: AttemptOutcome{Success: true}})
 		}
 		start := time.Now()
 		done := make(chan admission, 1)
-		go func() { done <- d.limiter.admitAttempt(limiterCall(d, ctx), 1, time.Now()) }()
+		go func() { done <- d.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now()) }()
 		time.Sleep(500 * time.Millisecond) // it is due at +1 s
 		d.limiter.group("claude-sonnet-4-6").g.Pause(time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
 		adm := <-done

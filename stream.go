@@ -51,7 +51,9 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 			switch kind {
 			case sse.Held:
 				if c.trace.gen != nil {
-					c.trace.heldEvent(b.sc.EventData()) // message_start names the model
+					if m := c.trace.heldModel(b.sc.EventData()); m != "" {
+						b.model = m // message_start names the model
+					}
 				}
 			case sse.Content, sse.MessageStop:
 				if kind == sse.MessageStop {
@@ -97,16 +99,22 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 		}
 		return fail(err, Failure{})
 	}
-	first := c.d.clock.Now().Sub(c.start)
+	now := c.d.clock.Now()
+	if b.att.race != nil && !b.att.race.claim() {
+		lost := fail(errHedgeLost, Failure{})
+		lost.firstAt = now
+		return lost
+	}
+	first := now.Sub(c.start)
 	c.mu.Lock()
 	c.report.FirstContent = first
 	c.mu.Unlock()
-	c.trace.firstChunkAt(first)
+	c.trace.firstChunkAt(first, b.model)
 	b.held, b.skip = held, scanned
 	b.noteUsage()
 	b.complete.Store(complete)
 	b.res.Body = b
-	return attemptResult{res: b.res, answer: b}
+	return attemptResult{res: b.res, answer: b, firstAt: now}
 }
 
 // stallError is a stream that sent nothing for the idle limit.
@@ -135,6 +143,8 @@ type streamBody struct {
 	res *http.Response
 	rc  io.ReadCloser
 	sc  sse.Scanner
+
+	model string // what message_start named, for the GenAI metrics
 
 	// Used by Read only.
 	held     []byte // bytes read before content, still to be returned

@@ -39,6 +39,9 @@ const (
 	keyName          = attribute.Key("damper.name")
 	keyCircuitState  = attribute.Key("damper.circuit.state")
 	keyCircuitProbe  = attribute.Key("damper.circuit.probe")
+	keyHedge         = attribute.Key("damper.hedge")
+	keyHedgeLost     = attribute.Key("damper.hedge.lost")
+	keyHedgeResult   = attribute.Key("damper.hedge.result")
 	keyCircuitFrom   = attribute.Key("damper.circuit.from")
 	keyCircuitTo     = attribute.Key("damper.circuit.to")
 	keyRateGroup     = attribute.Key("damper.ratelimit.group")
@@ -211,13 +214,13 @@ type callTrace struct {
 	t     *telemetry
 	ctx   context.Context // the caller's
 	facts callFacts
-	// request is the damper.request span. attempt is the attempt span
-	// still open, nil when none is: a failed attempt's span stays open
-	// until the loop decides whether a retry follows, so that it can carry
-	// the backoff.
+	// request is the damper.request span. attempt is the span of the last
+	// failed attempt, still open, nil when none is: it stays open until the
+	// loop decides whether a retry follows, so that it can carry the
+	// backoff. Each attempt holds its own span while it runs.
 	request   trace.Span
 	attempt   trace.Span
-	attemptAt time.Time // when the open attempt ended; zero while it runs
+	attemptAt time.Time // when the open attempt ended
 	retryAt   time.Time // when the pending retry was authorized; zero if none
 	ended     bool
 	gen       *genAICall // the GenAI metrics' view; nil when none records
@@ -251,8 +254,9 @@ func (t *telemetry) startCall(ctx context.Context, f callFacts, u *url.URL) *cal
 }
 
 // attemptStart opens the damper.attempt span of attempt n and returns ctx
-// carrying it, so that the attempt's HTTP request is its child.
-func (ct *callTrace) attemptStart(ctx context.Context, n int, probe bool) context.Context {
+// carrying it, so that the attempt's HTTP request is its child, and the
+// span (nil without tracing).
+func (ct *callTrace) attemptStart(ctx context.Context, n int, probe, hedge bool) (context.Context, trace.Span) {
 	t := ct.t
 	now := t.clock.Now()
 	ct.closeAttempt(now)
@@ -260,31 +264,39 @@ func (ct *callTrace) attemptStart(ctx context.Context, n int, probe bool) contex
 		t.m.backoffWaited(ctx, ct.facts.provider, now.Sub(ct.retryAt))
 		ct.retryAt = time.Time{}
 	}
-	if ct.gen != nil {
-		ct.gen.heldModel = "" // what an earlier attempt's stream named
+	if hedge {
+		t.m.hedge(ctx, ct.facts.provider, hedgeSent)
 	}
 	req := ct.request
 	if req == nil || !req.IsRecording() && !req.SpanContext().IsValid() {
 		// No tracing at all: an attempt span would be a no-op too.
-		return ctx
+		return ctx, nil
 	}
 	ctx, span := t.start(trace.ContextWithSpan(ctx, req), spanAttempt, now)
-	if n > 1 && span.IsRecording() {
-		span.SetAttributes(keyResendCount.Int(n - 1))
+	if span.IsRecording() {
+		if n > 1 {
+			span.SetAttributes(keyResendCount.Int(n - 1))
+		}
+		if probe {
+			span.SetAttributes(keyCircuitProbe.Bool(true))
+		}
+		if hedge {
+			span.SetAttributes(keyHedge.Bool(true))
+		}
 	}
-	if probe && span.IsRecording() {
-		span.SetAttributes(keyCircuitProbe.Bool(true))
-	}
-	ct.attempt, ct.attemptAt = span, time.Time{}
-	return ctx
+	return ctx, span
 }
 
 // attemptEnd records the end of an attempt, a, once (attempt.end): its
-// count, with or without tracing, and its span. A successful attempt's span
-// ends here; a failed attempt's when the loop has decided what follows it.
-func (ct *callTrace) attemptEnd(a AttemptReport) {
+// count, with or without tracing, and its span. The span of a success, or
+// of an attempt that lost its race, ends here; a failed attempt's stays
+// open until the loop has decided what follows it, or the next attempt
+// starts.
+func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 	ct.t.m.attempt(ct.ctx, ct.facts.provider, a)
-	span := ct.attempt
+	if a.Lost && a.Hedge {
+		ct.t.m.hedge(ct.ctx, ct.facts.provider, hedgeCanceled)
+	}
 	if span == nil {
 		return // no tracing
 	}
@@ -296,17 +308,25 @@ func (ct *callTrace) attemptEnd(a AttemptReport) {
 		if a.RateLimitWait > 0 {
 			span.SetAttributes(keyRateWait.Float64(a.RateLimitWait.Seconds()))
 		}
-		if a.Class != 0 {
+		switch {
+		case a.Lost:
+			span.SetAttributes(keyHedgeLost.Bool(true))
+		case a.Class != 0:
 			span.SetAttributes(keyErrorClass.String(a.Kind), keyErrorType.String(attemptErrorType(a)))
 			span.SetStatus(codes.Error, a.Kind)
 		}
 	}
-	if a.Class == 0 {
+	if a.Class == 0 || a.Lost {
 		endSpan(span, now)
-		ct.attempt = nil
 		return
 	}
-	ct.attemptAt = now
+	ct.closeAttempt(now) // an earlier failure's, whose race went on
+	ct.attempt, ct.attemptAt = span, now
+}
+
+// hedgeResult counts a hedge's result: won, or refused by a gate.
+func (ct *callTrace) hedgeResult(result string) {
+	ct.t.m.hedge(ct.ctx, ct.facts.provider, result)
 }
 
 // retry records that a retry was authorized after attempt n, whose record

@@ -115,7 +115,6 @@ type genAICall struct {
 	port   int    // server.port
 
 	responseModel string        // the model of the answer the caller got
-	heldModel     string        // the model the stream under way named, before its content
 	usage         usage         // the answer's usage, once known
 	final         bool          // usage is the answer's last word: its output is known
 	firstChunk    time.Duration // a stream's time to its first chunk
@@ -166,27 +165,27 @@ func (ct *callTrace) plainAnswer(body []byte, u usage) {
 	gc.usage, gc.final = u, true
 }
 
-// heldEvent reads an event a stream held back before its first content,
-// whose data is data (whole, if all of it was kept): message_start names
-// the model that answers. The model is the answer's only once the stream
-// reaches its caller (firstChunkAt): an attempt that fails before gave no
-// answer.
-func (ct *callTrace) heldEvent(data []byte, whole bool) {
-	gc := ct.gen
-	if gc == nil || !whole {
-		return
+// heldModel returns the model that an event a stream held back before its
+// first content names, whose data is data (whole, if all of it was kept):
+// message_start names the model that answers; "" for any other event. The
+// model is the answer's only once the stream reaches its caller
+// (firstChunkAt): an attempt that fails before gave no answer.
+func (ct *callTrace) heldModel(data []byte, whole bool) string {
+	if ct.gen == nil || !whole {
+		return ""
 	}
 	if m := gjson.GetBytes(data, "message.model"); m.Type == gjson.String {
-		gc.heldModel = m.Str
+		return m.Str
 	}
+	return ""
 }
 
-// firstChunkAt notes that a stream reached its caller d after the call
-// began.
-func (ct *callTrace) firstChunkAt(d time.Duration) {
+// firstChunkAt notes that a stream, whose message_start named model,
+// reached its caller d after the call began.
+func (ct *callTrace) firstChunkAt(d time.Duration, model string) {
 	if gc := ct.gen; gc != nil {
 		gc.firstChunk, gc.released = d, true
-		gc.responseModel = gc.heldModel
+		gc.responseModel = model
 	}
 }
 

@@ -20,8 +20,8 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ct := d.tel.startCall(ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()}, u)
-		_ = ct.attemptStart(ctx, 1, false)
-		ct.attemptEnd(AttemptReport{StatusCode: 200})
+		_, span := ct.attemptStart(ctx, 1, false, false)
+		ct.attemptEnd(span, AttemptReport{StatusCode: 200})
 		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}
 		ct.end(&rep, AttemptReport{StatusCode: 200})
 	}

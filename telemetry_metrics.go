@@ -24,6 +24,15 @@ const (
 	metricRateWait        = "damper.ratelimit.wait"
 	metricRateLimit       = "damper.ratelimit.limit"
 	metricRateRemaining   = "damper.ratelimit.remaining"
+	metricHedges          = "damper.hedges"
+)
+
+// The results of a hedge, in damper.hedges.
+const (
+	hedgeSent     = "sent"     // a hedge left
+	hedgeWon      = "won"      // a hedge answered first
+	hedgeCanceled = "canceled" // a hedge was cancelled: the attempt it hedged answered first
+	hedgeRefused  = "refused"  // a hedge was due, and a gate refused it
 )
 
 // metrics are the instruments of one Damper, created once by New. Every
@@ -42,6 +51,7 @@ type metrics struct {
 	duration  metric.Float64Histogram
 	circuit   metric.Int64Counter
 	rateWait  metric.Float64Histogram
+	hedges    metric.Int64Counter
 	gen       genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
@@ -72,6 +82,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 		rateWait: instrument(meter.Float64Histogram(metricRateWait, metric.WithUnit("s"),
 			metric.WithDescription("Time a Messages request waited in the rate limiter's line, by limit group."),
 			metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait)),
+		hedges: instrument(meter.Int64Counter(metricHedges, metric.WithUnit("{hedge}"),
+			metric.WithDescription("Hedges of Messages calls by result: sent, won (answered first), canceled (the attempt hedged answered first), refused (by a gate).")))(none.Int64Counter(metricHedges)),
 	}
 	m.gen = newGenAIMetrics(meter)
 	if lim != nil {
@@ -166,6 +178,13 @@ func (m *metrics) attempt(ctx context.Context, provider string, a AttemptReport)
 		return
 	}
 	m.attempts.Add(ctx, 1, m.attrs(keyProvider.String(provider), keyErrorClass.String(a.Kind)))
+}
+
+// hedge counts a hedge of a call to provider, by its result.
+func (m *metrics) hedge(ctx context.Context, provider, result string) {
+	if m.hedges.Enabled(ctx) {
+		m.hedges.Add(ctx, 1, m.attrs(keyProvider.String(provider), keyHedgeResult.String(result)))
+	}
 }
 
 // retry counts a retry authorized after a failure classified cls, and its
