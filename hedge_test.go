@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,11 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -571,4 +578,75 @@ func TestHedgePolicyErrorsNameTheField(t *testing.T) {
 	if h := d.Policy().Hedge; h.Quantile != 0.95 || h.Window != 200 || h.MinSamples != 20 {
 		t.Fatalf("defaults %+v", h)
 	}
+}
+
+// Spans mark hedges and the attempts that lost their race, and damper.hedges
+// counts hedges sent, won and canceled.
+func TestHedgeTelemetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
+		api := &raceAPI{plans: []plan{
+			{wait: 10 * time.Second}, {wait: 100 * time.Millisecond}, // the hedge wins
+			{wait: 1500 * time.Millisecond}, {wait: 5 * time.Second}, // the primary wins
+		}}
+		d, err := damper.New(damper.Policy{Hedge: fixedHedge(time.Second)},
+			damper.WithTracerProvider(tp), damper.WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &hedgeRig{api: api, d: d, client: memClient(d, api)}
+		for range 2 {
+			if _, _, _, err := r.plain(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		type attemptSpan struct{ hedge, lost, failed bool }
+		var got []attemptSpan
+		for _, s := range spans.GetSpans() {
+			if s.Name != "damper.attempt" {
+				continue
+			}
+			var a attemptSpan
+			for _, kv := range s.Attributes {
+				switch kv.Key {
+				case "damper.hedge":
+					a.hedge = kv.Value.AsBool()
+				case "damper.hedge.lost":
+					a.lost = kv.Value.AsBool()
+				}
+			}
+			a.failed = s.Status.Code == codes.Error
+			got = append(got, a)
+		}
+		// In the order they ended: each call's loser, then its winner.
+		want := []attemptSpan{{lost: true}, {hedge: true}, {hedge: true, lost: true}, {}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("attempt spans %+v, want %+v", got, want)
+		}
+
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		hedges := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "damper.hedges" {
+					continue
+				}
+				for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					v, _ := p.Attributes.Value("damper.hedge.result")
+					hedges[v.AsString()] += p.Value
+				}
+			}
+		}
+		if want := map[string]int64{"sent": 2, "won": 1, "canceled": 1}; !maps.Equal(hedges, want) {
+			t.Fatalf("damper.hedges %v, want %v", hedges, want)
+		}
+	})
 }

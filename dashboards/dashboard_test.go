@@ -20,7 +20,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"io"
+	"net/http"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode"
 
@@ -273,6 +277,8 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 		t.Fatalf("refused call: err = %v, want ErrCircuitOpen", err)
 	}
 
+	hedgedCall(t, mp)
+
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
@@ -300,6 +306,41 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 		}
 	}
 	return out
+}
+
+// hedgedCall makes a hedged call through a Damper named like the others,
+// recording on mp: its first attempt is slow and its hedge answers first.
+// It runs in a synctest bubble, so that the race takes no real time.
+func hedgedCall(t *testing.T, mp *sdkmetric.MeterProvider) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := damper.New(damper.Policy{Hedge: &damper.HedgePolicy{Delay: time.Second}},
+			damper.WithMeterProvider(mp), damper.WithName("dashboard"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var requests atomic.Int32
+		api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if requests.Add(1) == 1 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(time.Minute):
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}`)
+		})
+		client := anthropic.NewClient(d.Option(), option.WithBaseURL("http://api.invalid"), option.WithAPIKey("test-key"),
+			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(api)}))
+		var rep damper.Report
+		_, err = client.Messages.New(context.Background(), anthropic.MessageNewParams{
+			Model: "claude-sonnet-4-5", MaxTokens: 16,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+		}, damper.ReportInto(&rep))
+		if err != nil || !rep.HedgeWon {
+			t.Fatalf("hedged call: %v, report %+v", err, rep)
+		}
+	})
 }
 
 // withKeys returns a copy of m with the keys more added.
