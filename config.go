@@ -663,6 +663,7 @@ func (cv *converter) translate(err error) error {
 		"(0 means the default, ", "(leave the key out for the default, ",
 		"BackoffMax (", "backoff_max (",
 		"than OpenFor (", "than open_for (",
+		"exceed Window (", "exceed window (",
 	).Replace(fe.why)
 	return &ConfigError{Path: f.path, Err: fmt.Errorf("%s: %s", written, why)}
 }

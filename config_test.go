@@ -49,6 +49,7 @@ func fullPolicy() damper.Policy {
 			Priority:   damper.Batch,
 			BatchShare: 0.5,
 		},
+		Hedge: &damper.HedgePolicy{Quantile: 0.9, MinDelay: 250 * time.Millisecond, Window: 500, MinSamples: 50, OnlyWhenAsked: true},
 	}
 }
 
@@ -65,6 +66,8 @@ func roundTripPolicies() map[string]damper.Policy {
 		"recommended": damper.RecommendedPolicy(),
 		"one none":    {RetryBudgetRatio: damper.None, RetryBudgetMinTokens: 10},
 		"never wait":  {RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}},
+		"fixed hedge": {Hedge: &damper.HedgePolicy{Delay: 2 * time.Second}},
+		"empty hedge": {Hedge: &damper.HedgePolicy{}},
 	}
 }
 
@@ -297,6 +300,9 @@ func TestPolicyConfigErrors(t *testing.T) {
 		// Names.
 		{`{"on_budget_exhausted": "retry"}`, "on_budget_exhausted", `on_budget_exhausted: "retry": want "raise" or "passthrough"`},
 		{`{"on_budget_exhausted": "Raise"}`, "on_budget_exhausted", `on_budget_exhausted: "Raise": want "raise" or "passthrough"`},
+		{`{"hedge": {"quantile": 1}}`, "hedge.quantile", `hedge.quantile: 1: must be in (0, 1)`},
+		{`{"hedge": {"window": 10, "min_samples": 20}}`, "hedge.min_samples", `hedge.min_samples: 20: must not exceed window (10)`},
+		{`{"hedge": {"delay": "-1s"}}`, "hedge.delay", `hedge.delay: "-1s": must be positive`},
 		{`{"rate_limit": {"priority": "urgent"}}`, "rate_limit.priority", `rate_limit.priority: "urgent": want "interactive" or "batch"`},
 		// Unknown keys.
 		{`{"max_attempt": 3}`, "max_attempt", `max_attempt: unknown key (known: max_attempts, per_attempt_timeout,`},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -96,7 +97,7 @@ func (p HedgePolicy) withDefaults() (*HedgePolicy, error) {
 	p.Window = orDefault(p.Window, DefaultHedgeWindow)
 	p.MinSamples = orDefault(p.MinSamples, min(DefaultHedgeMinSamples, p.Window))
 	if p.MinSamples > p.Window {
-		return nil, fieldError("Hedge.MinSamples", p.MinSamples, "must not exceed Window")
+		return nil, fieldError("Hedge.MinSamples", p.MinSamples, fmt.Sprintf("must not exceed Window (%d)", p.Window))
 	}
 	return &p, nil
 }
