@@ -155,6 +155,7 @@ rate_limit:
   priority: batch            # or interactive
   limits:
     claude-sonnet-4: {requests_per_minute: 4000}
+hedge: {quantile: 0.9, min_delay: 250ms}
 `
 
 const exampleJSON = `{
@@ -169,7 +170,8 @@ const exampleJSON = `{
     "max_wait": "1m30s",
     "priority": "batch",
     "limits": {"claude-sonnet-4": {"requests_per_minute": 4000}}
-  }
+  },
+  "hedge": {"quantile": 0.9, "min_delay": "250ms"}
 }`
 
 func examplePolicy() damper.Policy {
@@ -183,6 +185,7 @@ func examplePolicy() damper.Policy {
 			MaxWait: 90 * time.Second, Priority: damper.Batch,
 			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 4000}},
 		},
+		Hedge: &damper.HedgePolicy{Quantile: 0.9, MinDelay: 250 * time.Millisecond},
 	}
 }
 
