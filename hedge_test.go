@@ -203,6 +203,9 @@ func TestHedgeWinsWhenThePrimaryIsSlow(t *testing.T) {
 		if rep.Attempts != 2 || rep.Hedges != 1 || !rep.HedgeWon || rep.Outcome != damper.OutcomeSuccess {
 			t.Fatalf("report %+v", rep)
 		}
+		if !rep.Priced || rep.EstimatedCostUSD == 0 || rep.RetryCostUSD != rep.EstimatedCostUSD {
+			t.Fatalf("retry cost %v for an attempt estimated at %v: want the hedge at a whole attempt's cost", rep.RetryCostUSD, rep.EstimatedCostUSD)
+		}
 		if len(rep.AttemptLog) != 2 {
 			t.Fatalf("attempt log %+v", rep.AttemptLog)
 		}
