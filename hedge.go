@@ -148,6 +148,9 @@ func (c *call) race(a *attempt, next sendFunc, delay time.Duration) (*attempt, a
 	for {
 		select {
 		case <-due:
+			if len(results) > 0 {
+				continue // an answer came with the delay: it goes first, and no hedge leaves
+			}
 			if h := c.admitHedge(); h != nil {
 				run(h)
 			}
