@@ -16,7 +16,8 @@ import (
 //
 // A budget backed by a remote store may fail or time out: its methods then
 // still decide (Acquire grants or refuses as the budget was built to, fail
-// open or fail closed) and return the error as well, which Damper logs.
+// open or fail closed) and return the error as well, which Damper logs (at
+// most one line every ten seconds, with the count of errors).
 // ctx is the call's: a store should bound its own wait well within it.
 type Budget interface {
 	// Observe hears the end of every attempt. A logical request whose

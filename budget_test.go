@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -281,26 +282,57 @@ func TestBudgetHearsEveryAttempt(t *testing.T) {
 }
 
 // A budget whose store fails still decides, fail open or fail closed as
-// it was built; Damper follows the decision and logs the error.
+// it was built; Damper follows the decision and logs the errors, one line
+// per ten seconds with the count of errors since the last line: a store
+// that is down fails every operation of every call.
 func TestBudgetStoreErrorIsLoggedAndDecisionKept(t *testing.T) {
 	errStore := errors.New("store: i/o timeout")
 	for _, grant := range []bool{true, false} {
 		var logs bytes.Buffer
 		b := &storeBudget{grant: grant, err: errStore}
 		r := newRig(t, damper.Policy{}, damper.WithBudget(b), damper.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
-		r.srv.Script("", dampertest.Status(529), dampertest.OK())
-		var rep damper.Report
-		_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
-		if grant && (err != nil || rep.Attempts != 2) {
-			t.Errorf("fail open: err %v, %d attempts; want a retried success", err, rep.Attempts)
-		}
-		if !grant && (!errors.Is(err, damper.ErrRetryBudgetExhausted) || rep.Attempts != 1) {
-			t.Errorf("fail closed: err %v, %d attempts; want the budget's refusal", err, rep.Attempts)
-		}
-		for _, op := range []string{`"op":"observe"`, `"op":"acquire"`, `"op":"available"`} {
-			if !strings.Contains(logs.String(), `"msg":"damper: retry budget error",`+op) || !strings.Contains(logs.String(), errStore.Error()) {
-				t.Errorf("grant %v: no log line for %s with the store's error in:\n%s", grant, op, logs.String())
+		call := func() {
+			t.Helper()
+			r.srv.Script("", dampertest.Status(529), dampertest.OK())
+			var rep damper.Report
+			_, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep))
+			if grant && (err != nil || rep.Attempts != 2) {
+				t.Errorf("fail open: err %v, %d attempts; want a retried success", err, rep.Attempts)
 			}
+			if !grant && (!errors.Is(err, damper.ErrRetryBudgetExhausted) || rep.Attempts != 1) {
+				t.Errorf("fail closed: err %v, %d attempts; want the budget's refusal", err, rep.Attempts)
+			}
+		}
+		// Each call's errors: observe of every attempt, acquire, available.
+		perCall := 4
+		if !grant {
+			perCall = 3
+		}
+		call()
+		lines := func() []string {
+			var out []string
+			for l := range strings.Lines(logs.String()) {
+				if strings.Contains(l, `"msg":"damper: retry budget error"`) {
+					out = append(out, l)
+				}
+			}
+			return out
+		}
+		want := []string{`"op":"observe","error":"` + errStore.Error() + `","errors":1`}
+		if got := lines(); len(got) != 1 || !strings.Contains(got[0], want[0]) {
+			t.Fatalf("grant %v: lines %q, want one with %s", grant, got, want[0])
+		}
+		r.clock.Advance(5 * time.Second)
+		call()
+		if got := lines(); len(got) != 1 {
+			t.Fatalf("grant %v: lines %q within ten seconds, want one", grant, got)
+		}
+		r.clock.Advance(10 * time.Second)
+		call()
+		want = append(want, fmt.Sprintf(`"op":"observe","error":%q,"errors":%d`, errStore.Error(), 2*perCall-1+1))
+		got := lines()
+		if len(got) != 2 || !strings.Contains(got[1], want[1]) {
+			t.Fatalf("grant %v: lines %q, want the second with %s", grant, got, want[1])
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -163,6 +164,11 @@ type telemetry struct {
 	// virtualTime is whether the clock is not the real one: spans then
 	// take their times from it.
 	virtualTime bool
+
+	// A failing budget store fails every operation: its errors are logged
+	// once per budgetLogEvery, with the count of those left out.
+	budgetLogNext atomic.Int64 // when the next line may be written (UnixNano)
+	budgetErrors  atomic.Int64 // errors since the last line
 }
 
 // newTelemetry builds the telemetry of a Damper with policy p, clock,

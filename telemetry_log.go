@@ -91,8 +91,20 @@ func (t *telemetry) logBudgetError(ctx context.Context, op string, err error) {
 	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
-	t.log.LogAttrs(ctx, slog.LevelWarn, "damper: retry budget error", slog.String("op", op), slog.String("error", err.Error()))
+	n := t.budgetErrors.Add(1)
+	now := t.clock.Now().UnixNano()
+	next := t.budgetLogNext.Load()
+	if now < next || !t.budgetLogNext.CompareAndSwap(next, now+int64(budgetLogEvery)) {
+		return
+	}
+	t.budgetErrors.Add(-n)
+	t.log.LogAttrs(ctx, slog.LevelWarn, "damper: retry budget error", slog.String("op", op), slog.String("error", err.Error()),
+		slog.Int64("errors", n))
 }
+
+// budgetLogEvery is the least time between two lines about the budget's
+// errors: a store that is down fails every call.
+const budgetLogEvery = 10 * time.Second
 
 // logCircuitChange writes the line of a change of the breaker's state: at
 // Warn when it opens, at Info otherwise.
