@@ -1,0 +1,450 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultTimeout bounds each operation's wait for Redis when
+// [Options.Timeout] is zero.
+const DefaultTimeout = 50 * time.Millisecond
+
+// ErrUnavailable marks an operation decided without asking Redis, because
+// Redis failed recently and the next probe is not due yet. The error also
+// wraps the failure that started the fallback.
+var ErrUnavailable = errors.New("redisstore: Redis unavailable, not asked")
+
+// Options configure a [Budget].
+//
+// Ratio, Window and MinTokens take the values, and follow the conventions,
+// of the [damper.Policy] fields RetryBudgetRatio, RetryBudgetWindow and
+// RetryBudgetMinTokens: zero means damper's default, [damper.None] means 0.
+// With [damper.WithBudget] the Damper leaves those Policy fields unused, so
+// these are the ones that count; give every process of the fleet the same.
+type Options struct {
+	// Name is the budget's namespace in Redis: every process that gives
+	// the same Name draws on one budget. Usually the name given to
+	// damper.WithName. 1 to 64 printable ASCII characters, without spaces
+	// or braces, since it becomes the keys' hash tag.
+	Name string
+
+	// Ratio is the units each successful first attempt adds to its window.
+	// Default [damper.DefaultRetryBudgetRatio]; damper.None for 0.
+	Ratio float64
+	// Window is the length of the fixed window. Default
+	// [damper.DefaultRetryBudgetWindow].
+	Window time.Duration
+	// MinTokens is the units every window starts with. Default
+	// [damper.DefaultRetryBudgetMinTokens]; damper.None for 0.
+	MinTokens int
+
+	// Timeout bounds each operation's wait for Redis, whatever the client's
+	// own timeouts (see the package documentation for ContextTimeoutEnabled).
+	// Default [DefaultTimeout].
+	Timeout time.Duration
+	// ProbeInterval is how often, while Redis fails, one operation asks it
+	// again; the others decide at once without it. Default: Timeout, so
+	// that shared decisions resume within a Timeout of Redis coming back.
+	ProbeInterval time.Duration
+	// FailClosed makes the budget refuse every retry while Redis fails.
+	// By default a local damper.WindowBudget with the same parameters,
+	// which has heard this process's attempts all along, decides instead.
+	FailClosed bool
+	// Logger, when set, hears each switch between Redis and the fallback:
+	// one line per switch, not one per operation.
+	Logger *slog.Logger
+}
+
+// State is where a [Budget]'s decisions come from.
+type State int32
+
+const (
+	// StateShared: Redis answers, and the fleet's books decide.
+	StateShared State = iota
+	// StateFallback: Redis failed; the local budget decides (or, with
+	// FailClosed, every retry is refused) until a probe finds it again.
+	StateFallback
+)
+
+func (s State) String() string {
+	switch s {
+	case StateShared:
+		return "shared"
+	case StateFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// Stats are a Budget's state and its counters since it was built, for
+// metrics: the counters only grow.
+type Stats struct {
+	// State is the budget's state now.
+	State State
+	// Fallbacks counts the switches from Redis to the fallback.
+	Fallbacks uint64
+	// Recoveries counts the switches back to Redis.
+	Recoveries uint64
+	// Failures counts the operations that Redis failed or did not answer
+	// within the timeout.
+	Failures uint64
+	// Unasked counts the operations decided during a fallback without
+	// asking Redis, between probes.
+	Unasked uint64
+}
+
+// Budget is a [damper.Budget] whose books are kept in Redis, so that every
+// process given the same [Options.Name] draws on one fleet-wide budget with
+// the arithmetic of [damper.WindowBudget]. Each operation is one round trip
+// (a Lua script), bounded by the timeout; while Redis fails, the budget
+// decides as [Options.FailClosed] says and returns the error as well. It is
+// safe for concurrent use.
+type Budget struct {
+	client    redis.UniversalClient
+	keys      []string
+	name      string
+	ratio     float64
+	minTokens float64
+	window    time.Duration
+	ttl       int64  // the key's time to live, in milliseconds
+	minArg    string // minTokens and ratio as the scripts read them
+	ratioArg  string
+
+	timeout    time.Duration
+	inline     bool // the client gives up at the context's deadline itself
+	probeEvery time.Duration
+	failClosed bool
+	log        *slog.Logger
+
+	// local keeps this process's share of the books at all times, so that a
+	// fallback in the middle of a window starts from what this process has
+	// earned and spent in it.
+	local *damper.WindowBudget
+
+	start     time.Time    // the origin of nextProbe, with a monotonic reading
+	down      atomic.Bool  // in fallback
+	probing   atomic.Bool  // a probe's round trip is in flight
+	nextProbe atomic.Int64 // when the next probe is due, in nanoseconds since start
+
+	mu    sync.Mutex // orders the switches and their log lines
+	since time.Time  // when the current fallback began
+	cause error      // the failure that began it
+
+	fallbacks, recoveries, failures, unasked atomic.Uint64
+}
+
+var _ damper.Budget = (*Budget)(nil)
+
+// NewBudget returns a fleet-wide retry budget kept in Redis through client,
+// a *redis.Client, *redis.ClusterClient or *redis.Ring (in a Ring or a
+// Cluster, one Damper's keys live on one shard). It contacts no server: a
+// Redis that is down when the process starts is a fallback like any other.
+// It returns an error naming the field and its value when o holds one that
+// cannot be used.
+func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: NewBudget: client is nil: a Redis client is required")
+	}
+	if err := checkName(o.Name); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.Ratio != damper.None && (math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) || o.Ratio < 0):
+		return nil, fmt.Errorf("redisstore: Options.Ratio = %v: must be a finite number, at least 0 (0 means the default, %v; damper.None means 0)", o.Ratio, damper.DefaultRetryBudgetRatio)
+	case o.Window < 0:
+		return nil, fmt.Errorf("redisstore: Options.Window = %v: must be positive (0 means the default, %v)", o.Window, damper.DefaultRetryBudgetWindow)
+	case o.MinTokens < 0 && o.MinTokens != damper.None:
+		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, damper.DefaultRetryBudgetMinTokens)
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("redisstore: Options.Timeout = %v: must be positive (0 means the default, %v)", o.Timeout, DefaultTimeout)
+	case o.ProbeInterval < 0:
+		return nil, fmt.Errorf("redisstore: Options.ProbeInterval = %v: must be positive (0 means the timeout)", o.ProbeInterval)
+	}
+	ratio := orDefault(o.Ratio, damper.DefaultRetryBudgetRatio)
+	window := orDefault(o.Window, damper.DefaultRetryBudgetWindow)
+	minTokens := orDefault(o.MinTokens, damper.DefaultRetryBudgetMinTokens)
+	timeout := orDefault(o.Timeout, DefaultTimeout)
+	probeEvery := orDefault(o.ProbeInterval, timeout)
+	local, err := damper.NewWindowBudget(ratio, window, minTokens)
+	if err != nil {
+		return nil, err // unreachable: the values were checked above
+	}
+	// A few windows, and at least a second: the books of a window only
+	// matter while it lasts, and a late caller's shortly after.
+	ttl := time.Duration(math.MaxInt64)
+	if window < ttl/3 {
+		ttl = max(3*window, time.Second)
+	}
+	return &Budget{
+		client:     client,
+		keys:       []string{Key(o.Name)},
+		name:       o.Name,
+		ratio:      ratio,
+		minTokens:  float64(minTokens),
+		window:     window,
+		ttl:        ttl.Milliseconds(),
+		minArg:     strconv.Itoa(minTokens),
+		ratioArg:   strconv.FormatFloat(ratio, 'g', -1, 64),
+		timeout:    timeout,
+		inline:     boundsItself(client),
+		probeEvery: probeEvery,
+		failClosed: o.FailClosed,
+		log:        o.Logger,
+		local:      local,
+		start:      time.Now(),
+	}, nil
+}
+
+// Key returns the Redis key that holds the books of the budget named name:
+// damper:{name}:budget. The braces make name the key's hash tag, so that
+// every key of one Damper lands on one Cluster slot.
+func Key(name string) string { return "damper:{" + name + "}:budget" }
+
+func checkName(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fmt.Errorf("redisstore: Options.Name = %q: must be 1 to 64 characters", name)
+	}
+	for _, r := range name {
+		if r < 0x21 || r > 0x7e || r == '{' || r == '}' {
+			return fmt.Errorf("redisstore: Options.Name = %q: must be printable ASCII without spaces or braces", name)
+		}
+	}
+	return nil
+}
+
+// orDefault returns def for zero, 0 for damper.None, and v otherwise.
+func orDefault[T int | float64 | time.Duration](v, def T) T {
+	switch v {
+	case 0:
+		return def
+	case damper.None:
+		return 0
+	}
+	return v
+}
+
+// Observe implements [damper.Budget]. Only a successful first attempt
+// counts, as in damper.WindowBudget; the others cost no round trip. While
+// Redis fails, the success is counted locally only.
+func (b *Budget) Observe(ctx context.Context, now time.Time, a damper.AttemptOutcome) error {
+	if !a.First || !a.Success {
+		return nil
+	}
+	b.local.FirstAttemptSucceeded(now)
+	_, err := b.run(ctx, "observe", observeScript, now)
+	return err
+}
+
+// Acquire implements [damper.Budget]. While Redis fails it returns the
+// fallback's decision and the error.
+func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
+	r, err := b.run(ctx, "acquire", acquireScript, now)
+	if err != nil {
+		if b.failClosed {
+			return false, err
+		}
+		return b.local.TryAcquire(now), err
+	}
+	if r.granted {
+		// The local books take the unit too, as far as this process's own
+		// successes allow.
+		b.local.TryAcquire(now)
+	}
+	return r.granted, nil
+}
+
+// Available implements [damper.Budget]: the units left in the fleet's
+// window holding now. While Redis fails it returns the local budget's
+// balance (0 with FailClosed) and the error.
+func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
+	r, err := b.run(ctx, "available", availableScript, now)
+	if err != nil {
+		if b.failClosed {
+			return 0, err
+		}
+		return b.local.Balance(now), err
+	}
+	// damper.WindowBudget's capacity and rounding, to the bit.
+	capacity := b.minTokens + b.ratio*float64(r.successes) + 1e-9
+	return math.Max(0, math.Floor((capacity-float64(r.used))*1e6)/1e6), nil
+}
+
+// State returns where the budget's decisions come from now.
+func (b *Budget) State() State {
+	if b.down.Load() {
+		return StateFallback
+	}
+	return StateShared
+}
+
+// Stats returns the budget's state and counters.
+func (b *Budget) Stats() Stats {
+	return Stats{
+		State:      b.State(),
+		Fallbacks:  b.fallbacks.Load(),
+		Recoveries: b.recoveries.Load(),
+		Failures:   b.failures.Load(),
+		Unasked:    b.unasked.Load(),
+	}
+}
+
+// books is a window's state as a script returned it.
+type books struct {
+	successes, used int64
+	granted         bool
+}
+
+type reply struct {
+	v   []int64
+	err error
+}
+
+// run runs script s on the window holding now: one round trip, bounded by
+// the timeout. During a fallback only the probe that is due asks Redis.
+func (b *Budget) run(ctx context.Context, op string, s *redis.Script, now time.Time) (books, error) {
+	probe := false
+	if b.down.Load() {
+		if !b.startProbe() {
+			b.unasked.Add(1)
+			return books{}, b.unavailable(op)
+		}
+		probe = true
+	}
+	tctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	var r reply
+	if b.inline {
+		r.v, r.err = s.Run(tctx, b.client, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg).Int64Slice()
+		if probe {
+			b.probing.Store(false)
+		}
+	} else {
+		// The round trip runs apart so that the timeout holds all the same:
+		// without ContextTimeoutEnabled, go-redis waits for its socket by
+		// its own ReadTimeout, seconds by default.
+		done := make(chan reply, 1)
+		go func() {
+			v, err := s.Run(tctx, b.client, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg).Int64Slice()
+			if probe {
+				b.probing.Store(false) // only now: one stuck probe at a time
+			}
+			done <- reply{v, err}
+		}()
+		select {
+		case r = <-done:
+		case <-tctx.Done():
+			r.err = ctx.Err()
+			if r.err == nil {
+				r.err = fmt.Errorf("no answer within %v: %w", b.timeout, tctx.Err())
+			}
+		}
+	}
+	if r.err == nil && len(r.v) != 3 {
+		r.err = fmt.Errorf("unexpected reply %v", r.v)
+	}
+	if r.err != nil {
+		if ctx.Err() == nil {
+			b.fail(op, r.err) // the caller's own end says nothing of Redis
+		}
+		return books{}, fmt.Errorf("redisstore: %s on %q: %w", op, b.name, r.err)
+	}
+	b.recover()
+	return books{successes: r.v[0], used: r.v[1], granted: r.v[2] == 1}, nil
+}
+
+// boundsItself reports whether client gives up at a context's deadline in
+// every wait (ContextTimeoutEnabled), so that a round trip can run on the
+// caller's goroutine: handing it to another costs tens of microseconds.
+func boundsItself(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// windowID numbers the window holding now's wall time, in windows since
+// the Unix epoch: the one clock a fleet shares.
+func windowID(now time.Time, window time.Duration) string {
+	n, w := now.UnixNano(), int64(window)
+	id := n / w
+	if n%w < 0 {
+		id--
+	}
+	return strconv.FormatInt(id, 10)
+}
+
+// startProbe reports whether this operation is the probe that is due.
+func (b *Budget) startProbe() bool {
+	elapsed := int64(time.Since(b.start))
+	if elapsed < b.nextProbe.Load() || !b.probing.CompareAndSwap(false, true) {
+		return false
+	}
+	b.nextProbe.Store(elapsed + int64(b.probeEvery))
+	return true
+}
+
+func (b *Budget) unavailable(op string) error {
+	b.mu.Lock()
+	since, cause := b.since, b.cause
+	b.mu.Unlock()
+	return fmt.Errorf("%w: %s on %q, failing since %s: %w", ErrUnavailable, op, b.name, since.Format(time.RFC3339Nano), cause)
+}
+
+// fail records a failed operation, switching to the fallback if the budget
+// was on Redis.
+func (b *Budget) fail(op string, err error) {
+	b.failures.Add(1)
+	if b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.down.Load() {
+		return
+	}
+	b.since, b.cause = time.Now(), err
+	b.nextProbe.Store(int64(time.Since(b.start) + b.probeEvery))
+	b.down.Store(true)
+	b.fallbacks.Add(1)
+	if b.log != nil {
+		decides := "the local budget decides"
+		if b.failClosed {
+			decides = "retries are refused"
+		}
+		b.log.Warn("redisstore: Redis failed, retry budget falls back: "+decides,
+			slog.String("budget", b.name), slog.String("op", op), slog.String("error", err.Error()))
+	}
+}
+
+// recover switches back to Redis after a fallback.
+func (b *Budget) recover() {
+	if !b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.down.Load() {
+		return
+	}
+	b.down.Store(false)
+	b.recoveries.Add(1)
+	if b.log != nil {
+		b.log.Info("redisstore: Redis answers again, retry budget shared again",
+			slog.String("budget", b.name), slog.Duration("after", time.Since(b.since)))
+	}
+}

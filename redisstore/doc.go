@@ -1,0 +1,84 @@
+// Package redisstore keeps a Damper's retry budget in Redis, so that a fleet
+// of processes shares one budget instead of each holding its own.
+//
+// It is a module of its own, so that users of damper who do not need Redis
+// never download a Redis client.
+//
+// # What is shared
+//
+// [NewBudget] returns a [damper.Budget] with the arithmetic of
+// [damper.WindowBudget], for the whole fleet: within one window the retries
+// granted to all processes together are at most MinTokens + Ratio × the
+// successful first attempts of all processes in that window. A retry takes
+// one unit, a refused one none, and unused units do not carry over.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
+//	b, err := redisstore.NewBudget(rdb, redisstore.Options{Name: "checkout"})
+//	if err != nil {
+//		return err
+//	}
+//	d, err := damper.New(policy, damper.WithName("checkout"), damper.WithBudget(b))
+//
+// Windows are aligned on multiples of the window since the Unix epoch, by the
+// wall time of the now that Damper passes in (its clock's, never Redis's TIME):
+// the fleet shares no other clock. An operation whose now is in an older window
+// than the one Redis holds is counted in the newer one, as WindowBudget counts
+// a late caller, so a process whose clock lags joins the fleet's window instead
+// of resetting it; a window begins for everyone when the fastest clock reaches
+// it, so the clocks' skew is the error. Ratio, Window and MinTokens follow the
+// conventions of the Policy fields RetryBudgetRatio, RetryBudgetWindow and
+// RetryBudgetMinTokens (zero for the default, damper.None for 0) and are taken
+// from [Options], not from the Policy: give every process the same.
+//
+// # Keys and scripts
+//
+// A budget is one hash, damper:{<Name>}:budget (see [Key]), with the fields
+// w (the window's start, in windows since the epoch), s (successful first
+// attempts) and u (units used). The braces make the name a hash tag: every
+// key of one Damper lands on one Redis Cluster slot. Each operation is one
+// Lua script, one round trip (EVALSHA, with EVAL the first time a server
+// sees it): it starts a new window when now has moved past the stored one,
+// then counts a success, takes a unit, or reads the books. Starting a
+// window sets the key to expire after three windows (at least a second), so
+// a budget nobody uses disappears. An outcome other than a successful first
+// attempt costs no round trip.
+//
+// # When Redis fails
+//
+// Every operation waits for Redis at most [Options.Timeout] (50 ms by
+// default), whatever the client's own timeouts. Give the budget a client
+// with ContextTimeoutEnabled: it then gives up at the deadline itself, and
+// the round trip runs on the caller's goroutine; otherwise go-redis waits
+// by its ReadTimeout (seconds), so the round trip runs on a goroutine of
+// its own that the caller stops waiting for, which costs some tens of
+// microseconds per operation and leaves a stuck connection busy until the
+// ReadTimeout. An operation that fails or
+// times out switches the budget to fallback ([StateFallback]) and logs one
+// line; it then decides without Redis:
+//
+//   - by default, a local damper.WindowBudget with the same parameters
+//     decides. It has heard this process's successes, and the units it took,
+//     all along, so a fallback in the middle of a window starts from what
+//     this process earned and spent in it. In a long outage each process
+//     then grants up to MinTokens + Ratio × its own successes per window:
+//     a fleet of N processes up to N × MinTokens + Ratio × all successes.
+//   - with [Options.FailClosed], every retry is refused (Available is 0).
+//
+// Successes heard during a fallback are counted locally only. Either way the
+// error is returned too, for Damper to log; errors of operations decided
+// without asking Redis match [ErrUnavailable]. During a fallback one operation
+// every [Options.ProbeInterval] (the timeout, by default) asks Redis again, and
+// the others decide at once; the first that Redis answers switches the budget
+// back ([StateShared]) and logs one line. [Budget.State] and [Budget.Stats]
+// show the state and count the switches, failures and unasked operations, for
+// metrics.
+//
+// A Redis that restarts without persistence has lost the window's books:
+// the fleet starts the window again from MinTokens. An operation that timed
+// out may still be carried out once Redis answers: a unit is then taken
+// for a caller that the fallback already answered, so a slow Redis errs
+// towards fewer retries, never more. go-redis stops dialing a server after
+// PoolSize failed dials in a row and then tries once a second: after a
+// long outage the budget is back on Redis within about a second of Redis,
+// after a short one within a probe interval.
+package redisstore

@@ -1,0 +1,60 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every script keeps one window's books in one hash, KEYS[1], with the
+// fields w (the window's start, in windows since the Unix epoch, as a
+// decimal integer), s (successful first attempts) and u (units used).
+// ARGV[1] is the window holding the caller's now, ARGV[2] the key's time to
+// live in milliseconds. Each returns {s, u, granted}.
+//
+// A caller whose window is older than the stored one is counted in the
+// stored one, as damper.WindowBudget counts a late caller: a process whose
+// clock lags the fleet's joins its window instead of resetting it. A newer
+// window replaces the books and sets the key's expiry, so a budget nobody
+// uses disappears a few windows later.
+const prelude = `
+local function after(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return nb end
+  if #a ~= #b then return (#a > #b) ~= na end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return (x > y) ~= na end
+  end
+  return false
+end
+local key = KEYS[1]
+local book = redis.call('HMGET', key, 'w', 's', 'u')
+local s, u
+if not book[1] or after(ARGV[1], book[1]) then
+  s, u = 0, 0
+  redis.call('HSET', key, 'w', ARGV[1], 's', 0, 'u', 0)
+  redis.call('PEXPIRE', key, ARGV[2])
+else
+  s, u = tonumber(book[2]), tonumber(book[3])
+end
+`
+
+// observeScript counts a successful first attempt.
+var observeScript = redis.NewScript(prelude + `
+s = redis.call('HINCRBY', key, 's', 1)
+return {s, u, 0}
+`)
+
+// acquireScript takes a unit when one is left. ARGV[3] is the minimum
+// tokens and ARGV[4] the ratio: the test is damper.WindowBudget's, in the
+// same double-precision operations, epsilon included.
+var acquireScript = redis.NewScript(prelude + `
+if u + 1 > tonumber(ARGV[3]) + tonumber(ARGV[4]) * s + 1e-9 then
+  return {s, u, 0}
+end
+u = redis.call('HINCRBY', key, 'u', 1)
+return {s, u, 1}
+`)
+
+// availableScript reads the books; the balance is computed in Go, since a
+// script's numbers reach the client as integers.
+var availableScript = redis.NewScript(prelude + `
+return {s, u, 0}
+`)
