@@ -126,7 +126,7 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 		return 0, &denial{gate: gateRetryAfter, retryAfter: hint}
 	case c.pastDeadline(now.Add(wait + minAttempt)):
 		return 0, &denial{gate: gateDeadline, retryAfter: hint}
-	case p.MaxRetryCostUSD > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD):
+	case c.pastCostCeiling(retryCost):
 		return 0, &denial{gate: gateCost}
 	}
 	for _, g := range c.d.attemptGates {
@@ -154,6 +154,14 @@ func (c *call) retryWait(n int, f *Failure, now time.Time, rnd float64) (wait, h
 	}
 	wait = backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
 	return wait, hint, hasHint
+}
+
+// pastCostCeiling reports whether one more attempt beyond the first, on top
+// of retryCost spent so far, would cross the retry cost ceiling; with a
+// ceiling set, an unpriced model crosses it.
+func (c *call) pastCostCeiling(retryCost float64) bool {
+	ceiling := c.d.policy.MaxRetryCostUSD
+	return ceiling > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > ceiling)
 }
 
 // pastDeadline reports whether t is past the call's deadline.

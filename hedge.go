@@ -235,7 +235,7 @@ func (c *call) admitHedge() *attempt {
 	switch now := c.d.clock.Now(); {
 	case n > p.MaxAttempts, c.pastDeadline(now.Add(minAttempt)):
 		return refused()
-	case p.MaxRetryCostUSD > 0 && (!c.report.Priced || c.retryCost+c.report.EstimatedCostUSD > p.MaxRetryCostUSD):
+	case c.pastCostCeiling(c.retryCost):
 		return refused()
 	case c.d.throttle != nil && !c.d.throttle.allows():
 		return refused()

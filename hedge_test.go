@@ -2,6 +2,7 @@ package damper_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ func (a *raceAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
 		return
 	}
-	text := cmp(p.text, fmt.Sprintf("answer %d", n))
+	text := cmp.Or(p.text, fmt.Sprintf("answer %d", n))
 	if !strings.Contains(string(body), `"stream":true`) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"msg_%d","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[{"type":"text","text":%q}],`+
@@ -98,13 +99,6 @@ func (a *raceAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = flush()
 	}
-}
-
-func cmp(s, or string) string {
-	if s == "" {
-		return or
-	}
-	return s
 }
 
 // cutOf returns, per request, whether its connection was closed early.
