@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -108,44 +109,43 @@ func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) {
 // circuitGate is the breaker as the engine sees it: a gate before every
 // attempt, whose pass tells it how the attempt ended.
 type circuitGate struct {
-	b *breaker.Breaker
+	b   Breaker
+	tel *telemetry
 }
 
-// newCircuitGate builds the breaker of p; every change of state reaches
-// the telemetry, then the policy's callback.
-func newCircuitGate(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry) circuitGate {
+// breakerSettings are the settings of p's breaker, for a Store: every
+// change of state reaches the telemetry, then the policy's callback.
+func breakerSettings(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry) BreakerSettings {
 	user := p.OnStateChange
-	return circuitGate{b: breaker.New(breaker.Settings{
-		FailureRatio: p.FailureRatio,
-		MinAttempts:  p.MinAttempts,
-		Window:       p.Window,
-		OpenFor:      p.OpenFor,
-		MaxOpenFor:   p.MaxOpenFor,
-		ProbeLimit:   attemptLimit,
-		OnChange: func(c breaker.Change) {
-			change := CircuitChange{From: CircuitState(c.From), To: CircuitState(c.To), At: c.At, NextProbe: c.NextProbe}
-			tel.circuitChange(change)
-			if user != nil {
-				user(change)
-			}
-		},
-	})}
+	s := BreakerSettings{BreakerPolicy: *p, ProbeLimit: attemptLimit}
+	s.OnStateChange = nil
+	s.OnChange = func(c CircuitChange) {
+		tel.circuitChange(c)
+		if user != nil {
+			user(c)
+		}
+	}
+	return s
 }
 
-func (g circuitGate) admitAttempt(_ *call, _ *attempt, now time.Time) admission {
-	a := g.b.Allow(now)
-	state := CircuitState(a.State)
+func (g circuitGate) admitAttempt(c *call, _ *attempt, now time.Time) admission {
+	a, err := g.b.Allow(c.ctx, now)
+	c.storeError(partBreaker, "allow", err)
 	if !a.OK {
-		return admission{circuit: state, refused: circuitDenial(now, a.NextProbe, state)}
+		return admission{circuit: a.State, refused: circuitDenial(now, a.NextProbe, a.State)}
 	}
-	return admission{circuit: state, probe: a.Ticket.Probe, pass: circuitPass{g.b, a.Ticket}}
+	return admission{circuit: a.State, probe: a.Ticket.Probe, pass: circuitPass{g, a.Ticket, keepGoing(c.ctx, g.b)}}
 }
 
-func (g circuitGate) refusesAt(_ *call, now, at time.Time) *denial {
-	if refused, next := g.b.RefusesAt(now, at); refused {
-		return circuitDenial(now, next, CircuitState(g.b.State(now)))
+func (g circuitGate) refusesAt(c *call, now, at time.Time) *denial {
+	refused, next, err := g.b.RefusesAt(c.ctx, now, at)
+	c.storeError(partBreaker, "refuses_at", err)
+	if !refused {
+		return nil
 	}
-	return nil
+	state, err := g.b.State(c.ctx, now)
+	c.storeError(partBreaker, "state", err)
+	return circuitDenial(now, next, state)
 }
 
 // circuitDenial is the breaker's refusal at now, in state, of an attempt
@@ -154,19 +154,23 @@ func circuitDenial(now, next time.Time, state CircuitState) *denial {
 	return &denial{gate: gateCircuit, nextProbe: next, retryAfter: next.Sub(now), circuit: state}
 }
 
-// circuitPass is one admitted attempt, which the breaker hears the end of.
+// circuitPass is one admitted attempt, which the breaker hears the end of
+// whatever becomes of the call (ctx has no cancellation).
 type circuitPass struct {
-	b *breaker.Breaker
-	t breaker.Ticket
+	g   circuitGate
+	t   CircuitTicket
+	ctx context.Context
 }
 
 func (p circuitPass) settle(now time.Time, e attemptEvent) {
-	v := breaker.Neutral
+	v := CircuitNeutral
 	switch {
 	case e.outcome.Success:
-		v = breaker.Success
+		v = CircuitSuccess
 	case e.outcome.Signal == ProviderHealth:
-		v = breaker.Failure
+		v = CircuitFailure
 	}
-	p.b.Done(p.t, now, v)
+	if err := p.g.b.Done(p.ctx, p.t, now, v); err != nil {
+		p.g.tel.logStoreError(p.ctx, partBreaker, "done", err)
+	}
 }

@@ -283,10 +283,10 @@ func (c *call) settleEnd(u usage) {
 	c.endPasses = nil
 }
 
-// budgetError logs a failure of the budget's store, if any.
-func (c *call) budgetError(op string, err error) {
+// storeError logs a failure of a part's store, if any.
+func (c *call) storeError(part storePart, op string, err error) {
 	if err != nil {
-		c.d.tel.logBudgetError(c.ctx, op, err)
+		c.d.tel.logStoreError(c.ctx, part, op, err)
 	}
 }
 
@@ -389,7 +389,7 @@ func (c *call) recordOutcome(outcome Outcome) {
 		// asked for it while the call goes on.
 		var err error
 		balance, err = c.d.budget.Available(keepGoing(c.ctx, c.d.budget), now)
-		c.budgetError("available", err)
+		c.storeError(partBudget, "available", err)
 	}
 	c.mu.Lock()
 	c.report.Outcome = outcome

@@ -100,6 +100,7 @@ type Damper struct {
 	attemptGates []attemptGate
 	observers    []attemptObserver
 
+	store    Store          // where the gates keep their state
 	throttle *retryThrottle // nil without Policy.Throttle
 	limiter  *limiter       // nil without Policy.RateLimit
 	hedge    *hedger        // nil without Policy.Hedge
@@ -158,25 +159,39 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 			return nil, err
 		}
 	}
+	if d.store == nil {
+		d.store = MemoryStore{}
+	}
 	if d.budget == nil {
-		// The policy was validated above, so this cannot fail.
-		d.budget, _ = NewWindowBudget(p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens)
+		settings := BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
+		if d.budget, err = fromStore("Budget", d.store.Budget, MemoryStore.Budget, settings); err != nil {
+			return nil, err
+		}
 	}
 	if p.RateLimit != nil {
-		d.limiter = newLimiter(p.RateLimit, d.clock)
+		d.limiter = newLimiter(p.RateLimit, d.clock, d.store)
 	}
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d.limiter, d)
 	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
 	// The limiter goes before the breaker: an attempt waits in line first,
 	// and the breaker admits it (as its probe, maybe) as it leaves.
 	if d.limiter != nil {
+		d.limiter.tel = d.tel
 		d.attemptGates = append(d.attemptGates, d.limiter)
 	}
 	if p.Breaker != nil {
-		d.attemptGates = append(d.attemptGates, newCircuitGate(p.Breaker, p.PerAttemptTimeout, d.tel))
+		b, err := fromStore("Breaker", d.store.Breaker, MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel))
+		if err != nil {
+			return nil, err
+		}
+		d.attemptGates = append(d.attemptGates, circuitGate{b: b, tel: d.tel})
 	}
 	if p.Throttle != nil {
-		d.throttle = newRetryThrottle(p.Throttle)
+		t, err := fromStore("Throttle", d.store.Throttle, MemoryStore.Throttle, *p.Throttle)
+		if err != nil {
+			return nil, err
+		}
+		d.throttle = newRetryThrottle(p.Throttle, t, d.tel)
 		d.observers = append(d.observers, d.throttle)
 	}
 	if p.Hedge != nil {
@@ -207,6 +222,20 @@ func (d *Damper) Policy() Policy {
 		p.Hedge = &h
 	}
 	return p
+}
+
+// fromStore makes a part with the store's method made, or in memory when
+// the store keeps none.
+func fromStore[S, T any](part string, made func(S) (T, error), inMemory func(MemoryStore, S) (T, error), s S) (T, error) {
+	t, err := made(s)
+	if err != nil {
+		return t, fmt.Errorf("damper: the store's %s: %w", part, err)
+	}
+	if any(t) == nil {
+		// The policy was validated: the store in memory cannot fail.
+		return inMemory(MemoryStore{}, s)
+	}
+	return t, nil
 }
 
 // Budget returns the Damper's retry budget.

@@ -134,11 +134,11 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 			return 0, refused
 		}
 	}
-	if t := c.d.throttle; t != nil && !t.allows() {
+	if t := c.d.throttle; t != nil && !t.allows(c) {
 		return 0, &denial{gate: gateThrottle}
 	}
 	granted, err := c.d.budget.Acquire(c.ctx, now)
-	c.budgetError("acquire", err)
+	c.storeError(partBudget, "acquire", err)
 	if !granted {
 		return 0, &denial{gate: gateBudget, asIs: p.OnBudgetExhausted == PassthroughBudgetExhausted}
 	}
@@ -239,14 +239,16 @@ type budgetObserver struct {
 func (o budgetObserver) observeAttempt(ctx context.Context, now time.Time, e attemptEvent) {
 	// The budget's books are kept whatever becomes of the caller.
 	if err := o.b.Observe(keepGoing(ctx, o.b), now, e.outcome); err != nil {
-		o.tel.logBudgetError(ctx, "observe", err)
+		o.tel.logStoreError(ctx, partBudget, "observe", err)
 	}
 }
 
-// keepGoing returns ctx without its cancellation, for a budget's store to
-// finish what the call began; the in-memory budget needs no context.
-func keepGoing(ctx context.Context, b Budget) context.Context {
-	if _, inMemory := b.(*WindowBudget); inMemory {
+// keepGoing returns ctx without its cancellation, for a part's store to
+// finish what the call began; a part in memory needs no context, and is
+// spared the allocation.
+func keepGoing(ctx context.Context, part any) context.Context {
+	switch part.(type) {
+	case *WindowBudget, memoryBreaker, *memoryThrottle, memoryBuckets:
 		return ctx
 	}
 	return context.WithoutCancel(ctx)

@@ -237,7 +237,7 @@ func (c *call) admitHedge() *attempt {
 		return refused()
 	case c.pastCostCeiling(c.retryCost):
 		return refused()
-	case c.d.throttle != nil && !c.d.throttle.allows():
+	case c.d.throttle != nil && !c.d.throttle.allows(c):
 		return refused()
 	}
 	a := c.newAttempt(n, true)
@@ -245,7 +245,7 @@ func (c *call) admitHedge() *attempt {
 		return refused()
 	}
 	granted, err := c.d.budget.Acquire(c.ctx, c.d.clock.Now())
-	c.budgetError("acquire", err)
+	c.storeError(partBudget, "acquire", err)
 	if !granted {
 		a.settle(attemptEvent{})
 		return refused()

@@ -215,6 +215,8 @@ func (d *Damper) RateLimits() []RateLimitState {
 type limiter struct {
 	p     *RateLimitPolicy
 	clock Clock
+	store Store
+	tel   *telemetry
 
 	mu     sync.Mutex
 	groups map[string]*limitGroup // by group name; requires mu
@@ -227,7 +229,9 @@ type limiter struct {
 // limitGroup is one group's buckets, and how long its attempts take.
 type limitGroup struct {
 	name       string
-	g          *ratelimit.Group
+	g          LimitBuckets
+	kept       bool       // g is not in memory: its store outlives the call
+	tel        *telemetry // for its store's errors
 	cacheAware bool
 	took       attemptTimes
 }
@@ -265,8 +269,8 @@ func (a *attemptTimes) room() time.Duration {
 	return max(minAttempt, a.mean+4*a.dev)
 }
 
-func newLimiter(p *RateLimitPolicy, clock Clock) *limiter {
-	return &limiter{p: p, clock: clock, groups: map[string]*limitGroup{}}
+func newLimiter(p *RateLimitPolicy, clock Clock, store Store) *limiter {
+	return &limiter{p: p, clock: clock, store: store, groups: map[string]*limitGroup{}}
 }
 
 // group returns the group of model, made on first use.
@@ -278,11 +282,9 @@ func (l *limiter) group(model string) *limitGroup {
 	l.mu.Lock()
 	g, ok := l.groups[name]
 	if !ok {
-		c := l.p.Limits[name]
-		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: ratelimit.New(ratelimit.Settings{
-			Limits:     ratelimit.Amounts{float64(c.RequestsPerMinute), float64(c.InputTokensPerMinute), float64(c.OutputTokensPerMinute)},
-			BatchShare: l.p.BatchShare, FollowOthers: true,
-		})}
+		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
+		_, inMemory := g.g.(memoryBuckets)
+		g.kept = !inMemory
 		l.groups[name] = g
 	}
 	l.mu.Unlock()
@@ -294,11 +296,25 @@ func (l *limiter) group(model string) *limitGroup {
 	return g
 }
 
+// buckets makes the buckets of group: the store's, or, when it keeps none
+// or fails, the buckets in memory.
+func (l *limiter) buckets(group string) LimitBuckets {
+	settings := LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
+	b, err := l.store.LimitBuckets(settings)
+	if err != nil {
+		l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+	}
+	if b == nil || err != nil {
+		b, _ = MemoryStore{}.LimitBuckets(settings)
+	}
+	return b
+}
+
 // callRate is what the limiter knows of one call, worked out at its first
 // attempt.
 type callRate struct {
 	group    *limitGroup
-	cost     ratelimit.Amounts
+	cost     RateAmounts
 	priority Priority
 }
 
@@ -311,7 +327,7 @@ func (l *limiter) forCall(c *call) *callRate {
 		}
 		g := l.group(c.report.Model)
 		c.rate = &callRate{group: g, priority: p,
-			cost: ratelimit.Amounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
+			cost: RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
 		c.mu.Lock()
 		c.report.LimitGroup = g.name
 		c.mu.Unlock()
@@ -338,41 +354,65 @@ func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 // reservation back when it refuses, or the wait is cut short.
 func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	cr := l.forCall(c)
-	g := cr.group.g
+	g := cr.group
 	latest := now
 	if !a.hedge {
 		latest = l.latest(c, cr, now)
 	}
 	start := now
-	var ticket ratelimit.Ticket
-	var r ratelimit.Reservation
+	var ticket *RateTicket
+	if cr.priority == Batch {
+		ticket = new(RateTicket)
+	}
+	var r RateReservation = noReservation{}
 	for {
 		due := now
+		var err error
 		if !r.Taken() {
-			r, due, _ = g.Reserve(now, cr.cost, ratelimit.Priority(cr.priority), latest, &ticket)
+			r, due, err = g.g.Reserve(c.ctx, now, cr.cost, cr.priority, latest, ticket)
+			c.storeError(partLimiter, "reserve", err)
+		} else {
+			// It took, then waited for its due time: a pause begun
+			// meanwhile holds it too.
+			due, err = g.g.PausedUntil(c.ctx, now)
+			c.storeError(partLimiter, "paused_until", err)
 		}
-		if r.Taken() {
-			due = later(due, g.PausedUntil(now))
-			if !due.After(now) {
-				return admission{pass: &limitPass{group: cr.group, r: r, sent: now}, queued: now.Sub(start)}
-			}
+		if r.Taken() && !due.After(now) {
+			return admission{pass: &limitPass{group: g, r: r, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
 		}
 		if due.After(latest) {
-			g.Cancel(&r, now)
+			g.cancel(c, r, now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := c.waitUntil(l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
-			g.Cancel(&r, now)
+			g.cancel(c, r, now)
 			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
 	}
 }
 
+// ctx is the context of g's operations that record what the call began:
+// without the call's cancellation when g's store outlives it.
+func (g *limitGroup) ctx(ctx context.Context) context.Context {
+	if g.kept {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
+
+// cancel gives back all that r took: its attempt was never sent.
+func (g *limitGroup) cancel(c *call, r RateReservation, now time.Time) {
+	if r.Taken() {
+		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, RateAmounts{}, [3]bool{true, true, true}))
+	}
+}
+
 func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
 	cr := l.forCall(c)
-	due := cr.group.g.Admits(now, at, cr.cost, ratelimit.Priority(cr.priority))
+	due, err := cr.group.g.Admits(c.ctx, now, at, cr.cost, cr.priority)
+	c.storeError(partLimiter, "admits", err)
 	if latest := l.latest(c, cr, at); due.After(latest) {
 		return rateDenial(now, due)
 	}
@@ -402,11 +442,11 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 	l.mu.Unlock()
 	out := make([]RateLimitState, 0, len(groups)*ratelimit.NumKinds)
 	for _, g := range groups {
-		for _, b := range g.g.State(now) {
-			out = append(out, RateLimitState{
-				Group: g.name, Bucket: b.Kind.String(), Limit: b.Limit, Remaining: b.Remaining,
-				Learned: b.Limit > 0 && !b.Configured, PausedUntil: b.PausedUntil,
-			})
+		buckets, err := g.g.State(context.Background(), now)
+		l.tel.logStoreError(context.Background(), partLimiter, "state", err)
+		for _, b := range buckets {
+			b.Group = g.name
+			out = append(out, b)
 		}
 	}
 	return out
@@ -415,8 +455,10 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
 	group *limitGroup
-	r     ratelimit.Reservation
-	sent  time.Time // when the line let it go
+	r     RateReservation
+	cost  RateAmounts     // what it asked for
+	sent  time.Time       // when the line let it go
+	ctx   context.Context // the call's, without its cancellation when the store outlives the call
 }
 
 // settle corrects the buckets from the response's headers, pauses them
@@ -425,13 +467,12 @@ type limitPass struct {
 // request and its input may have counted); for an attempt never sent,
 // entirely. A stream still open settles at its end (settleEnd).
 func (p *limitPass) settle(now time.Time, e attemptEvent) {
-	g := p.group.g
 	if !e.outcome.Success && e.failure == nil {
-		g.Cancel(&p.r, now)
+		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
 		return
 	}
 	if o, ok := rateHeaders(e.header); ok {
-		g.Observe(now, &p.r, o)
+		p.storeError("observe", p.group.g.Observe(p.ctx, now, p.r, o))
 	}
 	if e.outcome.Success {
 		p.group.took.add(now.Sub(p.sent))
@@ -441,7 +482,7 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 		if e.class == Retryable && e.outcome.Signal == CallerTraffic {
 			p.pause(now, e.header)
 		}
-		g.Settle(&p.r, now, ratelimit.Amounts{}, [ratelimit.NumKinds]bool{ratelimit.OutputTokens: true})
+		p.settleBy(now, RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
 	case e.streamOpen:
 	default:
 		p.settleUsage(now, e.usage)
@@ -457,14 +498,24 @@ func (p *limitPass) settleEnd(now time.Time, u usage) {
 // stands as taken.
 func (p *limitPass) settleUsage(now time.Time, u usage) {
 	if !u.known {
-		p.group.g.Settle(&p.r, now, ratelimit.Amounts{}, [ratelimit.NumKinds]bool{})
+		p.settleBy(now, RateAmounts{}, [3]bool{})
 		return
 	}
 	in := u.input + u.cacheCreation
 	if !p.group.cacheAware {
 		in += u.cacheRead
 	}
-	p.group.g.Settle(&p.r, now, ratelimit.Amounts{1, float64(in), float64(u.output)}, [ratelimit.NumKinds]bool{true, true, true})
+	p.settleBy(now, RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
+}
+
+func (p *limitPass) settleBy(now time.Time, used RateAmounts, known [3]bool) {
+	p.storeError("settle", p.group.g.Settle(p.ctx, now, p.r, used, known))
+}
+
+func (p *limitPass) storeError(op string, err error) {
+	if err != nil {
+		p.group.tel.logStoreError(p.ctx, partLimiter, op, err)
+	}
 }
 
 // pause empties the buckets a rate-limit 429 names (those whose remaining
@@ -475,7 +526,7 @@ func (p *limitPass) pause(now time.Time, h http.Header) {
 	var named [ratelimit.NumKinds]bool
 	any := false
 	for k, keys := range rateHeaderKeys {
-		if v, ok := headerFloat(h, keys.remaining); ok && v < max(p.r.Cost()[k], 1) {
+		if v, ok := headerFloat(h, keys.remaining); ok && v < max(p.cost[k], 1) {
 			named[k], any = true, true
 		}
 	}
@@ -491,7 +542,7 @@ func (p *limitPass) pause(now time.Time, h http.Header) {
 		}
 		var one [ratelimit.NumKinds]bool
 		one[k] = true
-		p.group.g.Pause(now, one, until)
+		p.storeError("pause", p.group.g.Pause(p.ctx, now, one, until))
 	}
 }
 
@@ -504,7 +555,7 @@ var rateHeaderKeys = [ratelimit.NumKinds]struct{ limit, remaining, reset string 
 
 // rateHeaders reads the anthropic-ratelimit-* headers of a response: a
 // bucket counts when both its limit and its remaining count parse.
-func rateHeaders(h http.Header) (o ratelimit.Observation, ok bool) {
+func rateHeaders(h http.Header) (o RateObservation, ok bool) {
 	if h == nil {
 		return o, false
 	}

@@ -65,7 +65,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	}
 	// The bucket holds nothing, and no debt: the next request is due in a
 	// minute at most (a debt would have made it two).
-	if due := d.limiter.group("claude-sonnet-4-6").g.Admits(time.Now(), time.Now(), [3]float64{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
+	if due, _ := d.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
 		t.Fatalf("next request due in %v: the refused attempt kept its request", due.Sub(time.Now()))
 	}
 }
@@ -203,7 +203,7 @@ func TestRateLimitWaiterHeldByPause(t *testing.T) {
 		done := make(chan admission, 1)
 		go func() { done <- d.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now()) }()
 		time.Sleep(500 * time.Millisecond) // it is due at +1 s
-		d.limiter.group("claude-sonnet-4-6").g.Pause(time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
+		d.limiter.group("claude-sonnet-4-6").g.Pause(context.Background(), time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
 		adm := <-done
 		if adm.pass == nil || time.Since(start) != 20*time.Second || adm.queued != 20*time.Second {
 			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.pass != nil, time.Since(start), adm.queued)

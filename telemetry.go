@@ -165,10 +165,15 @@ type telemetry struct {
 	// take their times from it.
 	virtualTime bool
 
-	// A failing budget store fails every operation: its errors are logged
-	// once per budgetLogEvery, with the count of those left out.
-	budgetLogNext atomic.Int64 // when the next line may be written (UnixNano)
-	budgetErrors  atomic.Int64 // errors since the last line
+	// A failing store fails every operation: the errors of each part are
+	// logged once per storeLogEvery, with the count of those left out.
+	storeErrs [numStoreParts]storeErrors
+}
+
+// storeErrors paces the log lines of one part's store errors.
+type storeErrors struct {
+	next   atomic.Int64 // when the next line may be written (UnixNano)
+	errors atomic.Int64 // errors since the last line
 }
 
 // newTelemetry builds the telemetry of a Damper with policy p, clock,

@@ -85,26 +85,49 @@ func (ct *callTrace) logContext() context.Context {
 	return trace.ContextWithSpan(ct.ctx, ct.request)
 }
 
-// logBudgetError logs a failure of the retry budget's store, at Warn: the
-// budget still decided, as it was built to (fail open or closed).
-func (t *telemetry) logBudgetError(ctx context.Context, op string, err error) {
-	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
+// storePart is a part of a Damper's state that a [Store] may keep.
+type storePart uint8
+
+const (
+	partBudget storePart = iota
+	partThrottle
+	partBreaker
+	partLimiter
+	numStoreParts
+)
+
+// storeErrorMessages are the log messages of each part's store errors.
+var storeErrorMessages = [numStoreParts]string{
+	partBudget:   "damper: retry budget error",
+	partThrottle: "damper: retry throttle store error",
+	partBreaker:  "damper: circuit breaker store error",
+	partLimiter:  "damper: rate limiter store error",
+}
+
+// logStoreError logs a failure of a part's store, at Warn: the part still
+// decided, as its store was built to (on state kept in memory, or
+// refusing). A store that is down fails every call, so each part writes
+// at most one line per storeLogEvery, with the count of errors since the
+// last.
+func (t *telemetry) logStoreError(ctx context.Context, part storePart, op string, err error) {
+	if err == nil || t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
-	n := t.budgetErrors.Add(1)
+	pe := &t.storeErrs[part]
+	n := pe.errors.Add(1)
 	now := t.clock.Now().UnixNano()
-	next := t.budgetLogNext.Load()
-	if now < next || !t.budgetLogNext.CompareAndSwap(next, now+int64(budgetLogEvery)) {
+	next := pe.next.Load()
+	if now < next || !pe.next.CompareAndSwap(next, now+int64(storeLogEvery)) {
 		return
 	}
-	t.budgetErrors.Add(-n)
-	t.log.LogAttrs(ctx, slog.LevelWarn, "damper: retry budget error", slog.String("op", op), slog.String("error", err.Error()),
+	pe.errors.Add(-n)
+	t.log.LogAttrs(ctx, slog.LevelWarn, storeErrorMessages[part], slog.String("op", op), slog.String("error", err.Error()),
 		slog.Int64("errors", n))
 }
 
-// budgetLogEvery is the least time between two lines about the budget's
-// errors: a store that is down fails every call.
-const budgetLogEvery = 10 * time.Second
+// storeLogEvery is the least time between two lines about one part's
+// store errors.
+const storeLogEvery = 10 * time.Second
 
 // logCircuitChange writes the line of a change of the breaker's state: at
 // Warn when it opens, at Info otherwise.

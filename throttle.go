@@ -3,7 +3,6 @@ package damper
 import (
 	"context"
 	"math"
-	"sync/atomic"
 	"time"
 )
 
@@ -49,46 +48,38 @@ func (p ThrottlePolicy) withDefaults() (*ThrottlePolicy, error) {
 	return &p, nil
 }
 
-// retryThrottle keeps the throttle's count in thousandths of a token, so
-// that it is one atomic integer.
+// retryThrottle is the throttle's rule over its count of tokens, kept in
+// thousandths of a token by a [Throttle].
 type retryThrottle struct {
-	max, half, ratio int64
-	tokens           atomic.Int64
+	half, ratio int64
+	t           Throttle
+	tel         *telemetry
 }
 
-func newRetryThrottle(p *ThrottlePolicy) *retryThrottle {
-	t := &retryThrottle{
-		max:   int64(p.MaxTokens) * 1000,
-		half:  int64(p.MaxTokens) * 500,
-		ratio: int64(math.Round(p.TokenRatio * 1000)),
-	}
-	t.tokens.Store(t.max)
-	return t
+func newRetryThrottle(p *ThrottlePolicy, t Throttle, tel *telemetry) *retryThrottle {
+	return &retryThrottle{half: int64(p.MaxTokens) * 500, ratio: int64(math.Round(p.TokenRatio * 1000)), t: t, tel: tel}
 }
 
 // observeAttempt takes a token for a failed attempt that could be retried
 // and gives back a share of one for an answered attempt.
-func (t *retryThrottle) observeAttempt(_ context.Context, _ time.Time, e attemptEvent) {
+func (t *retryThrottle) observeAttempt(ctx context.Context, _ time.Time, e attemptEvent) {
+	var delta int64
 	switch {
 	case e.outcome.Success:
-		t.add(t.ratio)
+		delta = t.ratio
 	case e.class == Retryable:
-		t.add(-1000)
+		delta = -1000
+	default:
+		return
+	}
+	if err := t.t.Add(keepGoing(ctx, t.t), delta); err != nil {
+		t.tel.logStoreError(ctx, partThrottle, "add", err)
 	}
 }
 
-func (t *retryThrottle) add(delta int64) {
-	for {
-		old := t.tokens.Load()
-		n := min(max(old+delta, 0), t.max)
-		if n == old || t.tokens.CompareAndSwap(old, n) {
-			return
-		}
-	}
+// allows reports whether c may make a retry now.
+func (t *retryThrottle) allows(c *call) bool {
+	n, err := t.t.Tokens(c.ctx)
+	c.storeError(partThrottle, "tokens", err)
+	return n > t.half
 }
-
-// allows reports whether a retry may be made now.
-func (t *retryThrottle) allows() bool { return t.tokens.Load() > t.half }
-
-// left returns the number of tokens left.
-func (t *retryThrottle) left() float64 { return float64(t.tokens.Load()) / 1000 }

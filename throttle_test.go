@@ -95,12 +95,18 @@ func TestRetryThrottleArithmetic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			th := newRetryThrottle(p)
+			tokens, err := MemoryStore{}.Throttle(*p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			th := newRetryThrottle(p, tokens, nil)
 			for _, e := range thrEvents(tt.seq) {
 				th.observeAttempt(context.Background(), time.Time{}, e)
 			}
-			if got := th.left(); got != tt.left || th.allows() != tt.allows {
-				t.Fatalf("left %v, allows %v; want %v, %v", got, th.allows(), tt.left, tt.allows)
+			n, _ := tokens.Tokens(context.Background())
+			c := &call{ctx: context.Background()}
+			if got := float64(n) / 1000; got != tt.left || th.allows(c) != tt.allows {
+				t.Fatalf("left %v, allows %v; want %v, %v", got, th.allows(c), tt.left, tt.allows)
 			}
 		})
 	}
@@ -176,8 +182,8 @@ func TestThrottleThroughEngine(t *testing.T) {
 		if got := clk.Sleeps()[sleeps:]; !slices.Equal(got, w.waits) {
 			t.Errorf("call %d: waits %v, want %v", i+1, got, w.waits)
 		}
-		if w.left >= 0 && d.throttle.left() != w.left {
-			t.Errorf("call %d: %v tokens left, want %v", i+1, d.throttle.left(), w.left)
+		if w.left >= 0 && throttleLeft(d.throttle) != w.left {
+			t.Errorf("call %d: %v tokens left, want %v", i+1, throttleLeft(d.throttle), w.left)
 		}
 		if w.budget >= 0 && available(t, d, clk.Now()) != w.budget {
 			t.Errorf("call %d: budget %v, want %v", i+1, available(t, d, clk.Now()), w.budget)
@@ -230,7 +236,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk, srv, d, client := thrRig(t, Policy{MaxAttempts: 1, PerAttemptTimeout: time.Second, Throttle: &ThrottlePolicy{}})
-			d.throttle.tokens.Store(int64(tt.start * 1000))
+			d.throttle.t.(*memoryThrottle).tokens.Store(int64(tt.start * 1000))
 			srv.Script("", tt.step)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -253,7 +259,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 			if srv.Count("") != 1 {
 				t.Fatalf("server got %d requests, want 1", srv.Count(""))
 			}
-			if got := d.throttle.left(); got != tt.left {
+			if got := throttleLeft(d.throttle); got != tt.left {
 				t.Fatalf("%v tokens left, want %v (err %v)", got, tt.left, err)
 			}
 		})
@@ -264,7 +270,9 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 // count ends exactly where the arithmetic puts it.
 func TestRetryThrottleConcurrent(t *testing.T) {
 	ctx, now := context.Background(), time.Time{}
-	th := newRetryThrottle(&ThrottlePolicy{MaxTokens: 1000, TokenRatio: 0.2})
+	p := &ThrottlePolicy{MaxTokens: 1000, TokenRatio: 0.2}
+	tokens, _ := MemoryStore{}.Throttle(*p)
+	th := newRetryThrottle(p, tokens, nil)
 	for range 400 {
 		th.observeAttempt(ctx, now, thrFailed)
 	}
@@ -274,10 +282,10 @@ func TestRetryThrottleConcurrent(t *testing.T) {
 	for range 4 {
 		readers.Go(func() {
 			for !stop.Load() {
-				if l := th.left(); l < 0 || l > 1000 {
+				if l := throttleLeft(th); l < 0 || l > 1000 {
 					bad.Add(1)
 				}
-				_ = th.allows()
+				_ = th.allows(&call{ctx: ctx})
 			}
 		})
 	}
@@ -302,15 +310,15 @@ func TestRetryThrottleConcurrent(t *testing.T) {
 		}
 		th.observeAttempt(ctx, now, thrFinal)
 	})
-	if got := th.left(); got != 600 || !th.allows() {
+	if got := throttleLeft(th); got != 600 || !th.allows(&call{ctx: ctx}) {
 		t.Errorf("after balanced rounds: %v left, want 600", got)
 	}
 	run(50, 200, func() { th.observeAttempt(ctx, now, thrAnswered) })
-	if got := th.left(); got != 1000 {
+	if got := throttleLeft(th); got != 1000 {
 		t.Errorf("after 10000 answers: %v left, want 1000", got)
 	}
 	run(50, 50, func() { th.observeAttempt(ctx, now, thrLimited) })
-	if got := th.left(); got != 0 || th.allows() {
+	if got := throttleLeft(th); got != 0 || th.allows(&call{ctx: ctx}) {
 		t.Errorf("after 2500 failures: %v left, want 0", got)
 	}
 	stop.Store(true)
@@ -353,7 +361,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 func TestRetryGatesOrder(t *testing.T) {
 	t.Run("breaker before throttle", func(t *testing.T) {
 		_, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{MinAttempts: 1}, Throttle: &ThrottlePolicy{}})
-		d.throttle.tokens.Store(5500) // one failure leaves 4.5: refused
+		d.throttle.t.(*memoryThrottle).tokens.Store(5500) // one failure leaves 4.5: refused
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRetryThrottled) {
@@ -362,7 +370,7 @@ func TestRetryGatesOrder(t *testing.T) {
 	})
 	t.Run("throttle before budget", func(t *testing.T) {
 		clk, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RetryBudgetMinTokens: 1})
-		d.throttle.tokens.Store(5500)
+		d.throttle.t.(*memoryThrottle).tokens.Store(5500)
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrRetryThrottled) {
@@ -382,4 +390,10 @@ func hasBreaker(d *Damper) bool {
 		}
 	}
 	return false
+}
+
+// throttleLeft returns the tokens a throttle in memory has left.
+func throttleLeft(th *retryThrottle) float64 {
+	n, _ := th.t.Tokens(context.Background())
+	return float64(n) / 1000
 }

@@ -117,7 +117,9 @@ func New(s Settings) *Breaker {
 
 // Ticket is an admitted attempt, to give back to Done when it ends.
 type Ticket struct {
-	generation uint64
+	// Generation is the breaker's generation when it admitted the
+	// attempt.
+	Generation uint64
 	// Probe is true for the one attempt admitted while half-open.
 	Probe bool
 }
@@ -151,7 +153,7 @@ func (b *Breaker) Allow(now time.Time) Admission {
 			a.OK, a.Ticket.Probe = true, true
 		}
 	}
-	a.Ticket.generation = b.generation
+	a.Ticket.Generation = b.generation
 	b.unlockAndDeliver()
 	return a
 }
@@ -180,7 +182,7 @@ func (b *Breaker) RefusesAt(now, at time.Time) (refused bool, nextProbe time.Tim
 func (b *Breaker) Done(t Ticket, now time.Time, v Verdict) {
 	b.mu.Lock()
 	b.tick(now)
-	if t.generation != b.generation {
+	if t.Generation != b.generation {
 		// tick may have moved the breaker to half-open: deliver that.
 		b.unlockAndDeliver()
 		return

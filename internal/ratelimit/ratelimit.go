@@ -231,7 +231,7 @@ func (r Reservation) Cost() Amounts { return r.cost }
 // Ticket is a batch request's place in the batch line, kept between its
 // asks; the zero value is a request that has not joined it.
 type Ticket struct {
-	slot time.Time
+	Slot time.Time
 }
 
 // Reserve asks for cost at now for a request that can start no later than
@@ -248,13 +248,13 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 		if t == nil {
 			t = new(Ticket)
 		}
-		inLine := t.slot.IsZero() || now.Before(t.slot)
+		inLine := t.Slot.IsZero() || now.Before(t.Slot)
 		if inLine && g.batchNext.After(due) {
 			due = g.batchNext
 		}
 		if due.After(now) {
 			if !due.After(latest) && inLine {
-				t.slot = due
+				t.Slot = due
 				g.batchNext = due.Add(g.refillTime(cost))
 			}
 			return Reservation{}, due, false

@@ -771,8 +771,8 @@ func TestPauseUnknownLimit(t *testing.T) {
 	wantReserve(t, g, at(sec), Amounts{1, 1e6, 0}, Interactive, far, nil, until, true)
 	var tk Ticket
 	wantReserve(t, g, at(sec), Amounts{1, 1e6, 0}, Batch, far, &tk, until, false)
-	if !tk.slot.Equal(until) {
-		t.Fatalf("slot = %s", fmtTime(tk.slot))
+	if !tk.Slot.Equal(until) {
+		t.Fatalf("Slot = %s", fmtTime(tk.Slot))
 	}
 	wantReserve(t, g, until, Amounts{1, 1e6, 0}, Batch, far, &tk, until, true)
 	wantReserve(t, g, until, Amounts{1, 1e6, 0}, Interactive, until, nil, until, true)
@@ -861,12 +861,12 @@ func drainBatch(t *testing.T, g *Group) {
 func TestBatchKeepsReserve(t *testing.T) {
 	g := New(batchSettings)
 	drainBatch(t, g)
-	// The 81st waits for one request's refill: 0.6 s, and holds that slot.
+	// The 81st waits for one request's refill: 0.6 s, and holds that Slot.
 	var a Ticket
 	before := rawState(g).b
 	wantReserve(t, g, t0, batchCost, Batch, far, &a, at(600*ms), false)
-	if !a.slot.Equal(at(600 * ms)) {
-		t.Fatalf("slot = %s", fmtTime(a.slot))
+	if !a.Slot.Equal(at(600 * ms)) {
+		t.Fatalf("Slot = %s", fmtTime(a.Slot))
 	}
 	if rawState(g).b != before {
 		t.Fatal("a batch request that waits took")
@@ -879,7 +879,7 @@ func TestBatchKeepsReserve(t *testing.T) {
 		wantReserve(t, g, t0, batchCost, Batch, far, tk, at(time.Duration(i)*600*ms), false)
 		tks = append(tks, tk)
 	}
-	// One that cannot wait for its slot is refused, takes no slot, and
+	// One that cannot wait for its Slot is refused, takes no Slot, and
 	// leaves the line as it was.
 	var late Ticket
 	wantReserve(t, g, t0, batchCost, Batch, at(3*sec-1), &late, at(3*sec), false)
@@ -889,23 +889,23 @@ func TestBatchKeepsReserve(t *testing.T) {
 	var next Ticket
 	wantReserve(t, g, at(100*ms), batchCost, Batch, far, &next, at(3*sec), false)
 	tks = append(tks, &next)
-	// Each takes at its slot; the first is not held behind later slots.
+	// Each takes at its Slot; the first is not held behind later slots.
 	for i, tk := range tks {
-		slot := at(time.Duration(i+1) * 600 * ms)
-		if !tk.slot.Equal(slot) {
-			t.Fatalf("ticket %d slot %s, want %s", i, fmtTime(tk.slot), fmtTime(slot))
+		Slot := at(time.Duration(i+1) * 600 * ms)
+		if !tk.Slot.Equal(Slot) {
+			t.Fatalf("ticket %d Slot %s, want %s", i, fmtTime(tk.Slot), fmtTime(Slot))
 		}
 		// One nanosecond early it would rejoin the line; Admits says when.
-		if got := g.Admits(slot.Add(-1), slot.Add(-1), batchCost, Batch); !got.After(slot) {
-			t.Fatalf("Admits 1ns before slot %d = %s", i, fmtTime(got))
+		if got := g.Admits(Slot.Add(-1), Slot.Add(-1), batchCost, Batch); !got.After(Slot) {
+			t.Fatalf("Admits 1ns before Slot %d = %s", i, fmtTime(got))
 		}
-		wantReserve(t, g, slot, batchCost, Batch, slot, tk, slot, true)
-		wantLevels(t, g, slot, Amounts{20, 2000, 4000})
+		wantReserve(t, g, Slot, batchCost, Batch, Slot, tk, Slot, true)
+		wantLevels(t, g, Slot, Amounts{20, 2000, 4000})
 	}
 }
 
 // TestBatchAskingEarlyRejoins checks that a batch request asking before
-// its slot takes a new place at the end of the line.
+// its Slot takes a new place at the end of the line.
 func TestBatchAskingEarlyRejoins(t *testing.T) {
 	g := New(batchSettings)
 	drainBatch(t, g)
@@ -919,7 +919,7 @@ func TestBatchAskingEarlyRejoins(t *testing.T) {
 
 // TestInteractiveBeforeBatch checks that interactive requests get through
 // at once while batch requests wait and the buckets sit at the reserve,
-// that a batch request whose slot came while an interactive one took asks
+// that a batch request whose Slot came while an interactive one took asks
 // again when it can take, and that interactive debt holds batch back.
 func TestInteractiveBeforeBatch(t *testing.T) {
 	g := New(batchSettings)
@@ -932,10 +932,10 @@ func TestInteractiveBeforeBatch(t *testing.T) {
 	}
 	wantLevels(t, g, t0, Amounts{0, 0, 0})
 	// The interactive requests took the reserve: the first batch request
-	// must wait 20 refills more at its slot, and keeps its turn.
+	// must wait 20 refills more at its Slot, and keeps its turn.
 	wantReserve(t, g, at(600*ms), batchCost, Batch, far, &a, at(12600*ms), false)
-	if !a.slot.Equal(at(600 * ms)) {
-		t.Fatalf("slot = %s", fmtTime(a.slot))
+	if !a.Slot.Equal(at(600 * ms)) {
+		t.Fatalf("Slot = %s", fmtTime(a.Slot))
 	}
 	// Interactive debt holds batch requests back.
 	wantReserve(t, g, at(600*ms), Amounts{11, 0, 0}, Interactive, far, nil, at(6600*ms), true)
@@ -1207,7 +1207,7 @@ func TestConcurrent(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(w), 2))
 					var rs []Reservation
 					var tk Ticket
-					var slot time.Time // a waiting batch request's due time
+					var Slot time.Time // a waiting batch request's due time
 					for range rounds {
 						now := tick()
 						cost := Amounts{1, float64(rng.IntN(500)), float64(rng.IntN(1000))}
@@ -1223,7 +1223,7 @@ func TestConcurrent(t *testing.T) {
 								bad.Add(1)
 							}
 						case x < 9:
-							if !slot.IsZero() && now.Before(slot) {
+							if !Slot.IsZero() && now.Before(Slot) {
 								continue
 							}
 							r, due, taken := g.Reserve(now, cost, Batch, now.Add(10*sec), &tk)
@@ -1231,11 +1231,11 @@ func TestConcurrent(t *testing.T) {
 							case taken:
 								takes.Add(1)
 								rs = append(rs, r)
-								tk, slot = Ticket{}, time.Time{}
+								tk, Slot = Ticket{}, time.Time{}
 							case due.After(now.Add(10 * sec)):
-								tk, slot = Ticket{}, time.Time{}
+								tk, Slot = Ticket{}, time.Time{}
 							default:
-								slot = due
+								Slot = due
 							}
 						case x < 13 && len(rs) > 0:
 							i := rng.IntN(len(rs))
@@ -1476,7 +1476,7 @@ const (
 	fzPause              // pause the buckets a until b
 	fzState              // State
 	fzAdmits             // Admits, asked later by a: cost b, c; priority a
-	fzJump               // jump to a waiting request's slot, a pause's end or the line's end, or 1 ns off
+	fzJump               // jump to a waiting request's Slot, a pause's end or the line's end, or 1 ns off
 	fzNumOps
 )
 
@@ -1589,17 +1589,17 @@ func FuzzGroup(f *testing.F) {
 					cost = tk.cost
 				}
 				latest := now.Add(fzLatest[c%6])
-				var slot time.Time
+				var Slot time.Time
 				var it *Ticket
 				if tk != nil {
-					slot, it = tk.t.slot, tk.t
+					Slot, it = tk.t.Slot, tk.t
 				}
 				levels(g, now)
 				before := rawState(g)
 				r, due, taken := g.Reserve(now, cost, p, latest, it)
 				icost := toInts(cost)
 				mdue := m.due(now, icost, p)
-				inLine := p == Batch && (slot.IsZero() || now.Before(slot))
+				inLine := p == Batch && (Slot.IsZero() || now.Before(Slot))
 				if inLine && m.batchNext.After(mdue) {
 					mdue = m.batchNext
 				}
@@ -1624,8 +1624,8 @@ func FuzzGroup(f *testing.F) {
 					}
 					if p == Batch {
 						joined := inLine && !due.After(latest)
-						if want := map[bool]time.Time{true: due, false: slot}[joined]; !it.slot.Equal(want) {
-							t.Fatalf("%s: slot %s, was %s, due %s, in line %v", what(), fmtTime(it.slot), fmtTime(slot), fmtTime(due), inLine)
+						if want := map[bool]time.Time{true: due, false: Slot}[joined]; !it.Slot.Equal(want) {
+							t.Fatalf("%s: Slot %s, was %s, due %s, in line %v", what(), fmtTime(it.Slot), fmtTime(Slot), fmtTime(due), inLine)
 						}
 						if joined {
 							closeTo("batchNext", after.batchNext, due.Add(m.refillTime(icost)))
@@ -1634,7 +1634,7 @@ func FuzzGroup(f *testing.F) {
 								tickets = append(tickets, tk)
 							}
 						} else if after.batchNext != before.batchNext {
-							t.Fatalf("%s: batchNext moved to %s without a slot", what(), fmtTime(after.batchNext))
+							t.Fatalf("%s: batchNext moved to %s without a Slot", what(), fmtTime(after.batchNext))
 						}
 					}
 					if o == fzBatchAgain && due.After(latest) {
@@ -1758,7 +1758,7 @@ func FuzzGroup(f *testing.F) {
 			case fzJump:
 				var targets []time.Time
 				for _, tk := range tickets {
-					targets = append(targets, tk.t.slot)
+					targets = append(targets, tk.t.Slot)
 				}
 				for _, b := range m.b {
 					targets = append(targets, b.pausedUntil)
