@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/damper-ai/damper-go"
@@ -110,9 +108,8 @@ type Stats struct {
 // decides as [Options.FailClosed] says and returns the error as well. It is
 // safe for concurrent use.
 type Budget struct {
-	client    redis.UniversalClient
+	link      *link
 	keys      []string
-	name      string
 	ratio     float64
 	minTokens float64
 	window    time.Duration
@@ -120,27 +117,10 @@ type Budget struct {
 	minArg    string // minTokens and ratio as the scripts read them
 	ratioArg  string
 
-	timeout    time.Duration
-	inline     bool // the client gives up at the context's deadline itself
-	probeEvery time.Duration
-	failClosed bool
-	log        *slog.Logger
-
 	// local keeps this process's share of the books at all times, so that a
 	// fallback in the middle of a window starts from what this process has
 	// earned and spent in it.
 	local *damper.WindowBudget
-
-	start     time.Time    // the origin of nextProbe, with a monotonic reading
-	down      atomic.Bool  // in fallback
-	probing   atomic.Bool  // a probe's round trip is in flight
-	nextProbe atomic.Int64 // when the next probe is due, in nanoseconds since start
-
-	mu    sync.Mutex // orders the switches and their log lines
-	since time.Time  // when the current fallback began
-	cause error      // the failure that began it
-
-	fallbacks, recoveries, failures, unasked atomic.Uint64
 }
 
 var _ damper.Budget = (*Budget)(nil)
@@ -170,38 +150,35 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 	case o.ProbeInterval < 0:
 		return nil, fmt.Errorf("redisstore: Options.ProbeInterval = %v: must be positive (0 means the timeout)", o.ProbeInterval)
 	}
-	ratio := orDefault(o.Ratio, damper.DefaultRetryBudgetRatio)
-	window := orDefault(o.Window, damper.DefaultRetryBudgetWindow)
-	minTokens := orDefault(o.MinTokens, damper.DefaultRetryBudgetMinTokens)
-	timeout := orDefault(o.Timeout, DefaultTimeout)
-	probeEvery := orDefault(o.ProbeInterval, timeout)
-	local, err := damper.NewWindowBudget(ratio, window, minTokens)
+	return newBudget(newLink(client, o, "retry budget", "budget"), damper.BudgetSettings{
+		Ratio:     orDefault(o.Ratio, damper.DefaultRetryBudgetRatio),
+		Window:    orDefault(o.Window, damper.DefaultRetryBudgetWindow),
+		MinTokens: orDefault(o.MinTokens, damper.DefaultRetryBudgetMinTokens),
+	})
+}
+
+// newBudget returns the budget of s on l.
+func newBudget(l *link, s damper.BudgetSettings) (*Budget, error) {
+	local, err := damper.NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
 	if err != nil {
-		return nil, err // unreachable: the values were checked above
+		return nil, err
 	}
 	// A few windows, and at least a second: the books of a window only
 	// matter while it lasts, and a late caller's shortly after.
 	ttl := time.Duration(math.MaxInt64)
-	if window < ttl/3 {
-		ttl = max(3*window, time.Second)
+	if s.Window < ttl/3 {
+		ttl = max(3*s.Window, time.Second)
 	}
 	return &Budget{
-		client:     client,
-		keys:       []string{Key(o.Name)},
-		name:       o.Name,
-		ratio:      ratio,
-		minTokens:  float64(minTokens),
-		window:     window,
-		ttl:        ttl.Milliseconds(),
-		minArg:     strconv.Itoa(minTokens),
-		ratioArg:   strconv.FormatFloat(ratio, 'g', -1, 64),
-		timeout:    timeout,
-		inline:     boundsItself(client),
-		probeEvery: probeEvery,
-		failClosed: o.FailClosed,
-		log:        o.Logger,
-		local:      local,
-		start:      time.Now(),
+		link:      l,
+		keys:      []string{Key(l.name)},
+		ratio:     s.Ratio,
+		minTokens: float64(s.MinTokens),
+		window:    s.Window,
+		ttl:       ttl.Milliseconds(),
+		minArg:    strconv.Itoa(s.MinTokens),
+		ratioArg:  strconv.FormatFloat(s.Ratio, 'g', -1, 64),
+		local:     local,
 	}, nil
 }
 
@@ -250,7 +227,7 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a damper.AttemptOut
 func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
 	r, err := b.run(ctx, "acquire", acquireScript, now)
 	if err != nil {
-		if b.failClosed {
+		if b.link.failClosed {
 			return false, err
 		}
 		return b.local.TryAcquire(now), err
@@ -269,7 +246,7 @@ func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
 func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
 	r, err := b.run(ctx, "available", availableScript, now)
 	if err != nil {
-		if b.failClosed {
+		if b.link.failClosed {
 			return 0, err
 		}
 		return b.local.Balance(now), err
@@ -280,23 +257,10 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 }
 
 // State returns where the budget's decisions come from now.
-func (b *Budget) State() State {
-	if b.down.Load() {
-		return StateFallback
-	}
-	return StateShared
-}
+func (b *Budget) State() State { return b.link.state() }
 
 // Stats returns the budget's state and counters.
-func (b *Budget) Stats() Stats {
-	return Stats{
-		State:      b.State(),
-		Fallbacks:  b.fallbacks.Load(),
-		Recoveries: b.recoveries.Load(),
-		Failures:   b.failures.Load(),
-		Unasked:    b.unasked.Load(),
-	}
-}
+func (b *Budget) Stats() Stats { return b.link.stats() }
 
 // books is a window's state as a script returned it.
 type books struct {
@@ -304,77 +268,17 @@ type books struct {
 	granted         bool
 }
 
-type reply struct {
-	v   []int64
-	err error
-}
-
-// run runs script s on the window holding now: one round trip, bounded by
-// the timeout. During a fallback only the probe that is due asks Redis.
+// run runs script s on the window holding now.
 func (b *Budget) run(ctx context.Context, op string, s *redis.Script, now time.Time) (books, error) {
-	probe := false
-	if b.down.Load() {
-		if !b.startProbe() {
-			b.unasked.Add(1)
-			return books{}, b.unavailable(op)
-		}
-		probe = true
+	v, err := b.link.run(ctx, op, s, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg)
+	if err != nil {
+		return books{}, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	var r reply
-	if b.inline {
-		r.v, r.err = s.Run(tctx, b.client, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg).Int64Slice()
-		if probe {
-			b.probing.Store(false)
-		}
-	} else {
-		// The round trip runs apart so that the timeout holds all the same:
-		// without ContextTimeoutEnabled, go-redis waits for its socket by
-		// its own ReadTimeout, seconds by default.
-		done := make(chan reply, 1)
-		go func() {
-			v, err := s.Run(tctx, b.client, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg).Int64Slice()
-			if probe {
-				b.probing.Store(false) // only now: one stuck probe at a time
-			}
-			done <- reply{v, err}
-		}()
-		select {
-		case r = <-done:
-		case <-tctx.Done():
-			r.err = ctx.Err()
-			if r.err == nil {
-				r.err = fmt.Errorf("no answer within %v: %w", b.timeout, tctx.Err())
-			}
-		}
+	r, err := b.link.ints(op, v, 3)
+	if err != nil {
+		return books{}, err
 	}
-	if r.err == nil && len(r.v) != 3 {
-		r.err = fmt.Errorf("unexpected reply %v", r.v)
-	}
-	if r.err != nil {
-		if ctx.Err() == nil {
-			b.fail(op, r.err) // the caller's own end says nothing of Redis
-		}
-		return books{}, fmt.Errorf("redisstore: %s on %q: %w", op, b.name, r.err)
-	}
-	b.recover()
-	return books{successes: r.v[0], used: r.v[1], granted: r.v[2] == 1}, nil
-}
-
-// boundsItself reports whether client gives up at a context's deadline in
-// every wait (ContextTimeoutEnabled), so that a round trip can run on the
-// caller's goroutine: handing it to another costs tens of microseconds.
-func boundsItself(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
+	return books{successes: r[0], used: r[1], granted: r[2] == 1}, nil
 }
 
 // windowID numbers the window holding now's wall time, in windows since
@@ -386,65 +290,4 @@ func windowID(now time.Time, window time.Duration) string {
 		id--
 	}
 	return strconv.FormatInt(id, 10)
-}
-
-// startProbe reports whether this operation is the probe that is due.
-func (b *Budget) startProbe() bool {
-	elapsed := int64(time.Since(b.start))
-	if elapsed < b.nextProbe.Load() || !b.probing.CompareAndSwap(false, true) {
-		return false
-	}
-	b.nextProbe.Store(elapsed + int64(b.probeEvery))
-	return true
-}
-
-func (b *Budget) unavailable(op string) error {
-	b.mu.Lock()
-	since, cause := b.since, b.cause
-	b.mu.Unlock()
-	return fmt.Errorf("%w: %s on %q, failing since %s: %w", ErrUnavailable, op, b.name, since.Format(time.RFC3339Nano), cause)
-}
-
-// fail records a failed operation, switching to the fallback if the budget
-// was on Redis.
-func (b *Budget) fail(op string, err error) {
-	b.failures.Add(1)
-	if b.down.Load() {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.down.Load() {
-		return
-	}
-	b.since, b.cause = time.Now(), err
-	b.nextProbe.Store(int64(time.Since(b.start) + b.probeEvery))
-	b.down.Store(true)
-	b.fallbacks.Add(1)
-	if b.log != nil {
-		decides := "the local budget decides"
-		if b.failClosed {
-			decides = "retries are refused"
-		}
-		b.log.Warn("redisstore: Redis failed, retry budget falls back: "+decides,
-			slog.String("budget", b.name), slog.String("op", op), slog.String("error", err.Error()))
-	}
-}
-
-// recover switches back to Redis after a fallback.
-func (b *Budget) recover() {
-	if !b.down.Load() {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.down.Load() {
-		return
-	}
-	b.down.Store(false)
-	b.recoveries.Add(1)
-	if b.log != nil {
-		b.log.Info("redisstore: Redis answers again, retry budget shared again",
-			slog.String("budget", b.name), slog.Duration("after", time.Since(b.since)))
-	}
 }
