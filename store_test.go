@@ -1,0 +1,296 @@
+package damper_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// recordingStore is MemoryStore with every part wrapped to count its
+// operations, and what New asked of it recorded.
+type recordingStore struct {
+	damper.MemoryStore
+	keepInMemory bool  // every method returns nil
+	fail         error // New's questions fail with it
+	partErr      error // every operation of the parts made fails with it (and still decides)
+
+	mu       sync.Mutex
+	asked    []string
+	budget   damper.BudgetSettings
+	throttle damper.ThrottlePolicy
+	breaker  damper.BreakerSettings
+	groups   []damper.LimitSettings
+	ops      map[string]int
+}
+
+func (s *recordingStore) count(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ops == nil {
+		s.ops = map[string]int{}
+	}
+	s.ops[op]++
+	return s.partErr
+}
+
+func (s *recordingStore) opCount(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops[op]
+}
+
+func (s *recordingStore) ask(part string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, part)
+}
+
+func (s *recordingStore) Budget(b damper.BudgetSettings) (damper.Budget, error) {
+	s.ask("budget")
+	s.budget = b
+	if s.fail != nil || s.keepInMemory {
+		return nil, s.fail
+	}
+	return s.MemoryStore.Budget(b)
+}
+
+func (s *recordingStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+	s.ask("throttle")
+	s.throttle = p
+	if s.fail != nil || s.keepInMemory {
+		return nil, s.fail
+	}
+	t, err := s.MemoryStore.Throttle(p)
+	return countedThrottle{t, s}, err
+}
+
+func (s *recordingStore) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+	s.ask("breaker")
+	s.breaker = b
+	if s.fail != nil || s.keepInMemory {
+		return nil, s.fail
+	}
+	br, err := s.MemoryStore.Breaker(b)
+	return countedBreaker{br, s}, err
+}
+
+func (s *recordingStore) LimitBuckets(l damper.LimitSettings) (damper.LimitBuckets, error) {
+	s.ask("buckets " + l.Group)
+	s.mu.Lock()
+	s.groups = append(s.groups, l)
+	s.mu.Unlock()
+	if s.fail != nil || s.keepInMemory {
+		return nil, s.fail
+	}
+	b, err := s.MemoryStore.LimitBuckets(l)
+	return countedBuckets{b, s}, err
+}
+
+type countedThrottle struct {
+	damper.Throttle
+	s *recordingStore
+}
+
+func (c countedThrottle) Add(ctx context.Context, delta int64) error {
+	return errors.Join(c.Throttle.Add(ctx, delta), c.s.count("throttle.add"))
+}
+
+func (c countedThrottle) Tokens(ctx context.Context) (int64, error) {
+	n, err := c.Throttle.Tokens(ctx)
+	return n, errors.Join(err, c.s.count("throttle.tokens"))
+}
+
+type countedBreaker struct {
+	damper.Breaker
+	s *recordingStore
+}
+
+func (c countedBreaker) Allow(ctx context.Context, now time.Time) (damper.CircuitAdmission, error) {
+	a, err := c.Breaker.Allow(ctx, now)
+	return a, errors.Join(err, c.s.count("breaker.allow"))
+}
+
+func (c countedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now time.Time, v damper.CircuitVerdict) error {
+	return errors.Join(c.Breaker.Done(ctx, t, now, v), c.s.count("breaker.done"))
+}
+
+type countedBuckets struct {
+	damper.LimitBuckets
+	s *recordingStore
+}
+
+func (c countedBuckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+	r, due, err := c.LimitBuckets.Reserve(ctx, now, cost, p, latest, t)
+	return r, due, errors.Join(err, c.s.count("buckets.reserve"))
+}
+
+func (c countedBuckets) Settle(ctx context.Context, now time.Time, r damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+	return errors.Join(c.LimitBuckets.Settle(ctx, now, r, used, known), c.s.count("buckets.settle"))
+}
+
+// storePolicy configures every part a Store may keep.
+func storePolicy() damper.Policy {
+	return damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{}, RateLimit: &damper.RateLimitPolicy{}}
+}
+
+// New asks the store for each part its Policy configures, with the
+// Policy's values and defaults, and the calls go through the parts made.
+func TestWithStoreMakesEveryPart(t *testing.T) {
+	s := &recordingStore{}
+	var changes []damper.CircuitChange
+	p := storePolicy()
+	p.Breaker.OnStateChange = func(c damper.CircuitChange) { changes = append(changes, c) }
+	p.PerAttemptTimeout = 7 * time.Second
+	r := newRig(t, p, damper.WithStore(s))
+	if got := strings.Join(s.asked, ","); got != "budget,breaker,throttle" {
+		t.Fatalf("New asked for %s; want budget,breaker,throttle", got)
+	}
+	if s.budget != (damper.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10}) {
+		t.Errorf("budget settings %+v", s.budget)
+	}
+	if s.throttle != (damper.ThrottlePolicy{MaxTokens: 10, TokenRatio: 0.2}) {
+		t.Errorf("throttle settings %+v", s.throttle)
+	}
+	b := s.breaker
+	if b.FailureRatio != 0.5 || b.MinAttempts != 20 || b.Window != 30*time.Second || b.OpenFor != 30*time.Second ||
+		b.MaxOpenFor != 300*time.Second || b.ProbeLimit != 7*time.Second || b.OnStateChange != nil || b.OnChange == nil {
+		t.Errorf("breaker settings %+v", b)
+	}
+
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("err %v, %d attempts; want a retried success", err, rep.Attempts)
+	}
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-5-20250929")); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(s.asked, ","); got != "budget,breaker,throttle,buckets claude-sonnet-4" {
+		t.Fatalf("asked %s; want the group's buckets once, at its first call", got)
+	}
+	if g := s.groups[0]; g.BatchShare != 0.8 || g.Limits != (damper.RateLimits{}) {
+		t.Errorf("limit settings %+v", g)
+	}
+	// Three attempts: each admitted by the breaker and the buckets, and
+	// settled with both; the throttle hears the 529 and both answers, and
+	// is asked once, for the retry.
+	for op, want := range map[string]int{"breaker.allow": 3, "breaker.done": 3, "buckets.reserve": 3, "buckets.settle": 3, "throttle.add": 3, "throttle.tokens": 1} {
+		if got := s.opCount(op); got != want {
+			t.Errorf("%s: %d, want %d", op, got, want)
+		}
+	}
+	// The store's breaker tells its changes to OnChange, which reaches the
+	// policy's callback.
+	s.breaker.OnChange(damper.CircuitChange{From: damper.CircuitClosed, To: damper.CircuitOpen})
+	if len(changes) != 1 || changes[0].To != damper.CircuitOpen {
+		t.Errorf("OnStateChange heard %+v", changes)
+	}
+}
+
+// Only the parts the Policy configures are asked for; WithBudget
+// overrides the store's budget; nil parts stay in memory and work.
+func TestWithStoreAsksOnlyWhatIsConfigured(t *testing.T) {
+	s := &recordingStore{}
+	newRig(t, damper.Policy{}, damper.WithStore(s))
+	if got := strings.Join(s.asked, ","); got != "budget" {
+		t.Errorf("asked %s; want budget", got)
+	}
+	s = &recordingStore{}
+	b := mustBudget(t, 0.1, time.Minute, 10)
+	r := newRig(t, damper.Policy{Throttle: &damper.ThrottlePolicy{}}, damper.WithStore(s), damper.WithBudget(b))
+	if got := strings.Join(s.asked, ","); got != "throttle" || r.d.Budget() != b {
+		t.Errorf("asked %s; want throttle alone, WithBudget's budget kept", got)
+	}
+
+	s = &recordingStore{keepInMemory: true}
+	r = newRig(t, storePolicy(), damper.WithStore(s))
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("parts kept in memory: err %v, %d attempts; want a retried success", err, rep.Attempts)
+	}
+	if _, ok := r.d.Budget().(*damper.WindowBudget); !ok {
+		t.Errorf("budget %T, want the WindowBudget", r.d.Budget())
+	}
+}
+
+// A store that cannot make a part fails New with an error that names the
+// part; WithStore(nil) is refused.
+func TestWithStoreErrors(t *testing.T) {
+	boom := errors.New("redis: connection refused")
+	_, err := damper.New(damper.Policy{}, damper.WithStore(&recordingStore{fail: boom}))
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "damper: the store's Budget: ") {
+		t.Errorf("err = %v; want the budget's error, named", err)
+	}
+	_, err = damper.New(damper.Policy{Breaker: &damper.BreakerPolicy{}}, damper.WithStore(&failingPart{recordingStore: &recordingStore{}, part: "breaker", err: boom}))
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "damper: the store's Breaker: ") {
+		t.Errorf("err = %v; want the breaker's error, named", err)
+	}
+	if _, err := damper.New(damper.Policy{}, damper.WithStore(nil)); err == nil || !strings.Contains(err.Error(), "WithStore(nil)") {
+		t.Errorf("WithStore(nil): err = %v", err)
+	}
+}
+
+// failingPart fails one part's making.
+type failingPart struct {
+	*recordingStore
+	part string
+	err  error
+}
+
+func (f *failingPart) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+	if f.part == "breaker" {
+		return nil, f.err
+	}
+	return f.recordingStore.Breaker(b)
+}
+
+// A part whose store fails still decides; Damper follows the decision and
+// logs each part's errors apart, one line per ten seconds with the count.
+func TestStorePartErrorsAreLoggedPerPart(t *testing.T) {
+	boom := errors.New("store: i/o timeout")
+	s := &recordingStore{partErr: boom}
+	var logs bytes.Buffer
+	r := newRig(t, storePolicy(), damper.WithStore(s), damper.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	call := func() {
+		t.Helper()
+		r.srv.Script("", dampertest.Status(529), dampertest.OK())
+		var rep damper.Report
+		if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+			t.Fatalf("err %v, %d attempts; want a retried success: the parts still decide", err, rep.Attempts)
+		}
+	}
+	lines := func(msg string) []string {
+		var out []string
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, `"msg":"`+msg+`"`) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	call()
+	r.clock.Advance(5 * time.Second)
+	call()
+	for _, msg := range []string{"damper: circuit breaker store error", "damper: retry throttle store error", "damper: rate limiter store error"} {
+		if got := lines(msg); len(got) != 1 || !strings.Contains(got[0], `"errors":1`) {
+			t.Errorf("%s: lines %q; want one, with errors 1", msg, got)
+		}
+	}
+	r.clock.Advance(10 * time.Second)
+	call()
+	// The breaker failed Allow and Done of each attempt: three operations
+	// after the first line in the first call, four in the second, and this
+	// call's first Allow.
+	if got := lines("damper: circuit breaker store error"); len(got) != 2 || !strings.Contains(got[1], `"op":"allow"`) || !strings.Contains(got[1], `"errors":8`) {
+		t.Errorf("breaker lines %q; want a second with op allow and errors 8", got)
+	}
+}
