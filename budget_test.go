@@ -240,10 +240,11 @@ func TestWindowBudgetFollowsMonotonicTime(t *testing.T) {
 // storeBudget is a budget whose store can fail: it records what it hears
 // and answers Acquire with grant and err.
 type storeBudget struct {
-	mu       sync.Mutex
-	observed []damper.AttemptOutcome
-	grant    bool
-	err      error
+	mu        sync.Mutex
+	observed  []damper.AttemptOutcome
+	grant     bool
+	err       error
+	available int // calls of Available
 }
 
 func (b *storeBudget) Observe(_ context.Context, _ time.Time, a damper.AttemptOutcome) error {
@@ -255,7 +256,34 @@ func (b *storeBudget) Observe(_ context.Context, _ time.Time, a damper.AttemptOu
 
 func (b *storeBudget) Acquire(context.Context, time.Time) (bool, error) { return b.grant, b.err }
 
-func (b *storeBudget) Available(context.Context, time.Time) (float64, error) { return 0, b.err }
+func (b *storeBudget) Available(context.Context, time.Time) (float64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.available++
+	return 7, b.err
+}
+
+// A budget in a store is asked for its balance at a call's end only when
+// someone reads the report: a round trip per answered call is not spent
+// on a balance nobody sees.
+func TestStoreBudgetBalanceAskedOnlyWhenRead(t *testing.T) {
+	b := &storeBudget{grant: true}
+	r := newRig(t, damper.Policy{}, damper.WithBudget(b))
+	ctx := context.Background()
+	if _, err := r.client.Messages.New(ctx, params("claude-sonnet-4-6")); err != nil || b.available != 0 {
+		t.Fatalf("answered, no report read: err %v, Available asked %d times; want 0", err, b.available)
+	}
+	var rep damper.Report
+	if _, err := r.client.Messages.New(ctx, params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || b.available != 1 || rep.BudgetBalance != 7 {
+		t.Fatalf("answered, ReportInto: err %v, Available asked %d times, balance %v; want 1, 7", err, b.available, rep.BudgetBalance)
+	}
+	r.srv.Script("", dampertest.Status(400))
+	// A failed call's balance goes on its log line, and on its error's
+	// report when a gate refused it.
+	if _, err := r.client.Messages.New(ctx, params("claude-sonnet-4-6")); err == nil || b.available != 2 {
+		t.Fatalf("failed: err %v, Available asked %d times; want 2", err, b.available)
+	}
+}
 
 // The budget hears every attempt, failed ones with their signal, not only
 // a successful first attempt.

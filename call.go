@@ -384,7 +384,7 @@ func (c *call) settle(outcome Outcome) {
 func (c *call) recordOutcome(outcome Outcome) {
 	now := c.d.clock.Now()
 	var balance float64
-	if outcome != "" {
+	if outcome != "" && c.readsBalance(outcome) {
 		// The balance is the budget's when the call ended: no store is
 		// asked for it while the call goes on.
 		var err error
@@ -409,6 +409,21 @@ func (c *call) lastOf() (Report, AttemptReport) {
 		last = c.report.AttemptLog[n-1]
 	}
 	return rep, last
+}
+
+// readsBalance reports whether anyone may read the budget's balance at the
+// call's end. A budget in memory tells it at no cost; a store's costs a
+// round trip, which an answered call makes only for a report someone
+// reads: the caller's destination or a recording span. A failed call's
+// report also goes on its error and its log line.
+func (c *call) readsBalance(outcome Outcome) bool {
+	if _, inMemory := c.d.budget.(*WindowBudget); inMemory || outcome != OutcomeSuccess {
+		return true
+	}
+	c.mu.Lock()
+	sink := c.sink
+	c.mu.Unlock()
+	return sink != nil || c.trace.request != nil && c.trace.request.IsRecording()
 }
 
 // publish copies the report to the ReportInto destination, if any.
