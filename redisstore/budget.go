@@ -22,16 +22,18 @@ const DefaultTimeout = 50 * time.Millisecond
 // wraps the failure that started the fallback.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, not asked")
 
-// Options configure a [Budget].
+// Options configure a [Store] or a [Budget].
 //
-// Ratio, Window and MinTokens take the values, and follow the conventions,
+// Ratio, Window and MinTokens are a Budget's alone (a Store's budget takes
+// them from the Policy). They take the values, and follow the conventions,
 // of the [damper.Policy] fields RetryBudgetRatio, RetryBudgetWindow and
 // RetryBudgetMinTokens: zero means damper's default, [damper.None] means 0.
 // With [damper.WithBudget] the Damper leaves those Policy fields unused, so
 // these are the ones that count; give every process of the fleet the same.
 type Options struct {
-	// Name is the budget's namespace in Redis: every process that gives
-	// the same Name draws on one budget. Usually the name given to
+	// Name is the namespace in Redis: every process that gives the same
+	// Name shares one budget (and, with a Store, one throttle, breaker and
+	// set of rate-limit buckets). Usually the name given to
 	// damper.WithName. 1 to 64 printable ASCII characters, without spaces
 	// or braces, since it becomes the keys' hash tag.
 	Name string
@@ -54,9 +56,11 @@ type Options struct {
 	// again; the others decide at once without it. Default: Timeout, so
 	// that shared decisions resume within a Timeout of Redis coming back.
 	ProbeInterval time.Duration
-	// FailClosed makes the budget refuse every retry while Redis fails.
-	// By default a local damper.WindowBudget with the same parameters,
-	// which has heard this process's attempts all along, decides instead.
+	// FailClosed makes the budget (and a Store's throttle) refuse every
+	// retry while Redis fails. By default a local damper.WindowBudget with
+	// the same parameters, which has heard this process's attempts all
+	// along, decides instead (and a local throttle). The breaker and the
+	// rate limiter always fall back on state kept in memory.
 	FailClosed bool
 	// Logger, when set, hears each switch between Redis and the fallback:
 	// one line per switch, not one per operation.
@@ -135,7 +139,7 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: NewBudget: client is nil: a Redis client is required")
 	}
-	if err := checkName(o.Name); err != nil {
+	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
 	switch {
@@ -145,10 +149,6 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 		return nil, fmt.Errorf("redisstore: Options.Window = %v: must be positive (0 means the default, %v)", o.Window, damper.DefaultRetryBudgetWindow)
 	case o.MinTokens < 0 && o.MinTokens != damper.None:
 		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, damper.DefaultRetryBudgetMinTokens)
-	case o.Timeout < 0:
-		return nil, fmt.Errorf("redisstore: Options.Timeout = %v: must be positive (0 means the default, %v)", o.Timeout, DefaultTimeout)
-	case o.ProbeInterval < 0:
-		return nil, fmt.Errorf("redisstore: Options.ProbeInterval = %v: must be positive (0 means the timeout)", o.ProbeInterval)
 	}
 	return newBudget(newLink(client, o, "retry budget", "budget"), damper.BudgetSettings{
 		Ratio:     orDefault(o.Ratio, damper.DefaultRetryBudgetRatio),
@@ -186,6 +186,20 @@ func newBudget(l *link, s damper.BudgetSettings) (*Budget, error) {
 // damper:{name}:budget. The braces make name the key's hash tag, so that
 // every key of one Damper lands on one Cluster slot.
 func Key(name string) string { return "damper:{" + name + "}:budget" }
+
+// checkOptions checks the options every constructor uses.
+func checkOptions(o Options) error {
+	if err := checkName(o.Name); err != nil {
+		return err
+	}
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("redisstore: Options.Timeout = %v: must be positive (0 means the default, %v)", o.Timeout, DefaultTimeout)
+	case o.ProbeInterval < 0:
+		return fmt.Errorf("redisstore: Options.ProbeInterval = %v: must be positive (0 means the timeout)", o.ProbeInterval)
+	}
+	return nil
+}
 
 func checkName(name string) error {
 	if len(name) == 0 || len(name) > 64 {

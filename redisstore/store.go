@@ -1,0 +1,52 @@
+package redisstore
+
+import (
+	"errors"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/redis/go-redis/v9"
+)
+
+// Store keeps every part of a Damper's state in Redis: a [damper.Store],
+// given with [damper.WithStore]. Every process that gives the same
+// [Options.Name] shares one retry budget, one retry throttle, one circuit
+// breaker and one set of rate-limit buckets per limit group.
+//
+// The parts take their values from the Damper's Policy, so Options' Ratio,
+// Window and MinTokens are not used: give every process of the fleet the
+// same Policy. The parts share one way to Redis: they fall back together
+// when it fails, and come back together (see [Store.State]).
+type Store struct {
+	link *link
+}
+
+// New returns a store that keeps a Damper's state in Redis through client,
+// a *redis.Client, *redis.ClusterClient or *redis.Ring (every key of one
+// Name lands on one Cluster slot). It contacts no server: a Redis that is
+// down when the process starts is a fallback like any other. It returns an
+// error naming the field and its value when o holds one that cannot be
+// used.
+func New(client redis.UniversalClient, o Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New: client is nil: a Redis client is required")
+	}
+	if err := checkOptions(o); err != nil {
+		return nil, err
+	}
+	return &Store{link: newLink(client, o, "fleet state", "store")}, nil
+}
+
+// Budget implements [damper.Store]: the retry budget of [NewBudget], on
+// the store's way to Redis.
+func (s *Store) Budget(settings damper.BudgetSettings) (damper.Budget, error) {
+	return newBudget(s.link, settings)
+}
+
+// State returns where the store's decisions come from now.
+func (s *Store) State() State { return s.link.state() }
+
+// Stats returns the store's state and counters, every part's operations
+// together.
+func (s *Store) Stats() Stats { return s.link.stats() }
+
+var _ damper.Store = (*Store)(nil)
