@@ -1,0 +1,457 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/redis/go-redis/v9"
+)
+
+// bucketsTTL is how long a group's hash outlives the time its buckets are
+// full again, with no pause or batch slot pending.
+const bucketsTTL = 5 * time.Minute
+
+// farFuture is how far ahead the local mirror of a shared reservation may
+// be due: it always takes.
+const farFuture = 100 * 365 * 24 * time.Hour
+
+// BucketsKey returns the Redis key that holds the rate-limit buckets of
+// the limit group group (see [damper.LimitGroup]) of the Damper named
+// name: damper:{name}:ratelimit:group, with any byte of group outside
+// printable ASCII, and '%', written as %XX. The braces make name the key's
+// hash tag.
+func BucketsKey(name, group string) string {
+	return "damper:{" + name + "}:ratelimit:" + escapeGroup(group)
+}
+
+func escapeGroup(g string) string {
+	const hex = "0123456789ABCDEF"
+	out := make([]byte, 0, len(g))
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		if c < 0x21 || c > 0x7e || c == '%' {
+			out = append(out, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
+
+// LimitBuckets implements [damper.Store]. It keeps one limit group's
+// three buckets (requests, input tokens and output tokens per minute) in
+// Redis, shared by every
+// process that gives the same [Options.Name]: the fleet as a whole takes
+// from one set of buckets, so it stays under the organisation's limits
+// together, and learns a limit once, from the first response any of its
+// processes gets.
+//
+// Keys. A group is one hash, damper:{<Name>}:ratelimit:<group> (see
+// [BucketsKey]): per bucket its limit, whether the limit is configured,
+// its level, the time the level held, the fleet's net take (taken) and the
+// end of its pause; and the batch line's next slot. Times are the now
+// Damper passes in (its clock's, never Redis's TIME), kept as nanoseconds
+// since an epoch of the group's, a whole second set when the hash is made
+// and moved up every 30 days, so that a double holds them exactly; levels
+// are doubles. The Name is the hash tag, so every key of one Damper lands
+// on one Redis Cluster slot. A write sets the key to expire five minutes
+// after the group would be full again with no pause or batch slot pending:
+// a group nobody uses disappears, and comes back as a new one, its
+// configured limits full and its learned ones unknown until the next
+// response.
+//
+// Scripts and round trips. Each method is one Lua script, one round trip
+// bounded by [Options.Timeout], with the arithmetic of the in-memory
+// buckets (damper.MemoryStore): continuous refill, interactive debt, the
+// batch share kept for interactive requests, the batch line, a request
+// larger than a bucket waiting for a full one, a refusal's rounding slack.
+// An attempt that finds room costs three round trips: Reserve, Observe
+// (when the response carries rate-limit headers) and Settle; one that
+// waits in line asks again at its due time (Reserve, or PausedUntil once
+// it has taken), and a 429 for a rate limit adds a Pause per bucket it
+// names. Configured limits go with every call and are never changed by a
+// response; give every process the same Policy. Learned limits come from
+// Observe. The fleet shares no clock but its members' own: a time earlier
+// than the one a bucket holds counts as that time, as in memory, so the
+// clocks' skew is the error.
+//
+// The arithmetic is the same double-precision operations on the same
+// nanoseconds, so the Redis buckets decide as the in-memory ones to the
+// bit, but for a level summed in other steps (the in-memory buckets bring
+// a level up to date at every read) and the differences below:
+//
+//   - No estimate of other traffic: the in-memory buckets estimate, from
+//     the responses' counts, the rate at which other processes take and
+//     refill with what that leaves; the fleet's own traffic is all in the
+//     shared buckets, so these refill at the limit, and a count below the
+//     level (traffic outside the fleet) only lowers it.
+//   - Observe learns a limit with the level the response's count allows
+//     less what the fleet took after the request (its taken less the
+//     reservation's mark), but not less what older reservations still
+//     unanswered took, which only the in-memory buckets track: a response
+//     to a request overtaken by older ones may teach a level a little
+//     higher than the least the count allows, corrected by the next
+//     response.
+//
+// When Redis fails. Any error of a round trip (a failure, the timeout, an
+// unexpected reply) makes the buckets of damper.MemoryStore decide instead
+// for that operation, and the error is returned too, for Damper to log;
+// while the store is in fallback only the due probe asks Redis (see
+// [Options.ProbeInterval]), so no call waits. Those local buckets hear
+// this process's traffic all along: every reservation Redis grants is also
+// taken from them, observed, paused and settled there, so at a fallback
+// they hold the learned limits and this process's view of the levels, and
+// estimate the rest of the fleet's traffic from the responses as
+// MemoryStore's buckets do. A reservation is settled by the side that made
+// it: one Redis made, settled while Redis fails, is settled locally only
+// and its error returned (Redis's bucket refills on its own; what the
+// request did not use is lost to the fleet until then); one made during the
+// fallback is settled locally even once Redis is back. A Redis that
+// restarts empty starts every group anew: configured limits full, learned
+// limits relearned from the next response. [Options.FailClosed] does not
+// change the rate limiter: refusing every request while Redis fails would
+// stop the fleet's traffic, not limit it; the local buckets decide.
+//
+// It contacts no server. It returns an error, which keeps the group in
+// memory, for a group without a name or one longer than 256 bytes.
+func (s *Store) LimitBuckets(st damper.LimitSettings) (damper.LimitBuckets, error) {
+	if st.Group == "" || len(st.Group) > 256 {
+		return nil, fmt.Errorf("redisstore: LimitBuckets: group %q: must be 1 to 256 bytes", st.Group)
+	}
+	share := st.BatchShare
+	if share == 0 {
+		share = damper.DefaultRateLimitBatchShare
+	}
+	local, err := damper.MemoryStore{}.LimitBuckets(st)
+	if err != nil {
+		return nil, err
+	}
+	l := st.Limits
+	limits := [3]int{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute}
+	b := &buckets{
+		link:  s.link,
+		keys:  []string{BucketsKey(s.link.name, st.Group)},
+		local: local,
+	}
+	b.common = []any{bucketsTTL.Milliseconds()}
+	for _, v := range limits {
+		b.common = append(b.common, max(v, 0))
+	}
+	b.common = append(b.common, fmtFloat(share))
+	return b, nil
+}
+
+// buckets is one limit group's buckets in Redis, with their local
+// fallback.
+type buckets struct {
+	link   *link
+	keys   []string
+	common []any // the time to live, the configured limits, the batch share
+	local  damper.LimitBuckets
+}
+
+var _ damper.LimitBuckets = (*buckets)(nil)
+
+// reservation is what one request took, from Redis (shared) or, during a
+// fallback, from the local buckets only.
+type reservation struct {
+	cost   damper.RateAmounts
+	mark   damper.RateAmounts // each bucket's taken just after the take
+	seen   [3]bool            // the bucket's level was set from a response's count
+	taken  bool
+	shared bool                   // Redis made it
+	local  damper.RateReservation // its local twin, or the local reservation itself
+}
+
+// Taken implements [damper.RateReservation].
+func (r *reservation) Taken() bool { return r.taken }
+
+// Reserve implements [damper.LimitBuckets].
+func (b *buckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+	var slot time.Time
+	if t != nil {
+		slot = t.Slot
+	}
+	ls, ln := timeArgs(latest)
+	ss, sn := timeArgs(slot)
+	v, err := b.run(ctx, "reserve", bkReserveScript, now,
+		fmtFloat(cost[0]), fmtFloat(cost[1]), fmtFloat(cost[2]), priorityArg(p), ls, ln, ss, sn)
+	var rep reserveReply
+	if err == nil {
+		rep, err = b.parseReserve(v, now)
+	}
+	if err != nil {
+		lr, due, _ := b.local.Reserve(ctx, now, cost, p, latest, t)
+		if !lr.Taken() {
+			return &reservation{}, due, err
+		}
+		return &reservation{cost: cost, taken: true, local: lr}, due, err
+	}
+	if t != nil {
+		t.Slot = rep.slot
+	}
+	if !rep.taken {
+		return &reservation{}, rep.due, nil
+	}
+	// The local twin always takes, whatever its own view: it only follows.
+	lr, _, _ := b.local.Reserve(context.WithoutCancel(ctx), now, cost, damper.Interactive, now.Add(farFuture), nil)
+	return &reservation{cost: cost, mark: rep.mark, taken: true, shared: true, local: lr}, rep.due, nil
+}
+
+// reserveReply is bkReserveScript's reply.
+type reserveReply struct {
+	taken     bool
+	due, slot time.Time
+	mark      damper.RateAmounts
+}
+
+func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
+	var r reserveReply
+	vs, ok := v.([]any)
+	if ok && len(vs) == 8 {
+		var taken int64
+		taken, ok = asInt(vs[0])
+		r.taken = taken == 1
+		r.due, ok = asTime(vs[1:3], now, ok)
+		r.slot, ok = asTime(vs[3:5], now, ok)
+		for k := range r.mark {
+			r.mark[k], ok = asFloatOK(vs[5+k], ok)
+		}
+		if ok {
+			return r, nil
+		}
+	}
+	return r, b.unexpected("reserve", v)
+}
+
+// Admits implements [damper.LimitBuckets].
+func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost damper.RateAmounts, p damper.Priority) (time.Time, error) {
+	as, an := timeArgs(at)
+	v, err := b.run(ctx, "admits", bkAdmitsScript, now,
+		fmtFloat(cost[0]), fmtFloat(cost[1]), fmtFloat(cost[2]), priorityArg(p), as, an)
+	if err == nil {
+		vs, _ := v.([]any)
+		if due, ok := asTime(vs, at, len(vs) == 2); ok {
+			return due, nil
+		}
+		err = b.unexpected("admits", v)
+	}
+	due, _ := b.local.Admits(ctx, now, at, cost, p)
+	return due, err
+}
+
+// Observe implements [damper.LimitBuckets]: the local twin of a shared
+// reservation is observed too.
+func (b *buckets) Observe(ctx context.Context, now time.Time, rr damper.RateReservation, o damper.RateObservation) error {
+	r, ok := rr.(*reservation)
+	if !ok || !r.taken {
+		return nil
+	}
+	if r.local != nil {
+		_ = b.local.Observe(ctx, now, r.local, o)
+	}
+	if !r.shared {
+		return nil
+	}
+	args := make([]any, 0, 12)
+	for k := range 3 {
+		has := 0
+		if o.Has[k] {
+			has = 1
+		}
+		args = append(args, has, fmtFloat(o.Limit[k]), fmtFloat(o.Remaining[k]), fmtFloat(r.mark[k]))
+	}
+	v, err := b.run(ctx, "observe", bkObserveScript, now, args...)
+	if err != nil {
+		return err
+	}
+	seen, err := b.link.ints("observe", v, 3)
+	if err != nil {
+		return err
+	}
+	for k, s := range seen {
+		if s == 1 {
+			r.seen[k] = true
+		}
+	}
+	return nil
+}
+
+// Settle implements [damper.LimitBuckets]. A shared reservation settled
+// while Redis fails is settled locally only, and the error returned.
+func (b *buckets) Settle(ctx context.Context, now time.Time, rr damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+	r, ok := rr.(*reservation)
+	if !ok || !r.taken {
+		return nil
+	}
+	r.taken = false
+	if r.local != nil {
+		_ = b.local.Settle(ctx, now, r.local, used, known)
+	}
+	if !r.shared {
+		for k := range known {
+			if known[k] {
+				r.cost[k] = used[k]
+			}
+		}
+		return nil
+	}
+	args := make([]any, 0, 6)
+	for k := range 3 {
+		apply := known[k] && !r.seen[k]
+		if apply {
+			args = append(args, 1, fmtFloat(r.cost[k]-used[k]))
+			r.cost[k] = used[k]
+		} else {
+			args = append(args, 0, "0")
+		}
+	}
+	_, err := b.run(ctx, "settle", bkSettleScript, now, args...)
+	return err
+}
+
+// PausedUntil implements [damper.LimitBuckets].
+func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, error) {
+	v, err := b.run(ctx, "paused_until", bkPausedUntilScript, now)
+	if err == nil {
+		vs, _ := v.([]any)
+		if until, ok := asTime(vs, now, len(vs) == 2); ok {
+			return until, nil
+		}
+		err = b.unexpected("paused_until", v)
+	}
+	until, _ := b.local.PausedUntil(ctx, now)
+	return until, err
+}
+
+// Pause implements [damper.LimitBuckets]: the local buckets pause too.
+func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error {
+	_ = b.local.Pause(ctx, now, named, until)
+	args := make([]any, 0, 4)
+	for _, n := range named {
+		if n {
+			args = append(args, 1)
+		} else {
+			args = append(args, 0)
+		}
+	}
+	us, un := timeArgs(until)
+	args = append(args, us, un)
+	_, err := b.run(ctx, "pause", bkPauseScript, now, args...)
+	return err
+}
+
+// State implements [damper.LimitBuckets].
+func (b *buckets) State(ctx context.Context, now time.Time) ([3]damper.RateLimitState, error) {
+	var out [3]damper.RateLimitState
+	v, err := b.run(ctx, "state", bkStateScript, now)
+	if err == nil {
+		vs, ok := v.([]any)
+		if ok = ok && len(vs) == 15; ok {
+			for k := range out {
+				var limit, rem float64
+				var conf int64
+				var paused time.Time
+				limit, ok = asFloatOK(vs[5*k], ok)
+				rem, ok = asFloatOK(vs[5*k+1], ok)
+				conf, ok = asIntOK(vs[5*k+2], ok)
+				paused, ok = asTime(vs[5*k+3:5*k+5], now, ok)
+				out[k] = damper.RateLimitState{
+					Bucket: bucketNames[k], Limit: limit, Remaining: rem,
+					Learned: limit > 0 && conf == 0, PausedUntil: paused,
+				}
+			}
+			if ok {
+				return out, nil
+			}
+		}
+		err = b.unexpected("state", v)
+	}
+	out, _ = b.local.State(ctx, now)
+	return out, err
+}
+
+var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
+
+// run runs script s at now with the common arguments and args.
+func (b *buckets) run(ctx context.Context, op string, s *redis.Script, now time.Time, args ...any) (any, error) {
+	all := make([]any, 0, 2+len(b.common)+len(args))
+	ns, nn := timeArgs(now)
+	all = append(all, ns, nn)
+	all = append(all, b.common...)
+	all = append(all, args...)
+	return b.link.run(ctx, op, s, b.keys, all...)
+}
+
+// unexpected records a reply that cannot be read as a failure.
+func (b *buckets) unexpected(op string, v any) error {
+	err := fmt.Errorf("unexpected reply %v", v)
+	b.link.fail(op, err)
+	return fmt.Errorf("redisstore: %s on %q: %w", op, b.link.name, err)
+}
+
+// timeArgs is t as a script reads it: whole seconds since the Unix epoch
+// and nanoseconds, or "z" for the zero time.
+func timeArgs(t time.Time) (any, any) {
+	if t.IsZero() {
+		return "z", 0
+	}
+	return t.Unix(), t.Nanosecond()
+}
+
+// asTime reads a time a script returned as seconds and nanoseconds, in
+// the location of like; nanoseconds of -1 are the zero time.
+func asTime(vs []any, like time.Time, ok bool) (time.Time, bool) {
+	if !ok || len(vs) != 2 {
+		return time.Time{}, false
+	}
+	s, ok1 := asInt(vs[0])
+	n, ok2 := asInt(vs[1])
+	if !ok1 || !ok2 {
+		return time.Time{}, false
+	}
+	if n == -1 {
+		return time.Time{}, true
+	}
+	return time.Unix(s, n).In(like.Location()), true
+}
+
+func priorityArg(p damper.Priority) int {
+	if p == damper.Batch {
+		return 1
+	}
+	return 0
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func asInt(v any) (int64, bool) {
+	i, ok := v.(int64)
+	return i, ok
+}
+
+func asIntOK(v any, ok bool) (int64, bool) {
+	if !ok {
+		return 0, false
+	}
+	return asInt(v)
+}
+
+func asFloat(v any) (float64, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
+}
+
+func asFloatOK(v any, ok bool) (float64, bool) {
+	if !ok {
+		return 0, false
+	}
+	return asFloat(v)
+}
