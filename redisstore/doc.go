@@ -1,23 +1,33 @@
-// Package redisstore keeps a Damper's retry budget in Redis, so that a fleet
-// of processes shares one budget instead of each holding its own.
+// Package redisstore keeps a Damper's state in Redis, so that a fleet of
+// processes shares one retry budget, one retry throttle, one circuit
+// breaker and one set of rate-limit buckets, instead of each holding its
+// own: 50 replicas with budgets of their own allow 50 budgets of retries,
+// and 50 rate limiters each learning the organisation's limit each spend
+// all of it.
 //
 // It is a module of its own, so that users of damper who do not need Redis
 // never download a Redis client.
 //
 // # What is shared
 //
-// [NewBudget] returns a [damper.Budget] with the arithmetic of
-// [damper.WindowBudget], for the whole fleet: within one window the retries
-// granted to all processes together are at most MinTokens + Ratio × the
-// successful first attempts of all processes in that window. A retry takes
-// one unit, a refused one none, and unused units do not carry over.
+// [New] returns a [Store], a [damper.Store]: give it to [damper.WithStore]
+// and every part the Policy configures lives in Redis, under the store's
+// [Options.Name]. The parts take their values from the Policy: give every
+// process of the fleet the same Policy and the same Name.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
-//	b, err := redisstore.NewBudget(rdb, redisstore.Options{Name: "checkout"})
+//	store, err := redisstore.New(rdb, redisstore.Options{Name: "checkout"})
 //	if err != nil {
 //		return err
 //	}
-//	d, err := damper.New(policy, damper.WithName("checkout"), damper.WithBudget(b))
+//	d, err := damper.New(policy, damper.WithName("checkout"), damper.WithStore(store))
+//
+// The retry budget has the arithmetic of [damper.WindowBudget], for the
+// whole fleet: within one window the retries granted to all processes
+// together are at most MinTokens + Ratio × the successful first attempts of
+// all processes in that window. A retry takes one unit, a refused one
+// none, and unused units do not carry over. [NewBudget] makes the budget
+// alone, for [damper.WithBudget], with its values given in [Options].
 //
 // Windows are aligned on multiples of the window since the Unix epoch, by the
 // wall time of the now that Damper passes in (its clock's, never Redis's TIME):
@@ -27,8 +37,9 @@
 // of resetting it; a window begins for everyone when the fastest clock reaches
 // it, so the clocks' skew is the error. Ratio, Window and MinTokens follow the
 // conventions of the Policy fields RetryBudgetRatio, RetryBudgetWindow and
-// RetryBudgetMinTokens (zero for the default, damper.None for 0) and are taken
-// from [Options], not from the Policy: give every process the same.
+// RetryBudgetMinTokens (zero for the default, damper.None for 0); for
+// NewBudget they are taken from [Options], not from the Policy: give every
+// process the same.
 //
 // # Keys and scripts
 //
