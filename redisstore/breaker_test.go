@@ -437,48 +437,33 @@ func TestBreakerRedisKilled(t *testing.T) {
 	})
 }
 
-// TestFleetKeysOnOneSlot: on a 3-master cluster, the budget, throttle and
-// breaker of one Name live on its hash tag's slot.
+// TestFleetKeysOnOneSlot: on a 3-master cluster, a Damper whose every
+// part lives in the store keeps all its keys (budget, throttle, breaker,
+// rate-limit buckets) on its Name's hash-tag slot, for Names whose slots
+// fall on different nodes.
 func TestFleetKeysOnOneSlot(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	ctx := context.Background()
-	client := newClient(redistest.Addrs(nodes), true, false)
+	addrs := redistest.Addrs(nodes)
+	client := newClient(addrs, true, false)
 	defer client.Close()
+	api := dampertest.NewServer(dampertest.InMemory(),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 1_000_000}))
+	defer api.Close()
+	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-6", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
 	for _, name := range []string{"slot-a", "slot-b", "slot-c", "slot-d"} {
-		s := thrStore(t, client, redisstore.Options{Name: name, Timeout: 5 * time.Second})
-		bud, err := s.Budget(damper.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10})
+		api.Script(name, dampertest.Status(529), dampertest.OK())
+		d, err := damper.New(allParts(), damper.WithStore(newStore(t, client, name)))
 		mustNil(t, err)
-		mustNil(t, bud.Observe(ctx, base, success))
-		th := thrThrottle(t, s, damper.ThrottlePolicy{})
-		mustNil(t, th.Add(ctx, -1000))
-		br := brkShared(t, s, damper.BreakerSettings{BreakerPolicy: damper.BreakerPolicy{MinAttempts: 1}})
-		a, err := br.Allow(ctx, base)
+		c := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+		var rep damper.Report
+		_, err = c.Messages.New(context.Background(), params, damper.ReportInto(&rep), dampertest.Scenario(name))
 		mustNil(t, err)
-		mustNil(t, br.Done(ctx, a.Ticket, base, damper.CircuitFailure))
-
-		var found []string
-		for _, n := range nodes {
-			c := redis.NewClient(&redis.Options{Addr: n.Addr})
-			keys, err := c.Keys(ctx, "damper:{"+name+"}:*").Result()
-			mustNil(t, err)
-			tag, err := c.ClusterKeySlot(ctx, name).Result()
-			mustNil(t, err)
-			for _, k := range keys {
-				slot, err := c.ClusterKeySlot(ctx, k).Result()
-				mustNil(t, err)
-				if slot != tag {
-					t.Errorf("key %s: slot %d, want %d", k, slot, tag)
-				}
-				found = append(found, k)
-			}
-			c.Close()
+		if rep.Attempts != 2 {
+			t.Fatalf("%s: %d attempts, want 2 (a 529, then an answer)", name, rep.Attempts)
 		}
-		slices.Sort(found)
-		want := []string{redisstore.Key(name), redisstore.BreakerKey(name), redisstore.ThrottleKey(name)}
-		slices.Sort(want)
-		if !slices.Equal(found, want) {
-			t.Errorf("keys of %q: %q, want %q", name, found, want)
-		}
+		checkOneSlot(t, addrs, name, redisstore.Key(name), redisstore.ThrottleKey(name),
+			redisstore.BreakerKey(name), redisstore.BucketsKey(name, "claude-sonnet-4"))
 	}
 }
 

@@ -1,0 +1,139 @@
+package redisstore_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+)
+
+// partHook records, for each script a client runs, the part whose key it
+// names: one entry per round trip.
+type partHook struct {
+	mu    sync.Mutex
+	parts []string
+}
+
+func (h *partHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *partHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			key, _ := a[3].(string)
+			part := key[strings.LastIndexByte(key, '}')+2:]
+			part, _, _ = strings.Cut(part, ":")
+			h.mu.Lock()
+			h.parts = append(h.parts, part)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *partHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *partHook) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.parts
+	h.parts = nil
+	return p
+}
+
+// allParts is a Policy with every part a Store keeps: the budget, the
+// throttle, the breaker and the rate limiter.
+func allParts() damper.Policy {
+	return damper.Policy{
+		Breaker:     &damper.BreakerPolicy{},
+		Throttle:    &damper.ThrottlePolicy{},
+		RateLimit:   &damper.RateLimitPolicy{},
+		BackoffBase: damper.None,
+	}
+}
+
+// TestRoundTripsPerCall: through a Damper whose every part lives in Redis,
+// each gate's admission is one round trip, and so is each record of an
+// attempt's end. The exact sequence per call is pinned, so that a change
+// that adds a round trip to every call fails here.
+func TestRoundTripsPerCall(t *testing.T) {
+	srv := redistest.Start(t)
+	hook := &partHook{}
+	client := newClient1(t, srv.Addr, hook)
+	api := dampertest.NewServer(dampertest.InMemory(),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 1_000_000}))
+	defer api.Close()
+	d, err := damper.New(allParts(), damper.WithStore(newStore(t, client, "per-call")))
+	mustNil(t, err)
+	c := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-6", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	ctx := context.Background()
+
+	// An attempt: the limiter's Reserve and the breaker's Allow admit it;
+	// its response's headers are observed, its usage settles the
+	// reservation, and the breaker hears its end.
+	attempt := []string{"ratelimit", "breaker", "ratelimit", "ratelimit", "breaker"}
+	success := append(slices.Clone(attempt), "budget", "throttle") // a successful first attempt grows both
+	for _, cs := range []struct {
+		name   string
+		steps  []dampertest.Step
+		stream bool
+		report bool
+		want   []string
+	}{
+		{name: "plain", want: success},
+		{name: "plain, report read", report: true, want: append(slices.Clone(success), "budget")},
+		{
+			// A stream's breaker hears its end at its first content, and
+			// its reservation is settled by the usage of its last event.
+			name: "stream", stream: true,
+			want: []string{"ratelimit", "breaker", "ratelimit", "breaker", "budget", "throttle", "ratelimit"},
+		},
+		{
+			name:  "529, then a retry that succeeds",
+			steps: []dampertest.Step{dampertest.Status(529), dampertest.OK()},
+			want: slices.Concat(
+				// The failed attempt: its reservation given back by Settle,
+				// and a failure for the breaker and the throttle.
+				attempt, []string{"throttle"},
+				// The retry's gates: the limiter and breaker asked, taking
+				// nothing, then the throttle and the budget.
+				[]string{"ratelimit", "breaker", "throttle", "budget"},
+				// The retry, a success that is not a first attempt.
+				attempt, []string{"throttle"}),
+		},
+	} {
+		// Twice: the first run of a script on a server is EVALSHA, refused,
+		// then EVAL.
+		for run := range 2 {
+			api.Script("", cs.steps...)
+			hook.take()
+			var rep damper.Report
+			opts := []option.RequestOption{}
+			if cs.report {
+				opts = append(opts, damper.ReportInto(&rep))
+			}
+			if cs.stream {
+				s := c.Messages.NewStreaming(ctx, params, opts...)
+				for s.Next() {
+				}
+				mustNil(t, s.Err())
+			} else {
+				_, err := c.Messages.New(ctx, params, opts...)
+				mustNil(t, err)
+			}
+			if got := hook.take(); run == 1 && !slices.Equal(got, cs.want) {
+				t.Errorf("%s: round trips to %q, want %q", cs.name, got, cs.want)
+			}
+		}
+	}
+}
