@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // recordingStore is MemoryStore with every part wrapped to count its
@@ -292,5 +295,56 @@ func TestStorePartErrorsAreLoggedPerPart(t *testing.T) {
 	// call's first Allow.
 	if got := lines("damper: circuit breaker store error"); len(got) != 2 || !strings.Contains(got[1], `"op":"allow"`) || !strings.Contains(got[1], `"errors":8`) {
 		t.Errorf("breaker lines %q; want a second with op allow and errors 8", got)
+	}
+}
+
+// Every failed operation of a part's store is counted in
+// damper.store.errors, by part and operation, whether or not a logger
+// hears of it: a fleet whose Redis is down shows it in its metrics.
+func TestStorePartErrorsAreCounted(t *testing.T) {
+	s := &recordingStore{partErr: errors.New("store: i/o timeout")}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	r := newRig(t, storePolicy(), damper.WithStore(s), damper.WithMeterProvider(mp), damper.WithName("fleet"))
+	for range 2 {
+		r.srv.Script("", dampertest.Status(529), dampertest.OK())
+		if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "damper.store.errors" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				part, _ := dp.Attributes.Value("damper.store.part")
+				op, _ := dp.Attributes.Value("damper.store.op")
+				if name, _ := dp.Attributes.Value("damper.name"); name.AsString() != "fleet" {
+					t.Errorf("damper.name = %q, want fleet", name.AsString())
+				}
+				got[part.AsString()+"."+op.AsString()] += int(dp.Value)
+			}
+		}
+	}
+	// Each part's failed operations, as the store counted them.
+	want := map[string]int{}
+	s.mu.Lock()
+	for op, n := range s.ops {
+		part, name, _ := strings.Cut(op, ".")
+		if part == "buckets" {
+			part = "limiter"
+		}
+		want[part+"."+name] += n
+	}
+	s.mu.Unlock()
+	if len(want) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("damper.store.errors = %v, want the failed operations %v", got, want)
 	}
 }

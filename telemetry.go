@@ -49,6 +49,8 @@ const (
 	keyRateWait      = attribute.Key("damper.ratelimit.wait_s")
 	keyRateBucket    = attribute.Key("damper.ratelimit.bucket")
 	keyRateLearned   = attribute.Key("damper.ratelimit.learned")
+	keyStorePart     = attribute.Key("damper.store.part")
+	keyStoreOp       = attribute.Key("damper.store.op")
 
 	// Keys of the OpenTelemetry semantic conventions.
 	keyErrorType   = attribute.Key("error.type")

@@ -96,6 +96,14 @@ const (
 	numStoreParts
 )
 
+// storePartNames are the parts' values of damper.store.part.
+var storePartNames = [numStoreParts]string{
+	partBudget:   "budget",
+	partThrottle: "throttle",
+	partBreaker:  "breaker",
+	partLimiter:  "limiter",
+}
+
 // storeErrorMessages are the log messages of each part's store errors.
 var storeErrorMessages = [numStoreParts]string{
 	partBudget:   "damper: retry budget error",
@@ -104,13 +112,17 @@ var storeErrorMessages = [numStoreParts]string{
 	partLimiter:  "damper: rate limiter store error",
 }
 
-// logStoreError logs a failure of a part's store, at Warn: the part still
-// decided, as its store was built to (on state kept in memory, or
-// refusing). A store that is down fails every call, so each part writes
-// at most one line per storeLogEvery, with the count of errors since the
-// last.
+// logStoreError counts a failure of a part's store in damper.store.errors
+// and logs it, at Warn: the part still decided, as its store was built to
+// (on state kept in memory, or refusing). A store that is down fails every
+// call, so each part writes at most one line per storeLogEvery, with the
+// count of errors since the last.
 func (t *telemetry) logStoreError(ctx context.Context, part storePart, op string, err error) {
-	if err == nil || t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
+	if err == nil {
+		return
+	}
+	t.m.storeError(ctx, part, op)
+	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
 	pe := &t.storeErrs[part]

@@ -25,6 +25,7 @@ const (
 	metricRateLimit       = "damper.ratelimit.limit"
 	metricRateRemaining   = "damper.ratelimit.remaining"
 	metricHedges          = "damper.hedges"
+	metricStoreErrors     = "damper.store.errors"
 )
 
 // The results of a hedge, in damper.hedges.
@@ -52,6 +53,7 @@ type metrics struct {
 	circuit   metric.Int64Counter
 	rateWait  metric.Float64Histogram
 	hedges    metric.Int64Counter
+	storeErrs metric.Int64Counter
 	gen       genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
@@ -84,6 +86,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait)),
 		hedges: instrument(meter.Int64Counter(metricHedges, metric.WithUnit("{hedge}"),
 			metric.WithDescription("Hedges of Messages calls by result: sent, won (answered first), canceled (the attempt hedged answered first), refused (by a gate).")))(none.Int64Counter(metricHedges)),
+		storeErrs: instrument(meter.Int64Counter(metricStoreErrors, metric.WithUnit("{error}"),
+			metric.WithDescription("Operations of a Store's part (budget, throttle, breaker, limiter) that failed, such as Redis being unreachable: the part decided without it.")))(none.Int64Counter(metricStoreErrors)),
 	}
 	m.gen = newGenAIMetrics(meter)
 	if lim != nil {
@@ -224,6 +228,13 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 func (m *metrics) circuitChange(ctx context.Context, c CircuitChange) {
 	if m.circuit.Enabled(ctx) {
 		m.circuit.Add(ctx, 1, m.attrs(keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())))
+	}
+}
+
+// storeError counts an operation op of part's store that failed.
+func (m *metrics) storeError(ctx context.Context, part storePart, op string) {
+	if m.storeErrs.Enabled(ctx) {
+		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storePartNames[part]), keyStoreOp.String(op)))
 	}
 }
 

@@ -278,6 +278,7 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 	}
 
 	hedgedCall(t, mp)
+	storeFailing(t, mp, api, params)
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
@@ -306,6 +307,45 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 		}
 	}
 	return out
+}
+
+// storeFailing makes a call through a Damper named like the others whose
+// store's throttle fails every operation, as a Redis that is down does,
+// recording on mp.
+func storeFailing(t *testing.T, mp *sdkmetric.MeterProvider, api *dampertest.Server, params anthropic.MessageNewParams) {
+	t.Helper()
+	d, err := damper.New(damper.Policy{Throttle: &damper.ThrottlePolicy{}}, damper.WithMeterProvider(mp),
+		damper.WithName("dashboard"), damper.WithStore(failingThrottleStore{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+	if _, err := client.Messages.New(context.Background(), params, dampertest.Scenario("store")); err != nil {
+		t.Fatalf("call with a failing store: %v", err)
+	}
+}
+
+// failingThrottleStore keeps its parts in memory, but its throttle's every
+// operation fails (and still decides).
+type failingThrottleStore struct{ damper.MemoryStore }
+
+func (s failingThrottleStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+	t, err := s.MemoryStore.Throttle(p)
+	return failingThrottle{t}, err
+}
+
+type failingThrottle struct{ damper.Throttle }
+
+var errStoreDown = errors.New("store: connection refused")
+
+func (f failingThrottle) Add(ctx context.Context, delta int64) error {
+	_ = f.Throttle.Add(ctx, delta)
+	return errStoreDown
+}
+
+func (f failingThrottle) Tokens(ctx context.Context) (int64, error) {
+	n, _ := f.Throttle.Tokens(ctx)
+	return n, errStoreDown
 }
 
 // hedgedCall makes a hedged call through a Damper named like the others,
