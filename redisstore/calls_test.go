@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -136,4 +137,54 @@ func TestRoundTripsPerCall(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkCallThroughStore makes a plain call through two Dampers with
+// every part configured (budget, throttle, breaker, rate limiter), one
+// with its state in memory and one with it in a loopback Redis (a client
+// with ContextTimeoutEnabled), against an in-memory fake API: one call
+// through each per iteration, alternating which goes first. It reports
+// each one's latency percentiles, the difference of their medians, and
+// the round trips per call through Redis.
+func BenchmarkCallThroughStore(b *testing.B) {
+	srv := redistest.Start(b)
+	hook := &countHook{}
+	client := newClientWith(b, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true}, hook)
+	api := dampertest.NewServer(dampertest.InMemory(),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 1_000_000_000}))
+	defer api.Close()
+	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-6", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	ctx := context.Background()
+	var calls [2]func()
+	lat := [2][]time.Duration{make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)}
+	for i, settings := range [][]damper.Setting{nil, {damper.WithStore(newStore(b, client, "bench-call"))}} {
+		d, err := damper.New(allParts(), settings...)
+		mustNil(b, err)
+		c := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+		calls[i] = func() {
+			start := time.Now()
+			if _, err := c.Messages.New(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = append(lat[i], time.Since(start))
+		}
+		for range 3 { // loads the scripts
+			calls[i]()
+		}
+		lat[i] = lat[i][:0]
+	}
+	hook.n.Store(0)
+	b.ResetTimer()
+	for n := range b.N {
+		calls[n%2]()
+		calls[1-n%2]()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(hook.n.Load())/float64(b.N), "roundtrips/call")
+	b.ReportMetric(percentile(lat[0], 50), "memory-p50-µs")
+	b.ReportMetric(percentile(lat[0], 99), "memory-p99-µs")
+	b.ReportMetric(percentile(lat[1], 50), "redis-p50-µs")
+	b.ReportMetric(percentile(lat[1], 99), "redis-p99-µs")
+	b.ReportMetric(percentile(lat[1], 50)-percentile(lat[0], 50), "added-p50-µs")
 }

@@ -76,7 +76,8 @@
 //   - with [Options.FailClosed], every retry is refused (Available is 0).
 //
 // Successes heard during a fallback are counted locally only. Either way the
-// error is returned too, for Damper to log; errors of operations decided
+// error is returned too, for Damper to log and count (its damper.store.errors
+// metric, by part and operation); errors of operations decided
 // without asking Redis match [ErrUnavailable]. During a fallback one operation
 // every [Options.ProbeInterval] (the timeout, by default) asks Redis again, and
 // the others decide at once; the first that Redis answers switches the budget
