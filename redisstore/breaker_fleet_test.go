@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,82 +123,25 @@ func brkFleet(t *testing.T, n int, job brkJob, api *dampertest.Server, steps int
 	t.Helper()
 	spec, err := json.Marshal(job)
 	mustNil(t, err)
-	type proc struct {
-		cmd    *exec.Cmd
-		stdin  io.WriteCloser
-		lines  chan string
-		stderr *syncBuffer
-	}
-	procs := make([]*proc, n)
-	for i := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestBreakerFleetWorker$", "-test.count=1")
-		cmd.Env = append(os.Environ(), brkWorkerEnv+"="+string(spec))
-		p := &proc{cmd: cmd, lines: make(chan string, 4), stderr: &syncBuffer{}}
-		cmd.Stderr = p.stderr
-		p.stdin, err = cmd.StdinPipe()
-		mustNil(t, err)
-		stdout, err := cmd.StdoutPipe()
-		mustNil(t, err)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting worker %d: %v", i, err)
-		}
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				p.lines <- sc.Text()
-			}
-			close(p.lines)
-		}()
-		procs[i] = p
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-	}
-	next := func(i int, want string) string {
-		t.Helper()
-		for {
-			select {
-			case line, ok := <-procs[i].lines:
-				if !ok {
-					t.Fatalf("worker %d ended before %q; stderr:\n%s", i, want, procs[i].stderr)
-				}
-				if strings.HasPrefix(line, want) {
-					return strings.TrimPrefix(line, want)
-				}
-				// Anything else is the test framework's.
-			case <-time.After(60 * time.Second):
-				t.Fatalf("worker %d: no %q within 60s; stderr:\n%s", i, want, procs[i].stderr)
-			}
-		}
-	}
-	send := func(line string) {
-		for _, p := range procs {
-			if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	workers := startWorkers(t, n, brkWorkerEnv+"="+string(spec), "-test.run=^TestBreakerFleetWorker$", "-test.count=1")
 	start := time.Unix(0, job.Start)
 	perStep := make([]int, 0, steps+1)
-	for i := range procs {
-		next(i, "brk-ready")
+	for _, w := range workers {
+		w.next(t, "brk-ready")
 	}
 	for k := 0; k <= steps; k++ {
 		before := api.Count("")
-		send("go " + strconv.FormatInt(start.Add(time.Duration(k)*step).UnixNano(), 10))
-		for i := range procs { // each has made its calls
-			next(i, "brk-ready")
+		sendAll(t, workers, "go "+strconv.FormatInt(start.Add(time.Duration(k)*step).UnixNano(), 10))
+		for _, w := range workers { // each has made its calls
+			w.next(t, "brk-ready")
 		}
 		perStep = append(perStep, api.Count("")-before)
 	}
-	send("end")
+	sendAll(t, workers, "end")
 	results := make([]brkResult, n)
-	for i, p := range procs {
-		mustNil(t, json.Unmarshal([]byte(next(i, "brk-result ")), &results[i]))
-		if err := p.cmd.Wait(); err != nil {
-			t.Fatalf("worker %d: %v; stderr:\n%s", i, err, p.stderr)
-		}
+	for i, w := range workers {
+		mustNil(t, json.Unmarshal([]byte(w.next(t, "brk-result ")), &results[i]))
+		w.wait(t)
 	}
 	return perStep, results
 }

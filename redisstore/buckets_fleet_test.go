@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -228,72 +227,20 @@ func runBucketsWorker(spec string) int {
 func runBucketsFleet(t *testing.T, n int, job bucketsJob) []int {
 	t.Helper()
 	spec, _ := json.Marshal(job)
-	type proc struct {
-		cmd    *exec.Cmd
-		in     *bufio.Writer
-		lines  chan string
-		stderr *syncBuffer
-	}
-	procs := make([]*proc, n)
-	for i := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		cmd.Env = append(os.Environ(), bucketsWorkerEnv+"="+string(spec))
-		p := &proc{cmd: cmd, lines: make(chan string, 8), stderr: &syncBuffer{}}
-		cmd.Stderr = p.stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.in = bufio.NewWriter(stdin)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				p.lines <- sc.Text()
-			}
-			close(p.lines)
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		procs[i] = p
-	}
-	next := func(i int, want string) string {
-		t.Helper()
-		select {
-		case line := <-procs[i].lines:
-			if !strings.HasPrefix(line, want) {
-				t.Fatalf("worker %d said %q, want %q; stderr:\n%s", i, line, want, procs[i].stderr)
-			}
-			return strings.TrimPrefix(line, want)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("worker %d: no %q within 60s; stderr:\n%s", i, want, procs[i].stderr)
-		}
-		return ""
-	}
+	workers := startWorkers(t, n, bucketsWorkerEnv+"="+string(spec), "-test.run=^$", "-test.bench=^$")
 	for range job.Phases {
-		for i := range procs {
-			next(i, "ready")
+		for _, w := range workers {
+			w.next(t, "ready")
 		}
-		for _, p := range procs {
-			p.in.WriteString("go\n")
-			p.in.Flush()
-		}
+		sendAll(t, workers, "go")
 	}
 	total := make([]int, len(job.Phases))
-	for i := range procs {
+	for i, w := range workers {
 		var res struct {
 			Taken  []int
 			Errors int
 		}
-		if err := json.Unmarshal([]byte(next(i, "result ")), &res); err != nil {
+		if err := json.Unmarshal([]byte(w.next(t, "result ")), &res); err != nil {
 			t.Fatal(err)
 		}
 		if res.Errors != 0 || len(res.Taken) != len(job.Phases) {
@@ -350,8 +297,8 @@ func TestFleetProcessesShareBuckets(t *testing.T) {
 	}
 }
 
-// checkOneSlot checks that every key of name across the cluster is on
-// the slot of its hash tag, and that want is among them.
+// checkOneSlot checks that the keys of name across the cluster are want,
+// each once, all on the slot of its hash tag.
 func checkOneSlot(t *testing.T, addrs []string, name string, want ...string) {
 	t.Helper()
 	ctx := context.Background()
@@ -387,6 +334,9 @@ func checkOneSlot(t *testing.T, addrs []string, name string, want ...string) {
 		if n != 1 {
 			t.Errorf("key %s found %d times across the cluster: %q", w, n, found)
 		}
+	}
+	if len(found) != len(want) {
+		t.Errorf("keys of %q across the cluster: %q, want only %q", name, found, want)
 	}
 	nodes := map[string]bool{}
 	for _, f := range found {

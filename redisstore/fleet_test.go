@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,14 +190,6 @@ func runWorker(spec string) int {
 	return 0
 }
 
-// worker is a running worker process, seen from the test.
-type worker struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	stderr *syncBuffer // written as the worker runs
-}
-
 // runFleet runs n workers on job, releases them through its barriers
 // together, and returns their results. release, when set, runs at each
 // barrier once every worker waits at it, just before they go on.
@@ -210,71 +199,22 @@ func runFleet(tb testing.TB, n int, job workerJob, release func(barrier int)) []
 	if err != nil {
 		tb.Fatal(err)
 	}
-	workers := make([]*worker, n)
-	for i := range workers {
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
-		w := &worker{cmd: cmd, lines: make(chan string, 4), stderr: &syncBuffer{}}
-		cmd.Stderr = w.stderr
-		if w.stdin, err = cmd.StdinPipe(); err != nil {
-			tb.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("starting worker %d: %v", i, err)
-		}
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				w.lines <- sc.Text()
-			}
-			close(w.lines)
-		}()
-		workers[i] = w
-		tb.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-	}
-	next := func(i int, want string) string {
-		tb.Helper()
-		select {
-		case line, ok := <-workers[i].lines:
-			if ok && strings.HasPrefix(line, want) {
-				return strings.TrimPrefix(line, want)
-			}
-			_ = workers[i].cmd.Process.Kill()
-			_ = workers[i].cmd.Wait()
-			tb.Fatalf("worker %d said %q, want %q; stderr:\n%s", i, line, want, workers[i].stderr)
-		case <-time.After(60 * time.Second):
-			tb.Fatalf("worker %d: no %q within 60s; stderr:\n%s", i, want, workers[i].stderr)
-		}
-		return ""
-	}
+	workers := startWorkers(tb, n, workerEnv+"="+string(spec), "-test.run=^$", "-test.bench=^$")
 	for barrier := range job.barriers() {
-		for i := range workers {
-			next(i, "ready")
+		for _, w := range workers {
+			w.next(tb, "ready")
 		}
 		if release != nil {
 			release(barrier)
 		}
-		for _, w := range workers {
-			if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
-				tb.Fatal(err)
-			}
-		}
+		sendAll(tb, workers, "go")
 	}
 	results := make([]workerResult, n)
 	for i, w := range workers {
-		if err := json.Unmarshal([]byte(next(i, "result ")), &results[i]); err != nil {
+		if err := json.Unmarshal([]byte(w.next(tb, "result ")), &results[i]); err != nil {
 			tb.Fatalf("worker %d: %v", i, err)
 		}
-		if err := w.cmd.Wait(); err != nil {
-			tb.Fatalf("worker %d: %v; stderr:\n%s", i, err, w.stderr)
-		}
+		w.wait(tb)
 	}
 	return results
 }
@@ -389,33 +329,7 @@ func TestFleetOnCluster(t *testing.T) {
 	fleetScenarios(t, addrs, true)
 
 	// Every key of a Damper is on its hash tag's slot, and so on one node.
-	ctx := context.Background()
 	for _, name := range []string{"fleet-outage", "fleet-interleaved"} {
-		var found []string
-		for _, n := range nodes {
-			c := redis.NewClient(&redis.Options{Addr: n.Addr})
-			keys, err := c.Keys(ctx, "damper:{"+name+"}:*").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range keys {
-				slot, err := c.ClusterKeySlot(ctx, k).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				tag, err := c.ClusterKeySlot(ctx, name).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if slot != tag {
-					t.Errorf("key %s on %s: slot %d, want %d, the slot of %q", k, n.Addr, slot, tag, name)
-				}
-				found = append(found, n.Addr+" "+k)
-			}
-			c.Close()
-		}
-		if len(found) != 1 || !strings.HasSuffix(found[0], " "+redisstore.Key(name)) {
-			t.Errorf("keys of %q across the cluster: %q, want only %s", name, found, redisstore.Key(name))
-		}
+		checkOneSlot(t, addrs, name, redisstore.Key(name))
 	}
 }
