@@ -19,6 +19,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -284,6 +285,9 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
 	}
+	// A Damper's gauges go when it is unreachable, and its client is what
+	// holds it: until here, or a collection that runs first drops them.
+	runtime.KeepAlive(client)
 	out := map[string]*series{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
