@@ -21,10 +21,11 @@ type callKey struct{}
 // The loop runs in one goroutine; mu guards only what a stream read or
 // ReportInto may touch from elsewhere.
 type call struct {
-	d     *Damper
-	ctx   context.Context
-	req   *http.Request // every attempt sends a copy, its body from GetBody
-	start time.Time
+	d      *Damper
+	client *clientAdapter // how the client in front reports the provider's errors
+	ctx    context.Context
+	req    *http.Request // every attempt sends a copy, its body from GetBody
+	start  time.Time
 
 	// The first attempt sends req's URL and headers themselves; the
 	// middlewares after Damper (a platform's signer) may change them in
@@ -65,8 +66,10 @@ type call struct {
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
 
-func (d *Damper) newCall(req *http.Request) (*call, error) {
-	c := &call{d: d, ctx: req.Context(), req: req, start: d.clock.Now()}
+// newCall starts the logical call of req, a Messages request from the
+// client that client stands for.
+func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error) {
+	c := &call{d: d, client: client, ctx: req.Context(), req: req, start: d.clock.Now()}
 	c.report.AttemptLog = c.firstLog[:0]
 	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
 		c.sink = sink
@@ -336,7 +339,7 @@ func (a attemptResult) providerError(c *call) error {
 	if a.failure == nil || a.failure.StatusCode == 0 {
 		return a.err
 	}
-	return c.d.client.statusError(c.req, a.res, a.failure.Body)
+	return c.client.statusError(c.req, a.res, a.failure.Body)
 }
 
 // finish ends the call and writes the report to the caller's sink. err is

@@ -93,7 +93,6 @@ type Damper struct {
 	rand   func() float64
 	tel    *telemetry
 	telCfg telemetryConfig // as the Settings left it, until New builds tel
-	client clientAdapter   // how the client in front reports errors
 
 	// The engine's hooks (gates.go): gates that admit every attempt, and
 	// observers that hear every attempt's end.
@@ -153,7 +152,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Damper{policy: p, clock: realClock{}, rand: rand.Float64, client: sdkClient}
+	d := &Damper{policy: p, clock: realClock{}, rand: rand.Float64}
 	for _, s := range settings {
 		if err := s(d); err != nil {
 			return nil, err

@@ -74,7 +74,7 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	if ran.Swap(true) {
 		return noRetry(req), errSDKRequestTimeout
 	}
-	c, err := d.newCall(req)
+	c, err := d.newCall(req, &sdkClient)
 	if err != nil {
 		return noRetry(req), err
 	}

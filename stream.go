@@ -62,7 +62,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 				return c.release(b, held, from, kind == sse.MessageStop, fail)
 			case sse.ErrorEvent:
 				data, _ := b.sc.EventData()
-				return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
+				return fail(c.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 			}
 		}
 		if err == nil {
@@ -81,7 +81,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 			return c.release(b, held, len(held), true, fail)
 		case sse.ErrorEvent:
 			data, _ := b.sc.EventData()
-			return fail(c.d.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
+			return fail(c.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
 		}
 		return fail(errTruncated, Failure{})
 	}
@@ -343,7 +343,7 @@ func (b *streamBody) scanErrorEvent(q []byte) bool {
 func (b *streamBody) failErrorEvent() {
 	data, _ := b.sc.EventData()
 	data = append([]byte(nil), data...)
-	b.fail(b.c.d.client.eventError(b.res, data), Failure{Body: data})
+	b.fail(b.c.client.eventError(b.res, data), Failure{Body: data})
 }
 
 // readErrorEvent reads the rest of a withheld error event, from held and
