@@ -23,6 +23,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--help"}, exitOK, "scenarios", ""},
 		{[]string{"help", "demo"}, exitOK, "", "Usage: damper demo"},
 		{[]string{"help", "scenarios"}, exitOK, "", "Usage: damper scenarios"},
+		{[]string{"help", "proxy"}, exitOK, "", "Usage: damper proxy"},
 		{[]string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
 	}
 	for _, tt := range tests {

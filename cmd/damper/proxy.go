@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"sigs.k8s.io/yaml"
+
+	"github.com/damper-ai/damper-go"
+)
+
+// proxyFile is the proxy's configuration file, JSON or YAML:
+//
+//	listen: 127.0.0.1:8787
+//	upstream: https://api.anthropic.com
+//	drain_timeout: 30s
+//	policy:                 # a Damper policy, as damper.PolicyConfig reads it
+//	  max_attempts: 3
+//	  breaker: {}
+type proxyFile struct {
+	Listen            string               `json:"listen,omitempty"`
+	Upstream          string               `json:"upstream,omitempty"`
+	MaxRequestBytes   int64                `json:"max_request_bytes,omitempty"`
+	DrainTimeout      *damper.Duration     `json:"drain_timeout,omitempty"`
+	ReadHeaderTimeout *damper.Duration     `json:"read_header_timeout,omitempty"`
+	ReadTimeout       *damper.Duration     `json:"read_timeout,omitempty"`
+	IdleTimeout       *damper.Duration     `json:"idle_timeout,omitempty"`
+	LogLevel          string               `json:"log_level,omitempty"`
+	Name              string               `json:"name,omitempty"`
+	Policy            *damper.PolicyConfig `json:"policy,omitempty"`
+}
+
+// proxySettings is what the proxy runs with: the file's values, then the
+// flags', over the defaults.
+type proxySettings struct {
+	listen, upstream  string
+	maxRequestBytes   int64
+	drain             time.Duration
+	readHeader, read  time.Duration
+	idle              time.Duration
+	level             slog.Level
+	name              string
+	policy            damper.Policy
+	configFile        string // for messages only
+	listenIsNonLocal  bool
+	policyFromDefault bool
+}
+
+const (
+	defaultProxyListen   = "127.0.0.1:8787"
+	defaultProxyUpstream = "https://api.anthropic.com"
+)
+
+func defaultProxySettings() proxySettings {
+	return proxySettings{
+		listen:            defaultProxyListen,
+		upstream:          defaultProxyUpstream,
+		maxRequestBytes:   damper.DefaultMaxRequestBytes,
+		drain:             30 * time.Second,
+		readHeader:        10 * time.Second,
+		read:              time.Minute,
+		idle:              2 * time.Minute,
+		level:             slog.LevelInfo,
+		policyFromDefault: true,
+	}
+}
+
+func parseProxy(args []string, stderr io.Writer) (proxySettings, error) {
+	s := defaultProxySettings()
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "read the settings and the Damper policy from this JSON or YAML `file`; flags given override it")
+	listen := fs.String("listen", s.listen, "address to listen on; a non-loopback address serves other hosts")
+	upstream := fs.String("upstream", s.upstream, "the API every request goes to, and nowhere else")
+	maxBytes := fs.Int64("max-request-bytes", s.maxRequestBytes, "largest request body accepted; a larger one is answered with 413")
+	drain := fs.Duration("drain-timeout", s.drain, "on SIGINT or SIGTERM, how long requests in flight (streams included) may take to finish before they are cut")
+	level := fs.String("log-level", "info", "least level logged: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: damper proxy [flags]
+
+Serves the Messages API through Damper, for services not written in Go:
+point their SDK's base URL at the proxy (ANTHROPIC_BASE_URL). POST
+/v1/messages, plain and streaming, gets Damper's retries, budget, breaker and
+rate limiter; every other path passes through to the upstream unchanged.
+Clients send their own API key, which is forwarded and never stored or
+logged.
+
+Also served: /healthz (the process is up), /readyz (it takes requests; 503
+once it drains) and /metrics (Damper's metrics, Prometheus text format).
+
+Every error response says x-should-retry: false, so that the client's SDK
+leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
+Damper-Retry-Cost-Usd. A client states its deadline with Damper-Timeout
+(seconds); without it, the SDKs' own X-Stainless-Timeout is used.
+
+The configuration file holds every setting under its snake_case name
+(listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
+read_timeout, idle_timeout, log_level, name) and the Damper policy under
+"policy"; durations are strings such as "30s".
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return s, fmt.Errorf("proxy takes no arguments, got %q", fs.Args())
+	}
+	if *config != "" {
+		if err := s.loadFile(*config); err != nil {
+			return s, err
+		}
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			s.listen = *listen
+		case "upstream":
+			s.upstream = *upstream
+		case "max-request-bytes":
+			s.maxRequestBytes = *maxBytes
+			if *maxBytes <= 0 {
+				err = errors.Join(err, fmt.Errorf("--max-request-bytes %d: must be above 0", *maxBytes))
+			}
+		case "drain-timeout":
+			s.drain = *drain
+			if *drain <= 0 {
+				err = errors.Join(err, fmt.Errorf("--drain-timeout %v: must be above 0", *drain))
+			}
+		case "log-level":
+			var lerr error
+			if s.level, lerr = parseLevel(*level); lerr != nil {
+				err = errors.Join(err, fmt.Errorf("--log-level %q: %w", *level, lerr))
+			}
+		}
+	})
+	if err != nil {
+		return s, err
+	}
+	host, _, err := net.SplitHostPort(s.listen)
+	if err != nil {
+		return s, fmt.Errorf("listen address %q: %w", s.listen, err)
+	}
+	ip := net.ParseIP(host)
+	s.listenIsNonLocal = host != "localhost" && (ip == nil || !ip.IsLoopback())
+	return s, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if s == "" || strings.ContainsAny(s, "+-") || l.UnmarshalText([]byte(s)) != nil {
+		return 0, errors.New("want debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// loadFile reads the configuration file name into s. Its errors name the
+// file and the key.
+func (s *proxySettings) loadFile(name string) error {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	s.configFile = name
+	bad := func(key string, format string, args ...any) error {
+		return fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...))
+	}
+	if !strings.EqualFold(filepath.Ext(name), ".json") {
+		if data, err = yaml.YAMLToJSONStrict(data); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	var f proxyFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		var ce *damper.ConfigError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &ce):
+			return bad(strings.TrimSuffix("policy."+ce.Path, "."), "%v", ce.Err)
+		case errors.As(err, &te):
+			return bad(te.Field, "want a %v, got a JSON %s", te.Type, te.Value)
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if f.Listen != "" {
+		s.listen = f.Listen
+	}
+	if f.Upstream != "" {
+		s.upstream = f.Upstream
+	}
+	if f.MaxRequestBytes < 0 {
+		return bad("max_request_bytes", "%d: must be above 0", f.MaxRequestBytes)
+	} else if f.MaxRequestBytes > 0 {
+		s.maxRequestBytes = f.MaxRequestBytes
+	}
+	for _, d := range []struct {
+		key string
+		v   *damper.Duration
+		dst *time.Duration
+	}{
+		{"drain_timeout", f.DrainTimeout, &s.drain},
+		{"read_header_timeout", f.ReadHeaderTimeout, &s.readHeader},
+		{"read_timeout", f.ReadTimeout, &s.read},
+		{"idle_timeout", f.IdleTimeout, &s.idle},
+	} {
+		if d.v == nil {
+			continue
+		}
+		if *d.v <= 0 {
+			return bad(d.key, "%v: must be above 0", *d.v)
+		}
+		*d.dst = time.Duration(*d.v)
+	}
+	if f.LogLevel != "" {
+		if s.level, err = parseLevel(f.LogLevel); err != nil {
+			return bad("log_level", "%q: %v", f.LogLevel, err)
+		}
+	}
+	s.name = f.Name
+	if f.Policy != nil {
+		p, err := f.Policy.Policy()
+		if err != nil {
+			var ce *damper.ConfigError
+			if errors.As(err, &ce) {
+				return bad(strings.TrimSuffix("policy."+ce.Path, "."), "%v", ce.Err)
+			}
+			return bad("policy", "%v", err)
+		}
+		s.policy, s.policyFromDefault = p, false
+	}
+	return nil
+}
+
+func runProxy(args []string, stdout, stderr io.Writer) int {
+	s, err := parseProxy(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "damper proxy:", err)
+		return exitUsage
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		logger.Error("damper proxy: cannot listen", "listen", s.listen, "error", err.Error())
+		return exitFail
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveProxy(ctx, s, ln, logger); err != nil {
+		logger.Error("damper proxy: stopped", "error", err.Error())
+		return exitFail
+	}
+	return exitOK
+}
+
+// serveProxy serves on ln until ctx ends, then drains: it stops accepting,
+// lets the requests in flight finish within s.drain, cuts those left, and
+// returns.
+func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	settings := []damper.Setting{damper.WithMeterProvider(mp), damper.WithLogger(logger)}
+	if s.name != "" {
+		settings = append(settings, damper.WithName(s.name))
+	}
+	d, err := damper.New(s.policy, settings...)
+	if err != nil {
+		return err
+	}
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, Logger: logger})
+	if err != nil {
+		return err
+	}
+	var draining atomic.Bool
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Host == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			switch r.URL.Path {
+			case "/healthz":
+				fmt.Fprintln(w, "ok")
+				return
+			case "/readyz":
+				if draining.Load() {
+					http.Error(w, "draining", http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintln(w, "ready")
+				return
+			case "/metrics":
+				metrics.ServeHTTP(w, r)
+				return
+			}
+		}
+		px.ServeHTTP(w, r)
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: s.readHeader,
+		ReadTimeout:       s.read,
+		IdleTimeout:       s.idle,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	attrs := []any{"listen", ln.Addr().String(), "upstream", s.upstream, "drain_timeout", s.drain.String()}
+	if s.configFile != "" {
+		attrs = append(attrs, "config", s.configFile)
+	}
+	if s.policyFromDefault {
+		attrs = append(attrs, "policy", "default")
+	}
+	logger.Info("damper proxy: serving", attrs...)
+	if s.listenIsNonLocal {
+		logger.Warn("damper proxy: listening beyond loopback: other hosts can send calls through this proxy with their own keys", "listen", s.listen)
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	draining.Store(true)
+	logger.Info("damper proxy: draining", "drain_timeout", s.drain.String())
+	dctx, cancel := context.WithTimeout(context.Background(), s.drain)
+	defer cancel()
+	err = srv.Shutdown(dctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("damper proxy: requests still in flight at the drain timeout were cut", "drain_timeout", s.drain.String())
+		err = srv.Close()
+	}
+	<-served // http.ErrServerClosed
+	logger.Info("damper proxy: stopped")
+	return err
+}

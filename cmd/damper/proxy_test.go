@@ -1,0 +1,512 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// testKey is the clients' credential: nothing the proxy writes may hold it.
+const testKey = "sk-ant-api03-cmdproxysecret"
+
+// lockedBuffer is a log destination for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runningProxy is serveProxy on a loopback port in front of upstream.
+type runningProxy struct {
+	url  string
+	logs *lockedBuffer
+	stop context.CancelFunc
+	done chan error
+}
+
+func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runningProxy {
+	t.Helper()
+	s := defaultProxySettings()
+	s.upstream = upstream
+	s.policy = damper.Policy{BackoffBase: damper.None} // retries at once: no real sleeping
+	if edit != nil {
+		edit(&s)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &runningProxy{url: "http://" + ln.Addr().String(), logs: &lockedBuffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	logger := slog.New(slog.NewJSONHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { p.done <- serveProxy(ctx, s, ln, logger) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-p.done; err != nil {
+			t.Errorf("serveProxy: %v", err)
+		}
+		if strings.Contains(p.logs.String(), testKey) {
+			t.Errorf("the key is in the proxy's logs:\n%s", p.logs)
+		}
+	})
+	return p
+}
+
+// fakeAPI is the fake Messages API on loopback with the cases every client
+// of the proxy is tried on.
+func fakeAPI(t *testing.T) *dampertest.Server {
+	t.Helper()
+	srv := dampertest.NewServer()
+	t.Cleanup(srv.Close)
+	st := dampertest.Stream{Text: "a streamed answer, in chunks"}
+	cut := st
+	cut.Fault, cut.At = dampertest.FaultTruncate, st.ContentIndex()+1
+	srv.Script("plain", dampertest.OK().WithText("hello from the fake API"))
+	srv.Script("overloaded", dampertest.Status(529), dampertest.OK().WithText("answered on the second attempt"))
+	srv.Script("spend", dampertest.SpendLimit())
+	srv.Script("stream-clean", dampertest.OK().WithStream(st))
+	srv.Script("stream-overloaded", dampertest.Status(529), dampertest.OK().WithStream(st))
+	srv.Script("stream-cut", dampertest.OK().WithStream(cut))
+	return srv
+}
+
+var clientCases = []string{"plain", "overloaded", "spend", "stream-clean", "stream-overloaded", "stream-cut"}
+
+// clientResult is what a client got for one case, in the terms every
+// client can report.
+type clientResult struct {
+	Case     string `json:"case"`
+	OK       bool   `json:"ok"`
+	Text     string `json:"text"`
+	Stop     bool   `json:"stop"`
+	Status   int    `json:"status"`
+	Type     string `json:"type"`
+	Code     string `json:"code"`
+	Attempts int    `json:"-"` // the requests the fake API got
+}
+
+// goLibraryResults runs every case through the Go SDK with Damper's
+// Option, as a Go service would, against a fake API of its own.
+func goLibraryResults(t *testing.T) map[string]clientResult {
+	t.Helper()
+	srv := fakeAPI(t)
+	d, err := damper.New(damper.Policy{BackoffBase: damper.None})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	params := anthropic.MessageNewParams{
+		Model: "claude-sonnet-4-6", MaxTokens: 64,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Explain retry storms"))},
+	}
+	out := map[string]clientResult{}
+	for _, name := range clientCases {
+		r := clientResult{Case: name}
+		var err error
+		if strings.HasPrefix(name, "stream-") {
+			s := client.Messages.NewStreaming(context.Background(), params, dampertest.Scenario(name))
+			for s.Next() {
+				switch ev := s.Current().AsAny().(type) {
+				case anthropic.ContentBlockDeltaEvent:
+					r.Text += ev.Delta.Text
+				case anthropic.MessageStopEvent:
+					r.Stop = true
+				}
+			}
+			err = s.Err()
+			s.Close()
+		} else {
+			var msg *anthropic.Message
+			if msg, err = client.Messages.New(context.Background(), params, dampertest.Scenario(name)); err == nil {
+				r.Text = msg.Content[0].Text
+			}
+		}
+		r.OK = err == nil
+		if apiErr := (*anthropic.Error)(nil); errors.As(err, &apiErr) {
+			r.Status = apiErr.StatusCode
+			var body struct {
+				Error struct {
+					Type    string `json:"type"`
+					Details struct {
+						ErrorCode string `json:"error_code"`
+					} `json:"details"`
+				} `json:"error"`
+			}
+			_ = json.Unmarshal([]byte(apiErr.RawJSON()), &body)
+			r.Type, r.Code = body.Error.Type, body.Error.Details.ErrorCode
+		}
+		r.Attempts = srv.Count(name)
+		out[name] = r
+	}
+	return out
+}
+
+// compare checks a client's results through the proxy against the Go
+// library's.
+func compare(t *testing.T, client string, got, want clientResult) {
+	t.Helper()
+	if got.OK != want.OK || got.Text != want.Text || got.Stop != want.Stop || got.Status != want.Status || got.Attempts != want.Attempts {
+		t.Errorf("%s, %s: got %+v through the proxy, the Go library got %+v", client, got.Case, got, want)
+	}
+	// The Go library has no error type for a stream cut after content;
+	// through the proxy it is an api_error event.
+	if want.Type != "" && (got.Type != want.Type || got.Code != want.Code) {
+		t.Errorf("%s, %s: error %s/%s through the proxy, %s/%s from the Go library", client, got.Case, got.Type, got.Code, want.Type, want.Code)
+	}
+}
+
+// checkGoResults pins what the Go library itself gets, so that the
+// comparisons compare with the right thing.
+func checkGoResults(t *testing.T, want map[string]clientResult) {
+	t.Helper()
+	for name, r := range map[string]clientResult{
+		"plain":             {OK: true, Text: "hello from the fake API", Attempts: 1},
+		"overloaded":        {OK: true, Text: "answered on the second attempt", Attempts: 2},
+		"spend":             {Status: 429, Type: "rate_limit_error", Code: "enforced_spend_limit_reached", Attempts: 1},
+		"stream-clean":      {OK: true, Text: "a streamed answer, in chunks", Stop: true, Attempts: 1},
+		"stream-overloaded": {OK: true, Text: "a streamed answer, in chunks", Stop: true, Attempts: 2},
+		"stream-cut":        {Text: "a streamed answe", Attempts: 1},
+	} {
+		r.Case = name
+		if got := want[name]; got != r {
+			t.Errorf("the Go library got %+v, want %+v", got, r)
+		}
+	}
+}
+
+// TestTypeScriptSDKThroughProxy runs the official TypeScript SDK, with Node,
+// against the proxy: it gets what the Go library gets from the same fake
+// API, with the same number of provider attempts, its own retries left on.
+func TestTypeScriptSDKThroughProxy(t *testing.T) {
+	dir := filepath.Join("testdata", "tsclient")
+	node, err := exec.LookPath("node")
+	if _, statErr := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk")); err != nil || statErr != nil {
+		msg := "the TypeScript SDK is not installed: run npm ci --prefix cmd/damper/testdata/tsclient (Node.js 20 or later)"
+		if os.Getenv("DAMPER_REQUIRE_NODE") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	want := goLibraryResults(t)
+	checkGoResults(t, want)
+
+	srv := fakeAPI(t)
+	p := startProxy(t, srv.URL(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{"client.mjs", p.url}, clientCases...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+testKey)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.String())
+	}
+	seen := 0
+	for sc := bufio.NewScanner(bytes.NewReader(out)); sc.Scan(); seen++ {
+		var got clientResult
+		if err := json.Unmarshal(sc.Bytes(), &got); err != nil {
+			t.Fatalf("%v: %s", err, sc.Bytes())
+		}
+		got.Attempts = srv.Count(got.Case)
+		compare(t, "TypeScript SDK", got, want[got.Case])
+	}
+	if seen != len(clientCases) {
+		t.Errorf("%d results from node, want %d:\n%s\n%s", seen, len(clientCases), out, stderr.String())
+	}
+	if strings.Contains(stderr.String(), testKey) || bytes.Contains(out, []byte(testKey)) {
+		t.Error("the key is in what the client printed")
+	}
+}
+
+// TestCurlThroughProxy makes the same calls with curl, as a shell script
+// would, and reads the status, the Damper-* headers and the events.
+func TestCurlThroughProxy(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	srv := fakeAPI(t)
+	p := startProxy(t, srv.URL(), nil)
+	call := func(scenario string, stream bool) (status int, header http.Header, body string) {
+		t.Helper()
+		req := `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]`
+		if stream {
+			req += `,"stream":true`
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, curl, "-sS", "-N", "-i", "--raw", p.url+"/v1/messages",
+			"-H", "x-api-key: "+testKey, "-H", "anthropic-version: 2023-06-01", "-H", "content-type: application/json",
+			"-H", dampertest.ScenarioHeader+": "+scenario, "-d", req+"}")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl %s: %v", scenario, err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", scenario, err, out)
+		}
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(b)
+	}
+	check := func(cond bool, scenario string, status int, h http.Header, body string) {
+		t.Helper()
+		if !cond {
+			t.Errorf("%s: %d %v\n%s", scenario, status, h, body)
+		}
+	}
+	status, h, body := call("plain", false)
+	check(status == 200 && h.Get(damper.HeaderAttempts) == "1" && h.Get(damper.HeaderOutcome) == "success" &&
+		strings.Contains(body, "hello from the fake API"), "plain", status, h, body)
+	status, h, body = call("overloaded", false)
+	check(status == 200 && h.Get(damper.HeaderAttempts) == "2" && srv.Count("overloaded") == 2, "overloaded", status, h, body)
+	status, h, body = call("spend", false)
+	check(status == 429 && h.Get("X-Should-Retry") == "false" && strings.Contains(body, "enforced_spend_limit_reached") &&
+		srv.Count("spend") == 1, "spend", status, h, body)
+	status, h, body = call("stream-overloaded", true)
+	check(status == 200 && h.Get(damper.HeaderAttempts) == "2" && strings.HasSuffix(body, "data: {\"type\":\"message_stop\"}\n\n"),
+		"stream-overloaded", status, h, body)
+	status, h, body = call("stream-cut", true)
+	check(status == 200 && strings.HasSuffix(body, "}\n\n") && strings.Contains(body, "\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""),
+		"stream-cut", status, h, body)
+}
+
+func TestProxyHealthAndMetrics(t *testing.T) {
+	srv := fakeAPI(t)
+	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.name = "proxy-test" })
+	get := func(path string) (int, string) {
+		t.Helper()
+		res, err := http.Get(p.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
+	req.Header.Set("X-Api-Key", testKey)
+	req.Header.Set(dampertest.ScenarioHeader, "overloaded")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`damper_attempts_total{damper_attempt_error_class="overloaded",damper_name="proxy-test",damper_provider="anthropic"`,
+		`damper_request_duration_seconds_count{damper_name="proxy-test",damper_outcome="success"`,
+		"go_goroutines",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s:\n%s", want, body)
+		}
+	}
+	if code != 200 || strings.Contains(body, testKey) {
+		t.Errorf("/metrics: %d, or it holds the key", code)
+	}
+	// A client's wrong idea of the admin paths goes upstream.
+	if code, _ := get("/v1/models"); code != 404 {
+		t.Errorf("/v1/models: %d, want the fake API's 404", code)
+	}
+}
+
+// TestProxyDrains: on shutdown the proxy stops accepting, lets a stream in
+// flight finish, and returns once it has; a stream that outlasts the drain
+// timeout is cut at it.
+func TestProxyDrains(t *testing.T) {
+	release := make(chan struct{})
+	events := func(w http.ResponseWriter, r *http.Request, wait <-chan struct{}) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		st := dampertest.Stream{Text: "drained"}
+		evs := st.Events()
+		for i, e := range evs {
+			if i == st.ContentIndex()+1 {
+				select {
+				case <-wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			io.WriteString(w, e.String())
+			w.(http.Flusher).Flush()
+		}
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(dampertest.ScenarioHeader) == "stall" {
+			events(w, r, nil)
+			return
+		}
+		events(w, r, release)
+	}))
+	defer up.Close()
+
+	stream := func(p *runningProxy, scenario string) (*http.Response, *bufio.Reader) {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages",
+			strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"stream":true,"messages":[]}`))
+		req.Header.Set(dampertest.ScenarioHeader, scenario)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(res.Body)
+		for { // up to the first content
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(line, "content_block_delta") {
+				return res, br
+			}
+		}
+	}
+
+	t.Run("finished within the bound", func(t *testing.T) {
+		p := startProxy(t, up.URL, nil)
+		res, br := stream(p, "")
+		defer res.Body.Close()
+		p.stop()
+		// Shutdown closes the listener before it waits: new calls are refused.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+			if err != nil {
+				break
+			}
+			conn.Close()
+			if time.Now().After(deadline) {
+				t.Fatal("the proxy still accepts connections while it drains")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("serveProxy returned (%v) with a stream in flight", err)
+		default:
+		}
+		close(release)
+		rest, err := io.ReadAll(br)
+		if err != nil || !strings.HasSuffix(string(rest), "data: {\"type\":\"message_stop\"}\n\n") {
+			t.Errorf("the drained stream ended with %v: %q", err, rest)
+		}
+		if res.Trailer.Get(damper.HeaderOutcome) != "success" {
+			t.Errorf("outcome %q, want success", res.Trailer.Get(damper.HeaderOutcome))
+		}
+		err = <-p.done
+		p.done <- err // for the cleanup
+	})
+	t.Run("cut at the bound", func(t *testing.T) {
+		p := startProxy(t, up.URL, func(s *proxySettings) { s.drain = 50 * time.Millisecond })
+		res, br := stream(p, "stall")
+		defer res.Body.Close()
+		p.stop()
+		err := <-p.done
+		p.done <- err
+		if _, rerr := io.ReadAll(br); rerr == nil {
+			t.Error("a stream cut at the drain timeout read as whole")
+		}
+		if !strings.Contains(p.logs.String(), "cut") {
+			t.Errorf("no log line says the stream was cut:\n%s", p.logs)
+		}
+	})
+}
+
+func TestProxySettings(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := write("good.yaml", `
+listen: 127.0.0.1:9000
+upstream: http://127.0.0.1:9001
+drain_timeout: 5s
+read_timeout: 2m
+log_level: warn
+name: edge
+policy:
+  max_attempts: 2
+  breaker: {}
+`)
+	s, err := parseProxy([]string{"-config", good, "-listen", "127.0.0.1:9100"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.listen != "127.0.0.1:9100" || s.upstream != "http://127.0.0.1:9001" || s.drain != 5*time.Second || s.read != 2*time.Minute ||
+		s.level != slog.LevelWarn || s.name != "edge" || s.policy.MaxAttempts != 2 || s.policy.Breaker == nil || s.listenIsNonLocal {
+		t.Errorf("settings %+v", s)
+	}
+	if s, err := parseProxy([]string{"-listen", "0.0.0.0:8787"}, io.Discard); err != nil || !s.listenIsNonLocal {
+		t.Errorf("0.0.0.0: %v, non-local %v", err, s.listenIsNonLocal)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-config", write("a.yaml", "listn: x\n")}, `unknown field "listn"`},
+		{[]string{"-config", write("b.yaml", "drain_timeout: soon\n")}, `"soon"`},
+		{[]string{"-config", write("c.yaml", "drain_timeout: 0\n")}, "drain_timeout: 0s: must be above 0"},
+		{[]string{"-config", write("d.yaml", "policy:\n  breaker:\n    open_for: 1y\n")}, "policy.breaker.open_for"},
+		{[]string{"-config", write("e.json", `{"max_request_bytes": "big"}`)}, "max_request_bytes: want a int64"},
+		{[]string{"-config", write("f.yaml", "log_level: loud\n")}, `log_level: "loud"`},
+		{[]string{"-log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"-drain-timeout", "0s"}, "--drain-timeout 0s"},
+		{[]string{"-max-request-bytes", "0"}, "--max-request-bytes 0"},
+		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},
+		{[]string{"extra"}, "no arguments"},
+	} {
+		_, err := parseProxy(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %s", tc.args, err, tc.want)
+		}
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"proxy", "-upstream", "ftp://x", "-listen", "127.0.0.1:0"}, io.Discard, &errb); code != exitFail ||
+		!strings.Contains(errb.String(), "ProxyConfig.Upstream") {
+		t.Errorf("a bad upstream: exit %d, %s", code, errb.String())
+	}
+}
