@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,8 +49,8 @@ type ProxyConfig struct {
 	// URL with at most a path: "https://api.anthropic.com". A request's
 	// path is appended to Upstream's.
 	Upstream string
-	// Transport sends every request upstream; nil means a clone of
-	// http.DefaultTransport. It must not follow redirects to other hosts
+	// Transport sends every request upstream; nil means
+	// [NewProxyTransport]'s. It must not follow redirects to other hosts
 	// (an http.RoundTripper never does).
 	Transport http.RoundTripper
 	// MaxRequestBytes bounds a request's body; 0 means
@@ -119,7 +120,7 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	}
 	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, log: cfg.Logger}
 	if p.rt == nil {
-		p.rt = http.DefaultTransport.(*http.Transport).Clone()
+		p.rt = NewProxyTransport()
 	}
 	if p.maxBody == 0 {
 		p.maxBody = DefaultMaxRequestBytes
@@ -138,6 +139,18 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 		},
 	}
 	return p, nil
+}
+
+// NewProxyTransport returns the transport a [Proxy] uses by default:
+// http.DefaultTransport's settings, but for idle connections to the
+// upstream: 256 kept rather than 2, so that a proxy serving many calls at
+// once reuses its connections (and their TLS sessions) instead of opening
+// one per call.
+func NewProxyTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	return t
 }
 
 // parseUpstream reads ProxyConfig.Upstream. Its errors never show a
@@ -213,11 +226,17 @@ func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) in
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 	}
+	tooLarge := func() int {
+		return writeAPIError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("damper proxy: the request body is larger than %d bytes", p.maxBody), nil)
+	}
+	if r.ContentLength > p.maxBody {
+		return tooLarge() // before a buffer of that size is made
+	}
 	body, err := readInto(nil, r.Body, r.ContentLength)
 	if err != nil {
 		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
-			return writeAPIError(w, http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("damper proxy: the request body is larger than %d bytes", mb.Limit), nil)
+			return tooLarge()
 		}
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: reading the request body: "+err.Error(), nil)
 	}
@@ -430,28 +449,38 @@ func errorEvent(data []byte) []byte {
 	return append(b, "\n\n"...)
 }
 
+// streamBufs are the buffers streams are passed on with.
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // passStream copies a stream to the client as it comes, flushing each
-// read, and passes on only whole events: when the stream fails, the held
-// part of an event is dropped and an error event takes its place.
+// read, and passes on only whole events: when the stream fails, the part
+// of an event read so far is dropped and an error event takes its place.
 func passStream(w http.ResponseWriter, body io.Reader) {
 	flush := http.NewResponseController(w).Flush
-	var ev eventCutter
-	buf := make([]byte, 32<<10)
+	pooled := streamBufs.Get().(*[]byte)
+	defer streamBufs.Put(pooled)
+	buf := *pooled
+	var ends eventEnds
+	held := 0 // buf[:held] is the start of an event
 	for {
-		n, err := body.Read(buf)
-		ev.add(buf[:n])
-		if whole := ev.whole(); len(whole) > 0 {
-			if _, werr := w.Write(whole); werr != nil {
+		if held == len(buf) { // an event longer than the buffer
+			buf = append(buf[:held], make([]byte, held)...)
+		}
+		n, err := body.Read(buf[held:])
+		cut := ends.last(buf, held, held+n)
+		if cut > 0 {
+			if _, werr := w.Write(buf[:cut]); werr != nil {
 				return // the client has gone; the call ends with its context
 			}
 			_ = flush()
 		}
+		held = copy(buf, buf[cut:held+n])
 		switch {
 		case err == io.EOF:
-			if rest := ev.rest(); len(rest) > 0 {
-				_, _ = w.Write(rest)
+			if held > 0 { // what the stream ends with after its last event
+				_, _ = w.Write(buf[:held])
+				_ = flush()
 			}
-			_ = flush()
 			return
 		case err != nil:
 			_, _ = w.Write(failureEvent(err))
@@ -471,61 +500,44 @@ func failureEvent(err error) []byte {
 	return errorEvent(errorBody("api_error", "damper proxy: "+err.Error()))
 }
 
-// eventCutter holds a stream's bytes until they end an event: an empty
-// line, with "\n", "\r\n" or "\r" as line ends.
-type eventCutter struct {
-	buf       []byte
-	cut       int  // buf[:cut] ends at an event's end
-	lineStart bool // the last byte scanned ended a line
-	cr        bool // the last byte scanned was "\r"
-	scanned   int
+// eventEnds finds where a stream's events end: after an empty line, with
+// "\n", "\r\n" or "\r" as line ends. It carries what it has seen from one
+// read to the next.
+type eventEnds struct {
+	lineStart bool // the last byte seen ended a line
+	cr        bool // the last byte seen was "\r"
 }
 
-func (e *eventCutter) add(p []byte) {
-	e.buf = append(e.buf, p...)
-	for ; e.scanned < len(e.buf); e.scanned++ {
-		switch e.buf[e.scanned] {
+// last scans b[from:to], which follows what it has seen, and returns the
+// index in b just after the last event that ends in b[:to], or 0 if none
+// ends in b[from:to].
+func (e *eventEnds) last(b []byte, from, to int) int {
+	cut := 0
+	for i := from; i < to; i++ {
+		switch b[i] {
 		case '\n':
 			if e.cr { // the "\n" of "\r\n": the line ended at "\r"
 				e.cr = false
-				if e.cut == e.scanned {
-					e.cut = e.scanned + 1
+				if cut == i {
+					cut = i + 1
 				}
 				continue
 			}
-			e.endLine()
+			if e.lineStart {
+				cut = i + 1
+			}
+			e.lineStart = true
 		case '\r':
-			e.endLine()
-			e.cr = true
+			if e.lineStart {
+				cut = i + 1
+			}
+			e.lineStart, e.cr = true, true
 		default:
 			e.lineStart, e.cr = false, false
 		}
 	}
+	return cut
 }
-
-// endLine notes a line end at e.scanned: an empty line ends an event.
-func (e *eventCutter) endLine() {
-	if e.lineStart {
-		e.cut = e.scanned + 1
-	}
-	e.lineStart = true
-}
-
-// whole returns the bytes that end an event, and forgets them.
-func (e *eventCutter) whole() []byte {
-	if e.cut == 0 {
-		return nil
-	}
-	out := e.buf[:e.cut:e.cut]
-	rest := e.buf[e.cut:]
-	e.buf = append(make([]byte, 0, max(len(rest), 512)), rest...)
-	e.scanned -= e.cut
-	e.cut = 0
-	return out
-}
-
-// rest returns what is held: a stream's end after its last event.
-func (e *eventCutter) rest() []byte { return e.buf }
 
 // proxyClient reports the provider's errors as values the proxy writes
 // back as they came.

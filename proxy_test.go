@@ -348,6 +348,16 @@ func TestProxyRequestLimits(t *testing.T) {
 	if typ, _ := apiError(t, b); res.StatusCode != 413 || typ != "request_too_large" || !strings.Contains(string(b), "1000 bytes") {
 		t.Errorf("%d %s", res.StatusCode, b)
 	}
+	// A body sent in chunks, with no length declared, is cut at the limit.
+	res, err = http.Post(small.URL+"/v1/messages", "application/json", struct{ io.Reader }{strings.NewReader(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 413 || !strings.Contains(string(b), "1000 bytes") {
+		t.Errorf("chunked: %d %s", res.StatusCode, b)
+	}
 	if n := len(r.upstreamSeen()); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
 	}

@@ -3,10 +3,11 @@ package main
 // The proxy's cost, recorded in docs/BENCHMARKS.md:
 //
 //	go test -run '^$' -bench ProxyPaired -benchtime 2000x -count 10 ./cmd/damper
-//	go test -run '^$' -bench ProxyThroughput -benchtime 5s -count 3 ./cmd/damper
+//	go test -run '^$' -bench ProxyThroughput -benchtime 4x -count 5 ./cmd/damper
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,10 +16,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
 )
 
@@ -72,6 +75,7 @@ func benchTargets(b *testing.B) (targets [3]string, client *http.Client, conns *
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
 		FlushInterval: -1,
+		Transport:     damper.NewProxyTransport(), // the same pool of connections as Damper's
 	})
 	b.Cleanup(bare.Close)
 	s := defaultProxySettings()
@@ -97,23 +101,24 @@ func benchTargets(b *testing.B) (targets [3]string, client *http.Client, conns *
 }
 
 // benchCall makes one Messages call to base and reads its answer whole.
-func benchCall(b *testing.B, client *http.Client, base, body string) {
+func benchCall(client *http.Client, base, body string) error {
 	req, err := http.NewRequest(http.MethodPost, base+"/v1/messages", strings.NewReader(body))
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	req.Header.Set("X-Api-Key", "bench-key")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("Content-Type", "application/json")
 	res, err := client.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	_, err = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	if err != nil || res.StatusCode != http.StatusOK {
-		b.Fatalf("status %d, %v", res.StatusCode, err)
+	if err == nil && res.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", res.StatusCode)
 	}
+	return err
 }
 
 // BenchmarkProxyPaired makes, in every iteration, one call straight to the
@@ -128,7 +133,9 @@ func BenchmarkProxyPaired(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			targets, client, conns := benchTargets(b)
 			for _, t := range targets { // connections open before the clock runs
-				benchCall(b, client, t, c.body)
+				if err := benchCall(client, t, c.body); err != nil {
+					b.Fatal(err)
+				}
 			}
 			conns.Store(0)
 			var took [3]time.Duration
@@ -137,7 +144,9 @@ func BenchmarkProxyPaired(b *testing.B) {
 				for k := range 3 {
 					t := (i + k) % 3
 					t0 := time.Now()
-					benchCall(b, client, targets[t], c.body)
+					if err := benchCall(client, targets[t], c.body); err != nil {
+						b.Fatal(err)
+					}
 					took[t] += time.Since(t0)
 				}
 				i++
@@ -155,24 +164,49 @@ func BenchmarkProxyPaired(b *testing.B) {
 }
 
 // BenchmarkProxyThroughput is a load of 64 clients at once, each making
-// calls one after another, straight to the fake API, through a bare
-// httputil.ReverseProxy and through Damper's proxy; it reports calls per
-// second. The load, the proxy and the fake API share the machine's CPUs.
+// calls one after another for a slice of time, straight to the fake API,
+// through a bare httputil.ReverseProxy and through Damper's proxy, in an
+// order that rotates each round (an iteration is one round, three slices
+// of 500 ms), so that all three see the same machine load. It reports
+// calls per second for each, and the fake API's new connections per call.
+// The load, the proxies and the fake API share the machine's CPUs.
 func BenchmarkProxyThroughput(b *testing.B) {
+	const clients, slice = 64, 500 * time.Millisecond
 	for _, c := range []struct{ name, body string }{{"plain", benchPlainBody}, {"stream", benchStreamBody}} {
-		for k, target := range []string{"direct", "bare-proxy", "damper-proxy"} {
-			b.Run(c.name+"/"+target, func(b *testing.B) {
-				targets, client, _ := benchTargets(b)
-				base := targets[k]
-				b.SetParallelism(32) // 64 clients on 2 CPUs
-				start := time.Now()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						benchCall(b, client, base, c.body)
+		b.Run(c.name, func(b *testing.B) {
+			targets, client, conns := benchTargets(b)
+			conns.Store(0)
+			var calls [3]atomic.Int64
+			var took [3]time.Duration
+			round := 0
+			for b.Loop() {
+				for k := range 3 {
+					t := (round + k) % 3
+					stop := time.Now().Add(slice)
+					t0 := time.Now()
+					var wg sync.WaitGroup
+					for range clients {
+						wg.Go(func() {
+							for time.Now().Before(stop) {
+								if err := benchCall(client, targets[t], c.body); err != nil {
+									b.Error(err)
+									return
+								}
+								calls[t].Add(1)
+							}
+						})
 					}
-				})
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
-			})
-		}
+					wg.Wait()
+					took[t] += time.Since(t0)
+				}
+				round++
+			}
+			rate := func(t int) float64 { return float64(calls[t].Load()) / took[t].Seconds() }
+			b.ReportMetric(rate(0), "direct-calls/s")
+			b.ReportMetric(rate(1), "bare-proxy-calls/s")
+			b.ReportMetric(rate(2), "damper-proxy-calls/s")
+			b.ReportMetric(rate(2)/rate(1), "damper/bare")
+			b.ReportMetric(float64(conns.Load())/float64(calls[0].Load()+calls[1].Load()+calls[2].Load()), "upstream-conns/call")
+		})
 	}
 }
