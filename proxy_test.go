@@ -330,6 +330,48 @@ func TestProxyRefusals(t *testing.T) {
 	})
 }
 
+// TestProxyClientHangsUp: a client that hangs up cancels its call, and
+// the attempt under way with it.
+func TestProxyClientHangsUp(t *testing.T) {
+	r := newProxyRig(t, damper.Policy{})
+	arrived, ended := make(chan struct{}), make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.ReadAll(req.Body) // net/http sees a hang-up only once the body is read
+		close(arrived)
+		<-req.Context().Done()
+		close(ended)
+	}))
+	defer hung.Close()
+	px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: hung.URL, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(px)
+	defer front.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/v1/messages", strings.NewReader(plainBody))
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	if _, err := front.Client().Do(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempt went on after its client hung up")
+	}
+	// The log line is written as the handler returns.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.logs.String(), `"outcome":"canceled"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line of a canceled call:\n%s", r.logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestProxyRequestLimits(t *testing.T) {
 	r := newProxyRig(t, damper.Policy{})
 	px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: r.up.URL, MaxRequestBytes: 1000})

@@ -250,6 +250,36 @@ func TestTypeScriptSDKThroughProxy(t *testing.T) {
 	if strings.Contains(stderr.String(), testKey) || bytes.Contains(out, []byte(testKey)) {
 		t.Error("the key is in what the client printed")
 	}
+
+	// A refusal the proxy makes itself reaches the SDK as the API's own
+	// error, which it does not retry: the breaker opens after two 500s, and
+	// the third call gets 529 overloaded_error, with nothing sent.
+	down := dampertest.NewServer()
+	defer down.Close()
+	down.Script("down", dampertest.Status(500))
+	pb := startProxy(t, down.URL(), func(s *proxySettings) {
+		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
+	})
+	cmd = exec.CommandContext(ctx, node, "client.mjs", pb.url, "down", "down", "down")
+	cmd.Dir, cmd.Env, cmd.Stderr = dir, append(os.Environ(), "ANTHROPIC_API_KEY="+testKey), &stderr
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var last struct {
+		clientResult
+		Error   string `json:"error"`
+		Outcome string `json:"outcome"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || len(lines) != 3 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if last.OK || last.Status != 529 || last.Type != "overloaded_error" || last.Outcome != "circuit_open" || last.Error != "OverloadedError" {
+		t.Errorf("the breaker's refusal reached the TypeScript SDK as %s", lines[2])
+	}
+	if n := down.Count("down"); n != 2 {
+		t.Errorf("the fake API got %d requests, want 2: the SDK retried nothing, the breaker sent nothing", n)
+	}
 }
 
 // TestCurlThroughProxy makes the same calls with curl, as a shell script
