@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -133,12 +132,8 @@ func checkDemoFlags(f demoFlags, maxAttempts int, ratio float64, minTokens int, 
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	f, err := parseDemo(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "damper demo:", err)
-		return exitUsage
+	if code, stop := badFlags("demo", err, stderr); stop {
+		return code
 	}
 	res, err := outage.Simulate(context.Background(), f.cfg)
 	if err != nil {

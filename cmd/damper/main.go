@@ -15,6 +15,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -68,6 +70,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "damper: unknown command %q\n\n", name)
 	usage(stderr)
 	return exitUsage
+}
+
+// badFlags is how a command ends when parsing its flags failed with err:
+// stop is false when err is nil; else the status to exit with, after
+// saying why on stderr (flag.ErrHelp, the usage already printed, is no
+// failure).
+func badFlags(name string, err error, stderr io.Writer) (code int, stop bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "damper %s: %v\n", name, err)
+	return exitUsage, true
 }
 
 func usage(w io.Writer) {

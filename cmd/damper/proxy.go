@@ -259,12 +259,8 @@ func (s *proxySettings) loadFile(name string) error {
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
 	s, err := parseProxy(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "damper proxy:", err)
-		return exitUsage
+	if code, stop := badFlags("proxy", err, stderr); stop {
+		return code
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
 	ln, err := net.Listen("tcp", s.listen)
