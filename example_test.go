@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -76,4 +79,37 @@ func ExampleNew() {
 	fmt.Println(err)
 	// Output:
 	// damper: Policy.MaxAttempts = -1: must be at least 1 (0 means the default, 3)
+}
+
+// Serve the Messages API through a Damper, for clients in any language:
+// the proxy sends every call to its one upstream, retries it there under
+// the Damper's policy, and says what it did in the Damper-* headers.
+func ExampleNewProxy() {
+	api := dampertest.NewServer() // a fake Anthropic API; https://api.anthropic.com in production
+	defer api.Close()
+	api.Script("", dampertest.Status(529).RetryAfterMs("10"), dampertest.OK())
+
+	d, err := damper.New(damper.Policy{})
+	if err != nil {
+		panic(err)
+	}
+	proxy, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: api.URL()})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(proxy) // http.ListenAndServe("127.0.0.1:8787", proxy) in a service
+	defer srv.Close()
+
+	// What a client in any language sends, with its own key.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(
+		`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"Hello"}]}`))
+	req.Header.Set("X-Api-Key", "sk-ant-...")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer res.Body.Close()
+	fmt.Println(res.StatusCode, res.Header.Get(damper.HeaderOutcome), "after", res.Header.Get(damper.HeaderAttempts), "attempts")
+	// Output: 200 success after 2 attempts
 }
