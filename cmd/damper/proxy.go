@@ -42,6 +42,7 @@ type proxyFile struct {
 	Upstream          string               `json:"upstream,omitempty"`
 	MaxRequestBytes   int64                `json:"max_request_bytes,omitempty"`
 	DrainTimeout      *damper.Duration     `json:"drain_timeout,omitempty"`
+	ShutdownDelay     *damper.Duration     `json:"shutdown_delay,omitempty"`
 	ReadHeaderTimeout *damper.Duration     `json:"read_header_timeout,omitempty"`
 	ReadTimeout       *damper.Duration     `json:"read_timeout,omitempty"`
 	IdleTimeout       *damper.Duration     `json:"idle_timeout,omitempty"`
@@ -56,6 +57,7 @@ type proxySettings struct {
 	listen, upstream  string
 	maxRequestBytes   int64
 	drain             time.Duration
+	shutdownDelay     time.Duration // /readyz says 503 this long before the drain
 	readHeader, read  time.Duration
 	idle              time.Duration
 	level             slog.Level
@@ -94,6 +96,7 @@ func parseProxy(args []string, stderr io.Writer) (proxySettings, error) {
 	upstream := fs.String("upstream", s.upstream, "the API every request goes to, and nowhere else")
 	maxBytes := fs.Int64("max-request-bytes", s.maxRequestBytes, "largest request body accepted; a larger one is answered with 413")
 	drain := fs.Duration("drain-timeout", s.drain, "on SIGINT or SIGTERM, how long requests in flight (streams included) may take to finish before they are cut")
+	delay := fs.Duration("shutdown-delay", 0, "on SIGINT or SIGTERM, how long to go on serving with /readyz answering 503, so that load balancers stop sending here, before the drain")
 	level := fs.String("log-level", "info", "least level logged: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: damper proxy [flags]
@@ -106,7 +109,8 @@ Clients send their own API key, which is forwarded and never stored or
 logged.
 
 Also served: /healthz (the process is up), /readyz (it takes requests; 503
-once it drains) and /metrics (Damper's metrics, Prometheus text format).
+from SIGINT or SIGTERM on, through --shutdown-delay) and /metrics (Damper's
+metrics, Prometheus text format).
 
 Every error response says x-should-retry: false, so that the client's SDK
 leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
@@ -115,8 +119,8 @@ Damper-Retry-Cost-Usd. A client states its deadline with Damper-Timeout
 
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
-read_timeout, idle_timeout, log_level, name) and the Damper policy under
-"policy"; durations are strings such as "30s".
+read_timeout, idle_timeout, shutdown_delay, log_level, name) and the
+Damper policy under "policy"; durations are strings such as "30s".
 
 Flags:
 `)
@@ -150,6 +154,11 @@ Flags:
 			s.drain = *drain
 			if *drain <= 0 {
 				err = errors.Join(err, fmt.Errorf("--drain-timeout %v: must be above 0", *drain))
+			}
+		case "shutdown-delay":
+			s.shutdownDelay = *delay
+			if *delay < 0 {
+				err = errors.Join(err, fmt.Errorf("--shutdown-delay %v: must be 0 or more", *delay))
 			}
 		case "log-level":
 			var lerr error
@@ -225,6 +234,7 @@ func (s *proxySettings) loadFile(name string) error {
 		dst *time.Duration
 	}{
 		{"drain_timeout", f.DrainTimeout, &s.drain},
+		{"shutdown_delay", f.ShutdownDelay, &s.shutdownDelay},
 		{"read_header_timeout", f.ReadHeaderTimeout, &s.readHeader},
 		{"read_timeout", f.ReadTimeout, &s.read},
 		{"idle_timeout", f.IdleTimeout, &s.idle},
@@ -232,7 +242,7 @@ func (s *proxySettings) loadFile(name string) error {
 		if d.v == nil {
 			continue
 		}
-		if *d.v <= 0 {
+		if *d.v < 0 || *d.v == 0 && d.key != "shutdown_delay" {
 			return bad(d.key, "%v: must be above 0", *d.v)
 		}
 		*d.dst = time.Duration(*d.v)
@@ -277,9 +287,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// serveProxy serves on ln until ctx ends, then drains: it stops accepting,
-// lets the requests in flight finish within s.drain, cuts those left, and
-// returns.
+// serveProxy serves on ln until ctx ends, then, after s.shutdownDelay of
+// serving with /readyz unready, drains: it stops accepting, lets the
+// requests in flight finish within s.drain, cuts those left, and returns.
 func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -351,6 +361,14 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	case <-ctx.Done():
 	}
 	draining.Store(true)
+	if s.shutdownDelay > 0 {
+		logger.Info("damper proxy: unready, still serving", "shutdown_delay", s.shutdownDelay.String())
+		select {
+		case err := <-served:
+			return err
+		case <-time.After(s.shutdownDelay):
+		}
+	}
 	logger.Info("damper proxy: draining", "drain_timeout", s.drain.String())
 	dctx, cancel := context.WithTimeout(context.Background(), s.drain)
 	defer cancel()

@@ -466,6 +466,40 @@ func TestProxyDrains(t *testing.T) {
 		err = <-p.done
 		p.done <- err // for the cleanup
 	})
+	t.Run("unready before the drain", func(t *testing.T) {
+		p := startProxy(t, up.URL, func(s *proxySettings) { s.shutdownDelay = 3 * time.Second })
+		ready := func() int {
+			res, err := http.Get(p.url + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			return res.StatusCode
+		}
+		if code := ready(); code != 200 {
+			t.Fatalf("/readyz %d before the signal", code)
+		}
+		p.stop()
+		deadline := time.Now().Add(10 * time.Second)
+		for ready() != http.StatusServiceUnavailable {
+			if time.Now().After(deadline) {
+				t.Fatal("/readyz still ready after the signal")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		// Still serving calls while unready (release is closed already).
+		res, br := stream(p, "")
+		rest, err := io.ReadAll(br)
+		res.Body.Close()
+		if err != nil || !strings.HasSuffix(string(rest), "data: {\"type\":\"message_stop\"}\n\n") {
+			t.Errorf("a stream during the delay ended with %v: %q", err, rest)
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("serveProxy returned (%v) within its shutdown delay", err)
+		default:
+		}
+	})
 	t.Run("cut at the bound", func(t *testing.T) {
 		p := startProxy(t, up.URL, func(s *proxySettings) { s.drain = 50 * time.Millisecond })
 		res, br := stream(p, "stall")
@@ -495,6 +529,7 @@ func TestProxySettings(t *testing.T) {
 listen: 127.0.0.1:9000
 upstream: http://127.0.0.1:9001
 drain_timeout: 5s
+shutdown_delay: 0
 read_timeout: 2m
 log_level: warn
 name: edge
@@ -526,6 +561,8 @@ policy:
 		{[]string{"-log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"-drain-timeout", "0s"}, "--drain-timeout 0s"},
 		{[]string{"-max-request-bytes", "0"}, "--max-request-bytes 0"},
+		{[]string{"-shutdown-delay", "-1s"}, "--shutdown-delay -1s"},
+		{[]string{"-config", write("g.yaml", "shutdown_delay: -1s\n")}, "shutdown_delay: -1s"},
 		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},
 		{[]string{"extra"}, "no arguments"},
 	} {
