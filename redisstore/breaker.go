@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/breaker"
 )
 
 // BreakerKey returns the Redis key that holds the circuit breaker of the
@@ -90,7 +91,7 @@ func (s *Store) Breaker(st damper.BreakerSettings) (damper.Breaker, error) {
 	if st.OnChange != nil {
 		ls.OnChange = func(c damper.CircuitChange) {
 			b.mu.Lock()
-			b.pending = append(b.pending, c)
+			b.changes.Add(c)
 			b.unlockAndDeliver()
 		}
 	}
@@ -141,10 +142,7 @@ type sharedBreaker struct {
 	lastInc   int64
 	lastGen   int64
 	lastState damper.CircuitState
-	// Changes wait here, under mu, for one goroutine at a time to deliver
-	// them with mu released.
-	pending    []damper.CircuitChange
-	delivering bool
+	changes   breaker.Delivery[damper.CircuitChange] // for onChange
 }
 
 var _ damper.Breaker = (*sharedBreaker)(nil)
@@ -209,44 +207,14 @@ func (b *sharedBreaker) saw(now time.Time, r breakerReply) {
 		if r.state == damper.CircuitOpen {
 			c.NextProbe = brkTime(r.openUntil, now)
 		}
-		b.pending = append(b.pending, c)
+		b.changes.Add(c)
 	}
 	b.unlockAndDeliver()
 }
 
-// unlockAndDeliver releases mu and delivers the pending changes, unless
-// another goroutine is delivering them already: that one delivers these
-// too, after its own, so that OnChange hears them in order.
-func (b *sharedBreaker) unlockAndDeliver() {
-	if len(b.pending) == 0 || b.delivering {
-		b.mu.Unlock()
-		return
-	}
-	b.delivering = true
-	done := false
-	defer func() {
-		if !done {
-			// OnChange panicked, with mu released: the next call delivers
-			// the changes still pending.
-			b.mu.Lock()
-			b.delivering = false
-			b.mu.Unlock()
-		}
-	}()
-	for len(b.pending) > 0 {
-		c := b.pending[0]
-		b.pending = b.pending[1:]
-		if len(b.pending) == 0 {
-			b.pending = nil
-		}
-		b.mu.Unlock()
-		b.onChange(c)
-		b.mu.Lock()
-	}
-	b.delivering = false
-	done = true
-	b.mu.Unlock()
-}
+// unlockAndDeliver releases mu and delivers the pending changes to
+// onChange, in order (see breaker.Delivery).
+func (b *sharedBreaker) unlockAndDeliver() { b.changes.UnlockAndDeliver(&b.mu, b.onChange) }
 
 // Allow implements [damper.Breaker]: one round trip, or, while Redis
 // fails, the local breaker's answer, with a ticket marked [LocalTicket].

@@ -104,10 +104,7 @@ type Breaker struct {
 	probeStart time.Time
 	probing    bool
 
-	// Changes wait here, under mu, for one goroutine at a time to deliver
-	// them with mu released.
-	pending    []Change
-	delivering bool
+	changes Delivery[Change] // for OnChange
 }
 
 // New returns a closed breaker.
@@ -250,7 +247,7 @@ func (b *Breaker) change(to State, now time.Time) {
 	b.generation++
 	b.probing = false
 	if b.s.OnChange != nil {
-		b.pending = append(b.pending, c)
+		b.changes.Add(c)
 	}
 }
 
@@ -324,36 +321,6 @@ func (b *Breaker) tripped(i int64) bool {
 	return total >= b.s.MinAttempts && float64(failures) >= b.s.FailureRatio*float64(total)*ratioSlack
 }
 
-// unlockAndDeliver releases mu and delivers the pending changes, unless
-// another goroutine is delivering them already: that one delivers these
-// too, after its own, so that OnChange hears them in order.
-func (b *Breaker) unlockAndDeliver() {
-	if len(b.pending) == 0 || b.delivering {
-		b.mu.Unlock()
-		return
-	}
-	b.delivering = true
-	done := false
-	defer func() {
-		if !done {
-			// OnChange panicked, with mu released: the next call delivers
-			// the changes still pending.
-			b.mu.Lock()
-			b.delivering = false
-			b.mu.Unlock()
-		}
-	}()
-	for len(b.pending) > 0 {
-		c := b.pending[0]
-		b.pending = b.pending[1:]
-		if len(b.pending) == 0 {
-			b.pending = nil
-		}
-		b.mu.Unlock()
-		b.s.OnChange(c)
-		b.mu.Lock()
-	}
-	b.delivering = false
-	done = true
-	b.mu.Unlock()
-}
+// unlockAndDeliver releases mu and delivers the pending changes to
+// OnChange (see Delivery).
+func (b *Breaker) unlockAndDeliver() { b.changes.UnlockAndDeliver(&b.mu, b.s.OnChange) }
