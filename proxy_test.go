@@ -22,6 +22,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
 // testKey is the credential the proxy's clients send; no log, metric or
@@ -36,7 +37,7 @@ type proxyRig struct {
 	d       *damper.Damper
 	up      *httptest.Server
 	proxy   *httptest.Server
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	metrics *sdkmetric.ManualReader
 
 	mu    sync.Mutex
@@ -48,7 +49,7 @@ func newProxyRig(t *testing.T, p damper.Policy) *proxyRig {
 	t.Helper()
 	r := &proxyRig{
 		clock:   dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute)),
-		logs:    &syncBuffer{},
+		logs:    &syncbuf.Buffer{},
 		metrics: sdkmetric.NewManualReader(),
 	}
 	r.srv = dampertest.NewServer(dampertest.InMemory(), dampertest.WithClock(r.clock))
@@ -490,23 +491,4 @@ func TestNewProxyErrors(t *testing.T) {
 	if _, err := damper.NewProxy(nil, damper.ProxyConfig{Upstream: "https://api.anthropic.com"}); err == nil {
 		t.Error("a nil Damper was taken")
 	}
-}
-
-// syncBuffer is a bytes.Buffer that log handlers may write from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,16 +1,15 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/syncbuf"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -22,30 +21,6 @@ const (
 	// two-core machine under the race detector.
 	slack = 40 * time.Millisecond
 )
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
-}
 
 // timed runs op and fails the test if it took longer than bound.
 func timed(t *testing.T, what string, bound time.Duration, op func()) {
@@ -94,7 +69,7 @@ func outagePair(t *testing.T, srv *redistest.Server, ctxTimeout bool, o redissto
 func TestRedisKilledAndRestarted(t *testing.T) {
 	eachClientKind(t, func(t *testing.T, ctxTimeout bool) {
 		srv := redistest.Start(t)
-		logs := &syncBuffer{}
+		logs := &syncbuf.Buffer{}
 		b, peer := outagePair(t, srv, ctxTimeout, redisstore.Options{
 			Name: "killed", Ratio: 0.5, MinTokens: 2, Window: time.Minute,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
@@ -174,7 +149,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		if st := b.Stats(); st.State != redisstore.StateShared || st.Fallbacks != 1 || st.Recoveries != 1 {
 			t.Fatalf("Stats after restart = %+v", st)
 		}
-		lines := logs.lines()
+		lines := logs.Lines()
 		if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "falls back") ||
 			!strings.Contains(lines[0], "budget=killed") || !strings.Contains(lines[1], "level=INFO") || !strings.Contains(lines[1], "shared again") {
 			t.Fatalf("log lines:\n%s\nwant one warning at the fallback and one line at the return", strings.Join(lines, "\n"))

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
 // worker is a copy of the test binary running as a fleet member, seen
@@ -17,7 +19,7 @@ type worker struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *syncBuffer // written as the worker runs
+	stderr *syncbuf.Buffer // written as the worker runs
 }
 
 // startWorkers starts n copies of the test binary with args and env (the
@@ -29,7 +31,7 @@ func startWorkers(tb testing.TB, n int, env string, args ...string) []*worker {
 	for i := range workers {
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), env)
-		w := &worker{cmd: cmd, lines: make(chan string, 8), stderr: &syncBuffer{}}
+		w := &worker{cmd: cmd, lines: make(chan string, 8), stderr: &syncbuf.Buffer{}}
 		cmd.Stderr = w.stderr
 		var err error
 		if w.stdin, err = cmd.StdinPipe(); err != nil {

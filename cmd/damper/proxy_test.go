@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,33 +23,16 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
 // testKey is the clients' credential: nothing the proxy writes may hold it.
 const testKey = "sk-ant-api03-cmdproxysecret"
 
-// lockedBuffer is a log destination for several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runningProxy is serveProxy on a loopback port in front of upstream.
 type runningProxy struct {
 	url  string
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 	stop context.CancelFunc
 	done chan error
 }
@@ -67,7 +49,7 @@ func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runni
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &runningProxy{url: "http://" + ln.Addr().String(), logs: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &runningProxy{url: "http://" + ln.Addr().String(), logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
 	logger := slog.New(slog.NewJSONHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
