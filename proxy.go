@@ -3,6 +3,7 @@ package damper
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -269,20 +270,19 @@ func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) in
 	copyHeader(h, res.Header)
 	h.Del("Content-Length") // the transport may have decoded the body
 	reportHeader(h, rep)
-	if res.StatusCode >= 400 {
+	_, stream := res.Body.(*streamBody)
+	switch {
+	case res.StatusCode >= 400:
 		h.Set("X-Should-Retry", "false")
-		w.WriteHeader(res.StatusCode)
-		_, _ = io.Copy(w, res.Body)
-		return res.StatusCode
-	}
-	if _, ok := res.Body.(*streamBody); ok {
+	case stream:
 		h.Set("Trailer", HeaderOutcome)
 		w.WriteHeader(res.StatusCode)
 		passStream(w, res.Body)
 		h.Set(HeaderOutcome, string(rep.Outcome))
 		return res.StatusCode
+	default:
+		h.Set(HeaderOutcome, string(OutcomeSuccess)) // a plain answer is read whole before it is handed on
 	}
-	h.Set(HeaderOutcome, string(OutcomeSuccess)) // a plain answer is read whole before it is handed on
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(w, res.Body)
 	return res.StatusCode
@@ -420,27 +420,15 @@ func writeAPIError(w http.ResponseWriter, status int, typ, msg string, extra htt
 
 // errorBody is an error body of the API's shape.
 func errorBody(typ, msg string) []byte {
-	b := []byte(`{"type":"error","error":{"type":`)
-	b = strconv.AppendQuote(b, typ)
-	b = append(b, `,"message":`...)
-	b = appendJSONString(b, msg)
-	return append(b, "}}"...)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b = append(b, '\\', byte(r))
-		case r < 0x20:
-			b = fmt.Appendf(b, `\u%04x`, r)
-		default:
-			b = append(b, string(r)...)
-		}
+	type apiError struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
 	}
-	return append(b, '"')
+	b, _ := json.Marshal(struct {
+		Type  string   `json:"type"`
+		Error apiError `json:"error"`
+	}{"error", apiError{typ, msg}}) // strings only: it cannot fail
+	return b
 }
 
 // errorEvent is an SSE error event whose data is data.
