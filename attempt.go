@@ -42,6 +42,8 @@ type attempt struct {
 	stopTimer func() bool
 	span      trace.Span    // nil without tracing
 	n         int           // its number in the call, from 1
+	route     *route        // where it goes
+	first     bool          // the call's first attempt on its backend
 	duration  time.Duration // set by over
 	probe     bool          // the breaker's probe
 	hedge     bool          // sent beside another attempt (race)
@@ -61,7 +63,7 @@ type attempt struct {
 
 // newAttempt is attempt n of c, before the gates admit it.
 func (c *call) newAttempt(n int, hedge bool) *attempt {
-	a := &attempt{c: c, n: n, hedge: hedge}
+	a := &attempt{c: c, n: n, hedge: hedge, route: c.route, first: !hedge && n == c.routeFrom+1}
 	a.passes = a.passBuf[:0]
 	return a
 }
@@ -123,6 +125,7 @@ func (a *attempt) end(ar AttemptReport) {
 	ar.Probe = a.probe
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
+	ar.Backend, ar.Model = a.route.b.name, a.route.sentModel()
 	a.c.record(a.span, ar)
 }
 
@@ -183,16 +186,22 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	if a.n > 1 {
 		areq = c.retryRequest(a.ctx)
 	}
-	if areq.GetBody != nil {
-		body, err := c.body(areq)
-		if err != nil {
-			err = fmt.Errorf("damper: resending the request body: %w", err)
-			a.over()
-			return attemptResult{err: err, failure: &Failure{Err: err}}
+	var res *http.Response
+	var err error
+	if r := a.route; r.body != nil {
+		res, err = c.sendOn(r, areq, next)
+	} else {
+		if areq.GetBody != nil {
+			body, err := c.body(areq)
+			if err != nil {
+				err = fmt.Errorf("damper: resending the request body: %w", err)
+				a.over()
+				return attemptResult{err: err, failure: &Failure{Err: err}}
+			}
+			areq.Body = body
 		}
-		areq.Body = body
+		res, err = next(areq)
 	}
-	res, err := next(areq)
 	if err != nil {
 		err = a.cause(err)
 		a.over()
@@ -250,7 +259,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	answer.r.Reset(body)
 	res.Body = answer
 	r := attemptResult{res: res, answer: answer, firstAt: firstAt}
-	if c.d.limiter != nil || c.trace.tokensOn() {
+	if c.d.policy.RateLimit != nil || c.trace.tokensOn() {
 		r.usage = answerUsage(body)
 	}
 	c.trace.plainAnswer(body, r.usage)

@@ -71,6 +71,9 @@ func (s CircuitState) String() string {
 
 // CircuitChange is one change of a breaker's state.
 type CircuitChange struct {
+	// Backend is the backend whose breaker it is: "primary" for the
+	// client's own (see [WithBackends]).
+	Backend  string
 	From, To CircuitState
 	At       time.Time
 	// NextProbe is, for a change to CircuitOpen, when a probe is admitted.
@@ -115,11 +118,12 @@ type circuitGate struct {
 
 // breakerSettings are the settings of p's breaker, for a Store: every
 // change of state reaches the telemetry, then the policy's callback.
-func breakerSettings(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry) BreakerSettings {
+func breakerSettings(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry, backend string) BreakerSettings {
 	user := p.OnStateChange
 	s := BreakerSettings{BreakerPolicy: *p, ProbeLimit: attemptLimit}
 	s.OnStateChange = nil
 	s.OnChange = func(c CircuitChange) {
+		c.Backend = backend
 		tel.circuitChange(c)
 		if user != nil {
 			user(c)

@@ -37,7 +37,16 @@ type call struct {
 	stream      bool
 	inputTokens int
 	maxTokens   int
-	price       Price
+
+	// route is where the next attempt goes: first, the primary with the
+	// request's own model, when the call has nowhere else to go, else one
+	// of routes, at index at; routeFrom is the number of attempts made
+	// before it (fallback.go).
+	route     *route
+	first     route
+	routes    []route
+	at        int
+	routeFrom int
 
 	mu        sync.Mutex
 	report    Report
@@ -61,8 +70,6 @@ type call struct {
 	latencyKey latencyKey
 	bodyCopy   []byte
 
-	rate *callRate // the rate limiter's view of the call, from its first attempt
-
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
 
@@ -75,7 +82,8 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 		c.sink = sink
 	}
 	c.report.Provider = providerOf(req)
-	if d.policy.MaxAttempts > 1 {
+	c.report.Backend = PrimaryBackend
+	if d.policy.MaxAttempts > 1 || len(d.fallbacks) > 0 || d.policy.Fallback != nil {
 		c.keepRequest()
 	}
 	if err := c.readFacts(); err != nil {
@@ -85,11 +93,15 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 	if d.hedge != nil {
 		c.latencyKey = latencyKey{group: LimitGroup(c.report.Model), stream: c.stream}
 	}
+	c.first = route{b: d.primary, model: c.report.Model}
 	if p, ok := d.policy.PriceTable.Lookup(c.report.Model); ok {
-		c.price = p
+		c.first.price, c.first.priced = p, true
+		c.first.cost = attemptCost(p, c.inputTokens, c.maxTokens)
 		c.report.Priced = true
-		c.report.EstimatedCostUSD = attemptCost(p, c.inputTokens, c.maxTokens)
+		c.report.EstimatedCostUSD = c.first.cost
 	}
+	c.route = &c.first
+	c.planRoutes()
 	return c, nil
 }
 
@@ -105,7 +117,12 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
 		a := c.newAttempt(n, false)
-		switch refused, canceled := c.admitAttempt(a); {
+		refused, canceled := c.admitAttempt(a)
+		for refused != nil && c.moveOnAt(refused) {
+			a = c.newAttempt(n, false)
+			refused, canceled = c.admitAttempt(a)
+		}
+		switch {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
 		case refused != nil:
@@ -113,7 +130,6 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		}
 		c.startAttempt(a)
 		var cls Classification
-		var canceled bool
 		if delay, ok := c.hedgeDelay(); ok {
 			a, r, cls, canceled = c.race(a, next, delay)
 			n = c.report.Attempts
@@ -125,7 +141,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 			}
 		}
 		if r.failure == nil {
-			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
 			// The call ends with its body (see answerBody): the report is
 			// written now, without an outcome, and again then.
 			c.settle("")
@@ -140,9 +156,17 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		case cls.Class == Ambiguous:
 			return c.surface(r, OutcomeAmbiguous, nil)
 		case cls.Class != Retryable:
+			if c.moveOnFinal(cls) {
+				closeBody(r.res)
+				continue
+			}
 			return c.surface(r, OutcomeError, nil)
 		}
-		wait, refused := c.admitRetry(n, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
+		wait, refused := c.admitRetry(n-c.routeFrom, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
+		if refused != nil && c.moveOnRefusal(cls, refused) {
+			closeBody(r.res)
+			continue
+		}
 		if refused != nil {
 			if refused.circuit != 0 {
 				c.noteCircuit(refused.circuit)
@@ -170,19 +194,19 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 	if c.ctx.Err() != nil {
 		cls = Classification{Class: NotRetryable, Kind: "canceled"}
 		a.end(failed(r.failure, cls))
-		c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
 		return cls, true
 	}
 	cls = c.classify(*r.failure)
 	a.end(failed(r.failure, cls))
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
 	return cls, false
 }
 
 // addRetryCost counts one more attempt beyond the first, a retry or a
 // hedge, at the estimated cost of an attempt.
 func (c *call) addRetryCost() {
-	c.retryCost += c.report.EstimatedCostUSD
+	c.retryCost += c.route.cost
 	c.mu.Lock()
 	c.report.RetryCostUSD = c.retryCost
 	c.mu.Unlock()
@@ -205,7 +229,7 @@ func (c *call) classify(f Failure) Classification {
 // back at once. A hedge waits for nothing: a gate that has no room for it
 // at once refuses it.
 func (c *call) admitAttempt(a *attempt) (refused *denial, canceled bool) {
-	for _, g := range c.d.attemptGates {
+	for _, g := range a.route.b.attemptGates {
 		adm := g.admitAttempt(c, a, c.d.clock.Now())
 		a.queued += adm.queued
 		if adm.circuit != 0 {
@@ -237,7 +261,7 @@ func (c *call) waitUntil(after attemptGate, until time.Time) (refused *denial, c
 		return nil, false
 	}
 	later := false
-	for _, g := range c.d.attemptGates {
+	for _, g := range c.route.b.attemptGates {
 		if later {
 			if refused := g.refusesAt(c, now, until); refused != nil {
 				return refused, false
@@ -261,7 +285,7 @@ func (c *call) noteQueued(d time.Duration) {
 func (c *call) observe(a *attempt, e attemptEvent) {
 	a.settle(e)
 	now := c.d.clock.Now()
-	for _, o := range c.d.observers {
+	for _, o := range a.route.b.observers {
 		o.observeAttempt(c.ctx, now, e)
 	}
 }
@@ -391,7 +415,8 @@ func (c *call) recordOutcome(outcome Outcome) {
 		// The balance is the budget's when the call ended: no store is
 		// asked for it while the call goes on.
 		var err error
-		balance, err = c.d.budget.Available(keepGoing(c.ctx, c.d.budget), now)
+		b := c.route.b.budget
+		balance, err = b.Available(keepGoing(c.ctx, b), now)
 		c.storeError(partBudget, "available", err)
 	}
 	c.mu.Lock()
@@ -420,7 +445,7 @@ func (c *call) lastOf() (Report, AttemptReport) {
 // reads: the caller's destination or a recording span. A failed call's
 // report also goes on its error and its log line.
 func (c *call) readsBalance(outcome Outcome) bool {
-	if _, inMemory := c.d.budget.(*WindowBudget); inMemory || outcome != OutcomeSuccess {
+	if _, inMemory := c.route.b.budget.(*WindowBudget); inMemory || outcome != OutcomeSuccess {
 		return true
 	}
 	c.mu.Lock()

@@ -134,7 +134,7 @@ func Classify(f Failure) Classification {
 	case code == http.StatusTooManyRequests:
 		switch gjson.GetBytes(f.Body, "error.details.error_code").Str {
 		case errorCodeEnforcedSpendLimit, errorCodeContractSpendLimit:
-			return Classification{Class: NotRetryable, Signal: CallerTraffic, Kind: "spend_limit"}
+			return Classification{Class: NotRetryable, Signal: CallerTraffic, Kind: kindSpendLimit}
 		}
 		return Classification{Class: Retryable, Signal: CallerTraffic, Kind: "rate_limited"}
 	case code == 529:

@@ -88,21 +88,22 @@ import (
 // goroutines; its Policy is fixed at [New].
 type Damper struct {
 	policy Policy
-	budget Budget
 	clock  Clock
 	rand   func() float64
 	tel    *telemetry
 	telCfg telemetryConfig // as the Settings left it, until New builds tel
 
-	// The engine's hooks (gates.go): gates that admit every attempt, and
-	// observers that hear every attempt's end.
-	attemptGates []attemptGate
-	observers    []attemptObserver
+	// primary is the backend of a call's own client; fallbacks are the
+	// backends of WithBackends, in order (backend.go). Each holds the
+	// engine's hooks (gates.go) for its attempts: gates that admit every
+	// attempt, and observers that hear every attempt's end.
+	primary      *backend
+	fallbacks    []*backend
+	backendSpecs []Backend // as WithBackends gave them, until New builds them
 
-	store    Store          // where the gates keep their state
-	throttle *retryThrottle // nil without Policy.Throttle
-	limiter  *limiter       // nil without Policy.RateLimit
-	hedge    *hedger        // nil without Policy.Hedge
+	budget Budget          // WithBudget's, until New gives it to the primary
+	store  Store           // where the primary's gates keep their state
+	hedge  *hedger         // nil without Policy.Hedge
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -161,38 +162,37 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if d.store == nil {
 		d.store = MemoryStore{}
 	}
-	if d.budget == nil {
-		settings := BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
-		if d.budget, err = fromStore("Budget", d.store.Budget, MemoryStore.Budget, settings); err != nil {
-			return nil, err
+	if d.primary, err = d.newBackend(PrimaryBackend, d.store, d.budget); err != nil {
+		return nil, err
+	}
+	d.budget = nil
+	for _, spec := range d.backendSpecs {
+		s := spec.Store
+		if s == nil {
+			s = MemoryStore{}
 		}
-	}
-	if p.RateLimit != nil {
-		d.limiter = newLimiter(p.RateLimit, d.clock, d.store)
-	}
-	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.budget, d.limiter, d)
-	d.observers = []attemptObserver{budgetObserver{b: d.budget, tel: d.tel}}
-	// The limiter goes before the breaker: an attempt waits in line first,
-	// and the breaker admits it (as its probe, maybe) as it leaves.
-	if d.limiter != nil {
-		d.limiter.tel = d.tel
-		d.attemptGates = append(d.attemptGates, d.limiter)
-	}
-	if p.Breaker != nil {
-		b, err := fromStore("Breaker", d.store.Breaker, MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel))
+		b, err := d.newBackend(spec.Name, s, nil)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (backend %q)", err, spec.Name)
 		}
-		d.attemptGates = append(d.attemptGates, circuitGate{b: b, tel: d.tel})
+		b.provider, b.models, b.client = spec.Provider, spec.Models, newBackendClient(spec.Options)
+		d.fallbacks = append(d.fallbacks, b)
 	}
-	if p.Throttle != nil {
-		t, err := fromStore("Throttle", d.store.Throttle, MemoryStore.Throttle, *p.Throttle)
-		if err != nil {
-			return nil, err
+	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.primary.budget, d.primary.limiter, d)
+	d.tel.m.backends = len(d.fallbacks) > 0
+	if err := d.wire(d.primary, d.store); err != nil {
+		return nil, err
+	}
+	for i, b := range d.fallbacks {
+		s := d.backendSpecs[i].Store
+		if s == nil {
+			s = MemoryStore{}
 		}
-		d.throttle = newRetryThrottle(p.Throttle, t, d.tel)
-		d.observers = append(d.observers, d.throttle)
+		if err := d.wire(b, s); err != nil {
+			return nil, fmt.Errorf("%w (backend %q)", err, b.name)
+		}
 	}
+	d.backendSpecs = nil
 	if p.Hedge != nil {
 		d.hedge = newHedger(*p.Hedge)
 	}
@@ -220,6 +220,9 @@ func (d *Damper) Policy() Policy {
 		h := *p.Hedge
 		p.Hedge = &h
 	}
+	if p.Fallback != nil {
+		p.Fallback = p.Fallback.clone()
+	}
 	return p
 }
 
@@ -238,4 +241,4 @@ func fromStore[S, T any](part string, made func(S) (T, error), inMemory func(Mem
 }
 
 // Budget returns the Damper's retry budget.
-func (d *Damper) Budget() Budget { return d.budget }
+func (d *Damper) Budget() Budget { return d.primary.budget }

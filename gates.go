@@ -126,18 +126,19 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 		return 0, &denial{gate: gateRetryAfter, retryAfter: hint}
 	case c.pastDeadline(now.Add(wait + minAttempt)):
 		return 0, &denial{gate: gateDeadline, retryAfter: hint}
-	case c.pastCostCeiling(retryCost):
+	case c.pastCostCeiling(retryCost, c.route):
 		return 0, &denial{gate: gateCost}
 	}
-	for _, g := range c.d.attemptGates {
+	b := c.route.b
+	for _, g := range b.attemptGates {
 		if refused := g.refusesAt(c, now, now.Add(wait)); refused != nil {
 			return 0, refused
 		}
 	}
-	if t := c.d.throttle; t != nil && !t.allows(c) {
+	if t := b.throttle; t != nil && !t.allows(c) {
 		return 0, &denial{gate: gateThrottle}
 	}
-	granted, err := c.d.budget.Acquire(c.ctx, now)
+	granted, err := b.budget.Acquire(c.ctx, now)
 	c.storeError(partBudget, "acquire", err)
 	if !granted {
 		return 0, &denial{gate: gateBudget, asIs: p.OnBudgetExhausted == PassthroughBudgetExhausted}
@@ -156,12 +157,12 @@ func (c *call) retryWait(n int, f *Failure, now time.Time, rnd float64) (wait, h
 	return wait, hint, hasHint
 }
 
-// pastCostCeiling reports whether one more attempt beyond the first, on top
-// of retryCost spent so far, would cross the retry cost ceiling; with a
-// ceiling set, an unpriced model crosses it.
-func (c *call) pastCostCeiling(retryCost float64) bool {
+// pastCostCeiling reports whether one more attempt beyond the first, on
+// route r, on top of retryCost spent so far, would cross the retry cost
+// ceiling; with a ceiling set, an unpriced model crosses it.
+func (c *call) pastCostCeiling(retryCost float64, r *route) bool {
 	ceiling := c.d.policy.MaxRetryCostUSD
-	return ceiling > 0 && (!c.report.Priced || retryCost+c.report.EstimatedCostUSD > ceiling)
+	return ceiling > 0 && (!r.priced || retryCost+r.cost > ceiling)
 }
 
 // pastDeadline reports whether t is past the call's deadline.

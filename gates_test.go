@@ -47,7 +47,9 @@ func FuzzPlan(f *testing.F) {
 		h := http.Header{}
 		h.Set("retry-after", retryAfter)
 		h.Set("retry-after-ms", retryAfterMs)
-		c := &call{d: &Damper{policy: p, budget: budget}, ctx: ctx}
+		c := &call{d: &Damper{policy: p}, ctx: ctx}
+		c.first.b = &backend{name: PrimaryBackend, budget: budget}
+		c.route = &c.first
 		wait, refused := c.admitRetry(n, &Failure{StatusCode: 429, Header: h}, now, 0, func() float64 { return rnd })
 		if refused != nil {
 			if wait != 0 || !isDenial(refused.gate.outcome) {
@@ -118,8 +120,8 @@ func hookRig(t *testing.T, g *testGate, o *testObserver) (*dampertest.Clock, *da
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.attemptGates = []attemptGate{g}
-	d.observers = append(d.observers, o)
+	d.primary.attemptGates = []attemptGate{g}
+	d.primary.observers = append(d.primary.observers, o)
 	return clk, srv, anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
 }
 

@@ -215,7 +215,7 @@ func (c *call) lose(rc *race, a *attempt, r attemptResult) {
 		}
 	}
 	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.n == 1}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
+	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
 }
 
 // admitHedge admits and starts the hedge of the attempt under way, or
@@ -233,18 +233,18 @@ func (c *call) admitHedge() *attempt {
 		return nil
 	}
 	switch now := c.d.clock.Now(); {
-	case n > p.MaxAttempts, c.pastDeadline(now.Add(minAttempt)):
+	case n-c.routeFrom > p.MaxAttempts, c.pastDeadline(now.Add(minAttempt)):
 		return refused()
-	case c.pastCostCeiling(c.retryCost):
+	case c.pastCostCeiling(c.retryCost, c.route):
 		return refused()
-	case c.d.throttle != nil && !c.d.throttle.allows(c):
+	case c.route.b.throttle != nil && !c.route.b.throttle.allows(c):
 		return refused()
 	}
 	a := c.newAttempt(n, true)
 	if denied, canceled := c.admitAttempt(a); denied != nil || canceled {
 		return refused()
 	}
-	granted, err := c.d.budget.Acquire(c.ctx, c.d.clock.Now())
+	granted, err := c.route.b.budget.Acquire(c.ctx, c.d.clock.Now())
 	c.storeError(partBudget, "acquire", err)
 	if !granted {
 		a.settle(attemptEvent{})
@@ -261,7 +261,7 @@ func (c *call) admitHedge() *attempt {
 // too few samples yet for the quantile.
 func (c *call) hedgeDelay() (time.Duration, bool) {
 	h := c.d.hedge
-	if h == nil || c.report.Attempts >= c.d.policy.MaxAttempts {
+	if h == nil || c.report.Attempts-c.routeFrom >= c.d.policy.MaxAttempts {
 		return 0, false
 	}
 	if on, asked := c.ctx.Value(hedgingKey{}).(bool); asked && !on || !asked && h.p.OnlyWhenAsked {

@@ -103,6 +103,10 @@ type Policy struct {
 	// start answering; the first to answer wins (see [HedgePolicy]). Nil:
 	// no hedging.
 	Hedge *HedgePolicy
+	// Fallback says when a call moves to another backend (see
+	// [WithBackends]) or a sibling model (see [FallbackPolicy]). Nil: on
+	// the provider's health and rate limits only, to the backends alone.
+	Fallback *FallbackPolicy
 }
 
 // None, in a [Policy] field whose zero value means its default, means
@@ -255,6 +259,12 @@ func (p Policy) withDefaults() (Policy, error) {
 			return p, err
 		}
 		p.Hedge = h
+	}
+	if p.Fallback != nil {
+		if err := p.Fallback.check(); err != nil {
+			return p, err
+		}
+		p.Fallback = p.Fallback.clone()
 	}
 	if p.BackoffBase > p.BackoffMax {
 		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))

@@ -203,10 +203,10 @@ type RateLimitState struct {
 // RateLimits returns every bucket of the Damper's rate limiter, by group
 // then bucket; nil without Policy.RateLimit.
 func (d *Damper) RateLimits() []RateLimitState {
-	if d.limiter == nil {
+	if d.primary.limiter == nil {
 		return nil
 	}
-	return d.limiter.state(d.clock.Now())
+	return d.primary.limiter.state(d.clock.Now())
 }
 
 // limiter is the rate limiter as the engine sees it: a gate before every
@@ -320,19 +320,20 @@ type callRate struct {
 
 // forCall returns the call's group, cost and priority.
 func (l *limiter) forCall(c *call) *callRate {
-	if c.rate == nil {
+	r := c.route
+	if r.rate == nil {
 		p := l.p.Priority
 		if v, ok := c.ctx.Value(priorityKey{}).(Priority); ok {
 			p = v
 		}
-		g := l.group(c.report.Model)
-		c.rate = &callRate{group: g, priority: p,
+		g := l.group(r.model)
+		r.rate = &callRate{group: g, priority: p,
 			cost: RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
 		c.mu.Lock()
 		c.report.LimitGroup = g.name
 		c.mu.Unlock()
 	}
-	return c.rate
+	return r.rate
 }
 
 // latest is the latest time an attempt of c asked for at now may be sent:

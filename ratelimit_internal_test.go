@@ -32,6 +32,8 @@ func (refuseLater) refusesAt(_ *call, now, at time.Time) *denial {
 func limiterCall(d *Damper, ctx context.Context) *call {
 	c := &call{d: d, ctx: ctx, start: d.clock.Now(), inputTokens: 100, maxTokens: 1024}
 	c.report.Model = "claude-sonnet-4-6"
+	c.first = route{b: d.primary, model: c.report.Model}
+	c.route = &c.first
 	return c
 }
 
@@ -44,7 +46,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.attemptGates = append(d.attemptGates, refuseLater{})
+	d.primary.attemptGates = append(d.primary.attemptGates, refuseLater{})
 	first := limiterCall(d, context.Background())
 	a := first.newAttempt(1, false)
 	if refused, _ := first.admitAttempt(a); refused != nil {
@@ -65,7 +67,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	}
 	// The bucket holds nothing, and no debt: the next request is due in a
 	// minute at most (a debt would have made it two).
-	if due, _ := d.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
+	if due, _ := d.primary.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
 		t.Fatalf("next request due in %v: the refused attempt kept its request", due.Sub(time.Now()))
 	}
 }
@@ -102,8 +104,8 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				c := limiterCall(d, ctx)
 				for pb.Next() {
-					c.rate = nil // each call finds its group and cost
-					adm := d.limiter.admitAttempt(c, c.newAttempt(1, false), d.clock.Now())
+					c.route.rate = nil // each call finds its group and cost
+					adm := d.primary.limiter.admitAttempt(c, c.newAttempt(1, false), d.clock.Now())
 					if adm.pass == nil {
 						b.Fatalf("refused: %+v", adm.refused.err())
 					}
@@ -196,14 +198,14 @@ func TestRateLimitWaiterHeldByPause(t *testing.T) {
 		}
 		ctx := context.Background()
 		for range 60 {
-			adm := d.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now())
+			adm := d.primary.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now())
 			adm.pass.settle(time.Now(), attemptEvent{outcome: AttemptOutcome{Success: true}})
 		}
 		start := time.Now()
 		done := make(chan admission, 1)
-		go func() { done <- d.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now()) }()
+		go func() { done <- d.primary.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now()) }()
 		time.Sleep(500 * time.Millisecond) // it is due at +1 s
-		d.limiter.group("claude-sonnet-4-6").g.Pause(context.Background(), time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
+		d.primary.limiter.group("claude-sonnet-4-6").g.Pause(context.Background(), time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
 		adm := <-done
 		if adm.pass == nil || time.Since(start) != 20*time.Second || adm.queued != 20*time.Second {
 			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.pass != nil, time.Since(start), adm.queued)

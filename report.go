@@ -22,9 +22,19 @@ const (
 // stream's is filled in when the stream is handed over, with no Outcome
 // yet, and again when it ends (see the package documentation, Streams).
 type Report struct {
-	Provider string // "anthropic", or the platform the client is pointed at
-	Model    string
-	Stream   bool
+	// Provider is the platform of the backend the last attempt went to:
+	// for the client's own, "anthropic" or the platform it is pointed at.
+	Provider string
+	// Model is the model the caller asked for; each attempt's record says
+	// what it sent.
+	Model  string
+	Stream bool
+	// Backend is the backend the last attempt went to, the one that
+	// answered if any: "primary" for the client's own (see [WithBackends]).
+	Backend string
+	// Fallbacks lists the call's moves from a backend or a model to the
+	// next, in order (see [FallbackPolicy]).
+	Fallbacks []Fallback
 
 	Attempts int
 	// Outcome is how the call ended; empty while a stream is still open.
@@ -34,7 +44,8 @@ type Report struct {
 	// false when the model has no price, and the estimate is then 0.
 	EstimatedCostUSD float64
 	Priced           bool
-	// RetryCostUSD is the summed estimated cost of the retries made.
+	// RetryCostUSD is the summed estimated cost of the attempts made
+	// beyond the first: retries, hedges and fallbacks.
 	RetryCostUSD float64
 	// BudgetBalance is the retry budget's balance when the call ended.
 	BudgetBalance float64
@@ -78,7 +89,10 @@ type AttemptReport struct {
 	// Err is the attempt's error text, for failures without a status.
 	Err       string
 	RequestID string
-	Duration  time.Duration
+	// Backend is the backend the attempt went to ("primary" for the
+	// client's own) and Model the model it sent, as that backend names it.
+	Backend, Model string
+	Duration       time.Duration
 	// Backoff is the wait before the next attempt, 0 when none followed.
 	Backoff time.Duration
 	// Probe is true for the attempt a half-open breaker let through.

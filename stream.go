@@ -25,7 +25,7 @@ const initialHold = 4 << 10
 func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
-	b.sc.TrackUsage = c.d.limiter != nil || c.trace.tokensOn()
+	b.sc.TrackUsage = c.d.policy.RateLimit != nil || c.trace.tokensOn()
 	fail := func(err error, f Failure) attemptResult {
 		a.over()
 		_ = b.rc.Close()

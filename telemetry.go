@@ -25,32 +25,37 @@ const (
 	spanRequest = "damper.request"
 	spanAttempt = "damper.attempt"
 
-	keyAttempts      = attribute.Key("damper.attempts")
-	keyOutcome       = attribute.Key("damper.outcome")
-	keyBudgetBalance = attribute.Key("damper.retry_budget.balance")
-	keyBudgetRatio   = attribute.Key("damper.retry_budget.ratio")
-	keyCostEstimate  = attribute.Key("damper.cost.estimate_usd")
-	keyCostRetry     = attribute.Key("damper.cost.retry_usd")
-	keyErrorClass    = attribute.Key("damper.attempt.error_class")
-	keyBackoff       = attribute.Key("damper.attempt.backoff_s")
-	keyProvider      = attribute.Key("damper.provider")
-	keyModel         = attribute.Key("damper.model")
-	keyStream        = attribute.Key("damper.stream")
-	keyDenialReason  = attribute.Key("damper.denial.reason")
-	keyName          = attribute.Key("damper.name")
-	keyCircuitState  = attribute.Key("damper.circuit.state")
-	keyCircuitProbe  = attribute.Key("damper.circuit.probe")
-	keyHedge         = attribute.Key("damper.hedge")
-	keyHedgeLost     = attribute.Key("damper.hedge.lost")
-	keyHedgeResult   = attribute.Key("damper.hedge.result")
-	keyCircuitFrom   = attribute.Key("damper.circuit.from")
-	keyCircuitTo     = attribute.Key("damper.circuit.to")
-	keyRateGroup     = attribute.Key("damper.ratelimit.group")
-	keyRateWait      = attribute.Key("damper.ratelimit.wait_s")
-	keyRateBucket    = attribute.Key("damper.ratelimit.bucket")
-	keyRateLearned   = attribute.Key("damper.ratelimit.learned")
-	keyStorePart     = attribute.Key("damper.store.part")
-	keyStoreOp       = attribute.Key("damper.store.op")
+	keyAttempts       = attribute.Key("damper.attempts")
+	keyOutcome        = attribute.Key("damper.outcome")
+	keyBudgetBalance  = attribute.Key("damper.retry_budget.balance")
+	keyBudgetRatio    = attribute.Key("damper.retry_budget.ratio")
+	keyCostEstimate   = attribute.Key("damper.cost.estimate_usd")
+	keyCostRetry      = attribute.Key("damper.cost.retry_usd")
+	keyErrorClass     = attribute.Key("damper.attempt.error_class")
+	keyBackoff        = attribute.Key("damper.attempt.backoff_s")
+	keyProvider       = attribute.Key("damper.provider")
+	keyModel          = attribute.Key("damper.model")
+	keyStream         = attribute.Key("damper.stream")
+	keyDenialReason   = attribute.Key("damper.denial.reason")
+	keyName           = attribute.Key("damper.name")
+	keyCircuitState   = attribute.Key("damper.circuit.state")
+	keyCircuitProbe   = attribute.Key("damper.circuit.probe")
+	keyHedge          = attribute.Key("damper.hedge")
+	keyHedgeLost      = attribute.Key("damper.hedge.lost")
+	keyHedgeResult    = attribute.Key("damper.hedge.result")
+	keyCircuitFrom    = attribute.Key("damper.circuit.from")
+	keyCircuitTo      = attribute.Key("damper.circuit.to")
+	keyRateGroup      = attribute.Key("damper.ratelimit.group")
+	keyRateWait       = attribute.Key("damper.ratelimit.wait_s")
+	keyRateBucket     = attribute.Key("damper.ratelimit.bucket")
+	keyRateLearned    = attribute.Key("damper.ratelimit.learned")
+	keyStorePart      = attribute.Key("damper.store.part")
+	keyStoreOp        = attribute.Key("damper.store.op")
+	keyBackend        = attribute.Key("damper.backend")
+	keyFallbacks      = attribute.Key("damper.fallbacks")
+	keyFallbackFrom   = attribute.Key("damper.fallback.from")
+	keyFallbackTo     = attribute.Key("damper.fallback.to")
+	keyFallbackReason = attribute.Key("damper.fallback.reason")
 
 	// Keys of the OpenTelemetry semantic conventions.
 	keyErrorType   = attribute.Key("error.type")
@@ -321,6 +326,9 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 		if a.RateLimitWait > 0 {
 			span.SetAttributes(keyRateWait.Float64(a.RateLimitWait.Seconds()))
 		}
+		if ct.t.m.backends {
+			span.SetAttributes(keyBackend.String(a.Backend), keyModel.String(a.Model))
+		}
 		switch {
 		case a.Lost:
 			span.SetAttributes(keyHedgeLost.Bool(true))
@@ -335,6 +343,16 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 	}
 	ct.closeAttempt(now) // an earlier failure's, whose race went on
 	ct.attempt, ct.attemptAt = span, now
+}
+
+// fallback records a call's move f, to a backend of provider: the span of
+// the failed attempt it follows, if any, ends with no backoff; the metric
+// counts it, and a log line says why.
+func (ct *callTrace) fallback(f Fallback, provider string) {
+	ct.closeAttempt(ct.t.clock.Now())
+	ct.facts.provider = provider
+	ct.t.m.fallback(ct.ctx, f)
+	ct.logFallback(f)
 }
 
 // hedgeResult counts a hedge's result: won, or refused by a gate.
@@ -399,6 +417,9 @@ func (ct *callTrace) end(rep *Report, last AttemptReport) {
 		}
 		if rep.LimitGroup != "" {
 			attrs = append(attrs, keyRateGroup.String(rep.LimitGroup), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
+		}
+		if t.m.backends || len(rep.Fallbacks) > 0 {
+			attrs = append(attrs, keyBackend.String(rep.Backend), keyFallbacks.Int(len(rep.Fallbacks)), keyProvider.String(rep.Provider))
 		}
 		span.SetAttributes(attrs...)
 		if typ := requestErrorType(rep.Outcome, last); typ != "" {

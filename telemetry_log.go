@@ -27,6 +27,19 @@ func (ct *callTrace) logRetry(n int, a AttemptReport, cls Classification, wait t
 	log.LogAttrs(ctx, slog.LevelInfo, "damper: retrying", attrs...)
 }
 
+// logFallback writes the line of a call's move f, at Warn: the backend
+// left could not answer.
+func (ct *callTrace) logFallback(f Fallback) {
+	log := ct.t.log
+	ctx := ct.logContext()
+	if log == nil || !log.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "damper: falling back",
+		slog.String("from", f.From), slog.String("to", f.To),
+		slog.String("model", f.Model), slog.String("reason", f.Reason))
+}
+
 // logNoRetry writes the line of a call that ends on a failed attempt, last,
 // without a retry: a gate refused one (at Warn), or the failure is not one
 // to retry (at Info).

@@ -26,6 +26,7 @@ const (
 	metricRateRemaining   = "damper.ratelimit.remaining"
 	metricHedges          = "damper.hedges"
 	metricStoreErrors     = "damper.store.errors"
+	metricFallbacks       = "damper.fallbacks"
 )
 
 // The results of a hedge, in damper.hedges.
@@ -54,6 +55,10 @@ type metrics struct {
 	rateWait  metric.Float64Histogram
 	hedges    metric.Int64Counter
 	storeErrs metric.Int64Counter
+	fallbacks metric.Int64Counter
+	// backends is whether the Damper has backends to fall back to: the
+	// attempts, durations and breaker changes then name theirs.
+	backends bool
 	gen       genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
@@ -88,6 +93,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithDescription("Hedges of Messages calls by result: sent, won (answered first), canceled (the attempt hedged answered first), refused (by a gate).")))(none.Int64Counter(metricHedges)),
 		storeErrs: instrument(meter.Int64Counter(metricStoreErrors, metric.WithUnit("{error}"),
 			metric.WithDescription("Operations of a Store's part (budget, throttle, breaker, limiter) that failed, such as Redis being unreachable: the part decided without it.")))(none.Int64Counter(metricStoreErrors)),
+		fallbacks: instrument(meter.Int64Counter(metricFallbacks, metric.WithUnit("{fallback}"),
+			metric.WithDescription("Moves of Messages calls from a backend or model to the next, by the backends left and entered and the reason.")))(none.Int64Counter(metricFallbacks)),
 	}
 	m.gen = newGenAIMetrics(meter)
 	if lim != nil {
@@ -177,11 +184,22 @@ func (m *metrics) attempt(ctx context.Context, provider string, a AttemptReport)
 	if !m.attempts.Enabled(ctx) {
 		return
 	}
-	if a.Class == 0 {
-		m.attempts.Add(ctx, 1, m.attrs(keyProvider.String(provider)))
-		return
+	kvs := make([]attribute.KeyValue, 1, 4)
+	kvs[0] = keyProvider.String(provider)
+	if m.backends {
+		kvs = append(kvs, keyBackend.String(a.Backend))
 	}
-	m.attempts.Add(ctx, 1, m.attrs(keyProvider.String(provider), keyErrorClass.String(a.Kind)))
+	if a.Class != 0 {
+		kvs = append(kvs, keyErrorClass.String(a.Kind))
+	}
+	m.attempts.Add(ctx, 1, m.attrs(kvs...))
+}
+
+// fallback counts a call's move from a backend to the next.
+func (m *metrics) fallback(ctx context.Context, f Fallback) {
+	if m.fallbacks.Enabled(ctx) {
+		m.fallbacks.Add(ctx, 1, m.attrs(keyFallbackFrom.String(f.From), keyFallbackTo.String(f.To), keyFallbackReason.String(f.Reason)))
+	}
 }
 
 // hedge counts a hedge of a call to provider, by its result.
@@ -219,15 +237,22 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 		m.rateWait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(rep.LimitGroup)))
 	}
 	if m.duration.Enabled(ctx) {
-		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(
-			keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)))
+		kvs := []attribute.KeyValue{keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)}
+		if m.backends {
+			kvs = append(kvs, keyBackend.String(rep.Backend))
+		}
+		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(kvs...))
 	}
 }
 
 // circuitChange counts a change of the breaker's state.
 func (m *metrics) circuitChange(ctx context.Context, c CircuitChange) {
 	if m.circuit.Enabled(ctx) {
-		m.circuit.Add(ctx, 1, m.attrs(keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())))
+		kvs := []attribute.KeyValue{keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())}
+		if m.backends {
+			kvs = append(kvs, keyBackend.String(c.Backend))
+		}
+		m.circuit.Add(ctx, 1, m.attrs(kvs...))
 	}
 }
 

@@ -1,0 +1,255 @@
+package damper
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/tidwall/sjson"
+)
+
+// Fallback: a call's routes, each a backend and a model, and when the call
+// moves from one to the next.
+
+// FallbackPolicy says when a call moves to its next route: the next
+// backend (see [WithBackends]), then the next sibling model on every
+// backend again. A call moves:
+//
+//   - before an attempt, when the current backend's breaker is open, or
+//     its rate limiter cannot admit the attempt in time;
+//   - after a failed attempt whose failure speaks of the provider's health
+//     (5xx, 529, a transport failure, a timeout, a stream that failed
+//     before content) or of a rate limit, once the current backend cannot
+//     retry it: its attempts (MaxAttempts per backend), its retry budget,
+//     throttle, breaker or limiter, or a provider delay past MaxRetryAfter
+//     refuse the retry;
+//   - after a spend-limit 429, with OnSpendLimit.
+//
+// A call never moves on the caller's own errors (a 4xx but 429), after
+// content has reached the caller, or when the move's attempt would cross
+// the retry cost ceiling (which covers every attempt of the call, on every
+// backend, at each one's model's price) or could not finish before the
+// caller's deadline. A move waits no backoff: the next backend is another
+// pool of capacity. Its attempt is that backend's first for the call, so
+// it takes nothing from that backend's retry budget.
+type FallbackPolicy struct {
+	// OnSpendLimit moves a call on a spend-limit 429 (the organisation's
+	// or the contract's limit reached), which is final on its backend;
+	// a Bedrock or Vertex account has billing of its own.
+	OnSpendLimit bool
+	// Models lists, per model as the caller names it, the sibling models
+	// to fall back to, in order, once every backend has been tried with
+	// the model itself: {"claude-opus-4-5": {"claude-sonnet-4-5"}}. Each
+	// sibling is priced by Policy.PriceTable for the cost ceiling.
+	Models map[string][]string
+}
+
+func (p *FallbackPolicy) check() error {
+	for model, siblings := range p.Models {
+		if model == "" {
+			return fieldError("Fallback.Models", model, "a model name is required")
+		}
+		for _, s := range siblings {
+			if s == "" || s == model {
+				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), siblings, "siblings must be other, non-empty model names")
+			}
+		}
+	}
+	return nil
+}
+
+// clone returns a copy of p that shares nothing with it.
+func (p *FallbackPolicy) clone() *FallbackPolicy {
+	c := *p
+	if p.Models != nil {
+		c.Models = make(map[string][]string, len(p.Models))
+		for k, v := range p.Models {
+			c.Models[k] = slices.Clone(v)
+		}
+	}
+	return &c
+}
+
+// A Fallback is one move of a call from a backend to the next.
+type Fallback struct {
+	// From and To are the backends' names ("primary" for the client's own).
+	From, To string
+	// Model is the model sent to To, as To names it.
+	Model string
+	// Reason is why the call moved: the outcome of the gate that refused
+	// the next attempt where it was (OutcomeCircuitOpen, OutcomeRateLimited,
+	// OutcomeBudgetExhausted, OutcomeAttemptsExhausted, ...), or
+	// "spend_limit".
+	Reason string
+}
+
+// route is one place a call's attempts can go: a backend, and the model
+// sent there.
+type route struct {
+	b *backend
+	// model is the model as the caller, or Policy.Fallback for a sibling,
+	// names it: prices and limit groups go by it. sendAs is the model as
+	// the backend names it, "" when the request is sent as it is.
+	model, sendAs string
+	price         Price
+	priced        bool
+	cost          float64 // the estimated cost of one attempt, when priced
+	rate          *callRate
+	body          []byte // the request body for sendAs, made by move
+}
+
+// sentModel is the model an attempt on r sends.
+func (r *route) sentModel() string {
+	if r.sendAs != "" {
+		return r.sendAs
+	}
+	return r.model
+}
+
+// planRoutes lists the call's routes after its first (the primary with
+// the request's own model): every other backend that has an ID for the
+// model, then each sibling model on every backend.
+func (c *call) planRoutes() {
+	d := c.d
+	var siblings []string
+	if f := d.policy.Fallback; f != nil {
+		siblings = f.Models[c.report.Model]
+	}
+	if len(d.fallbacks) == 0 && len(siblings) == 0 {
+		return
+	}
+	c.routes = append(make([]route, 0, (1+len(d.fallbacks))*(1+len(siblings))), c.first)
+	c.route = &c.routes[0]
+	for i, model := range append([]string{c.report.Model}, siblings...) {
+		if i > 0 {
+			c.addRoute(d.primary, model, model)
+		}
+		for _, b := range d.fallbacks {
+			if id, ok := b.modelID(model); ok {
+				c.addRoute(b, model, id)
+			}
+		}
+	}
+}
+
+func (c *call) addRoute(b *backend, model, sendAs string) {
+	r := route{b: b, model: model, sendAs: sendAs}
+	if p, ok := c.d.policy.PriceTable.Lookup(model); ok {
+		r.price, r.priced, r.cost = p, true, attemptCost(p, c.inputTokens, c.maxTokens)
+	}
+	c.routes = append(c.routes, r)
+}
+
+// modelID is the backend's ID for model: its own table's, else the
+// default one's for its platform.
+func (b *backend) modelID(model string) (string, bool) {
+	if id, ok := b.models[model]; ok {
+		return id, true
+	}
+	return DefaultModelID(b.provider, model)
+}
+
+// moveOnAt moves the call on when the gate that refused its next attempt
+// before it was sent, refused, is the backend's breaker or limiter.
+func (c *call) moveOnAt(refused *denial) bool {
+	if refused.gate != gateCircuit && refused.gate != gateRateLimit {
+		return false
+	}
+	return c.move(string(refused.gate.outcome), false)
+}
+
+// moveOnRefusal moves the call on after an attempt that failed as cls,
+// whose retry where it is refused refuses.
+func (c *call) moveOnRefusal(cls Classification, refused *denial) bool {
+	if cls.Signal != ProviderHealth && cls.Signal != CallerTraffic || refused.gate == gateCost {
+		return false
+	}
+	return c.move(string(refused.gate.outcome), true)
+}
+
+// moveOnFinal moves the call on after an attempt that failed as cls, not
+// to be retried where it is: a spend limit, with OnSpendLimit.
+func (c *call) moveOnFinal(cls Classification) bool {
+	f := c.d.policy.Fallback
+	if f == nil || !f.OnSpendLimit || cls.Kind != kindSpendLimit {
+		return false
+	}
+	return c.move(kindSpendLimit, true)
+}
+
+// move moves the call to its next route, for reason, unless it has none,
+// the deadline leaves no room for an attempt, or (after a failed attempt,
+// when the next one is beyond the call's first) the attempt would cross
+// the cost ceiling.
+func (c *call) move(reason string, afterAttempt bool) bool {
+	next := c.at + 1
+	if next >= len(c.routes) {
+		return false
+	}
+	r := &c.routes[next]
+	if c.pastDeadline(c.d.clock.Now().Add(minAttempt)) || afterAttempt && c.pastCostCeiling(c.retryCost, r) {
+		return false
+	}
+	if r.b.client != nil || r.sendAs != "" {
+		body, err := c.routeBody(r.sendAs)
+		if err != nil {
+			return false
+		}
+		r.body = body
+	}
+	from := c.route
+	c.at, c.route, c.routeFrom = next, r, c.report.Attempts
+	if afterAttempt {
+		c.addRetryCost()
+	}
+	fb := Fallback{From: from.b.name, To: r.b.name, Model: r.sentModel(), Reason: reason}
+	c.mu.Lock()
+	c.report.Fallbacks = append(c.report.Fallbacks, fb)
+	c.report.Backend = r.b.name
+	if r.b.provider != "" {
+		c.report.Provider = r.b.provider
+	} else {
+		c.report.Provider = providerOf(c.req)
+	}
+	c.mu.Unlock()
+	c.trace.fallback(fb, c.report.Provider)
+	return true
+}
+
+// routeBody returns the request body with its model set to model ("" for
+// the body as it is).
+func (c *call) routeBody(model string) ([]byte, error) {
+	if c.req.GetBody == nil {
+		return nil, errors.New("damper: the Messages request body cannot be resent (no GetBody)")
+	}
+	rc, err := c.body(c.req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	body, err := readInto(nil, rc, c.req.ContentLength)
+	if err != nil || model == "" {
+		return body, err
+	}
+	return sjson.SetBytes(body, "model", model)
+}
+
+// sendOn sends the attempt's request, areq, on route r: through the
+// client's own chain, next, or the backend's client, with the body the
+// route needs.
+func (c *call) sendOn(r *route, areq *http.Request, next sendFunc) (*http.Response, error) {
+	if r.b.client != nil {
+		return r.b.send(areq, r.body)
+	}
+	body := r.body
+	areq.ContentLength = int64(len(body))
+	areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	areq.Body, _ = areq.GetBody()
+	return next(areq)
+}
+
+// kindSpendLimit is the Kind of a spend-limit 429.
+const kindSpendLimit = "spend_limit"
