@@ -75,7 +75,9 @@ func bedrockBase(id string) string {
 func DefaultModelID(provider, model string) (string, bool) {
 	p, ok := modelIndex[model]
 	if !ok {
-		return "", false
+		if p, ok = modelIndex[bedrockBase(model)]; !ok {
+			return "", false
+		}
 	}
 	switch provider {
 	case ProviderAnthropic:

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -73,6 +77,9 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	}
 	if ran.Swap(true) {
 		return noRetry(req), errSDKRequestTimeout
+	}
+	if req.Context().Value(handedOverKey{}) != nil {
+		return noRetry(req), errBackendInBackend
 	}
 	c, err := d.newCall(req, &sdkClient)
 	if err != nil {
@@ -160,23 +167,63 @@ type reportSinkKey struct{}
 
 // ReportInto is a per-call option that makes Damper write the call's
 // [Report] into dst once the call returns (and again when a stream ends).
-// It works whichever order it is given in with the Damper option; without
-// a Damper on the client it leaves dst untouched.
-//
-// Given after the Damper option (a per-call option always is, when Damper
-// is on the client), it reaches Damper with the call's first attempt: a
-// call refused before any attempt, by an open circuit breaker, leaves dst
-// untouched, and its report is on the [*Error] only. [ContextWithReport]
-// has no such gap.
+// It works whichever order it is given in with the Damper option, for
+// every call, including one refused or moved to another backend before
+// any attempt; without a Damper on the client it leaves dst untouched.
 func ReportInto(dst *Report) option.RequestOption {
-	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		if c, ok := req.Context().Value(callKey{}).(*call); ok {
-			// The option is inside Damper's middleware: this is one attempt.
-			c.setSink(dst)
-			return next(req)
-		}
-		return next(req.WithContext(ContextWithReport(req.Context(), dst)))
-	})
+	token := reports.add(dst)
+	return option.Join(
+		// Headers are set before any middleware runs, so Damper's finds
+		// the destination before its first attempt.
+		option.WithHeader(headerReportToken, token),
+		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			req.Header.Del(headerReportToken) // never on the wire
+			if c, ok := req.Context().Value(callKey{}).(*call); ok {
+				// The option is inside Damper's middleware: this is one attempt.
+				c.setSink(dst)
+				return next(req)
+			}
+			return next(req.WithContext(ContextWithReport(req.Context(), dst)))
+		}),
+	)
+}
+
+// headerReportToken carries a ReportInto destination's token from the option to
+// Damper's middleware, which takes it off the request.
+const headerReportToken = "X-Damper-Report"
+
+// reports are the destinations of ReportInto options, by token. An entry
+// holds its destination weakly and goes with it, so that an option whose
+// call never reached Damper leaves nothing behind.
+var reports reportTable
+
+type reportTable struct {
+	next    atomic.Uint64
+	entries sync.Map // token (string) → weak.Pointer[Report]
+}
+
+func (t *reportTable) add(dst *Report) string {
+	if dst == nil {
+		return ""
+	}
+	token := strconv.FormatUint(t.next.Add(1), 36)
+	t.entries.Store(token, weak.Make(dst))
+	runtime.AddCleanup(dst, func(token string) { t.entries.Delete(token) }, token)
+	return token
+}
+
+// take returns the destination of req's ReportInto option, if any, and
+// takes its header off the request.
+func (t *reportTable) take(req *http.Request) *Report {
+	token := req.Header.Get(headerReportToken)
+	if token == "" {
+		return nil
+	}
+	req.Header.Del(headerReportToken)
+	if p, ok := t.entries.Load(token); ok {
+		return p.(weak.Pointer[Report]).Value()
+	}
+	return nil
 }
 
 // ContextWithReport returns a copy of ctx that makes Damper write the
