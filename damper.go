@@ -101,9 +101,9 @@ type Damper struct {
 	fallbacks    []*backend
 	backendSpecs []Backend // as WithBackends gave them, until New builds them
 
-	budget Budget          // WithBudget's, until New gives it to the primary
-	store  Store           // where the primary's gates keep their state
-	hedge  *hedger         // nil without Policy.Hedge
+	budget Budget  // WithBudget's, until New gives it to the primary
+	store  Store   // where the primary's gates keep their state
+	hedge  *hedger // nil without Policy.Hedge
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:

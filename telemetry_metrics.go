@@ -59,7 +59,7 @@ type metrics struct {
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool
-	gen       genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
+	gen      genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
 // newMetrics creates a Damper's instruments on meter. An instrument the
