@@ -90,6 +90,15 @@ type PolicyConfig struct {
 	Throttle             *ThrottleConfig  `json:"throttle,omitempty"`
 	RateLimit            *RateLimitConfig `json:"rate_limit,omitempty"`
 	Hedge                *HedgeConfig     `json:"hedge,omitempty"`
+	Fallback             *FallbackConfig  `json:"fallback,omitempty"`
+}
+
+// FallbackConfig is a [FallbackPolicy] in a [PolicyConfig]. The backends
+// themselves are code (the SDK's options): see [WithBackends].
+type FallbackConfig struct {
+	OnSpendLimit *bool `json:"on_spend_limit,omitempty"`
+	// Models lists each model's siblings, in order.
+	Models map[string][]string `json:"models,omitempty"`
 }
 
 // BreakerConfig is a [BreakerPolicy] in a [PolicyConfig].
@@ -407,6 +416,27 @@ func decodeConfig(dec *json.Decoder, tok json.Token, path string, v reflect.Valu
 		}
 		v.Set(m)
 		return nil
+	case reflect.Slice: // a list replaces the one the config had
+		if tok != json.Delim('[') {
+			return configError(path, "%s: want a list", describeToken(tok))
+		}
+		list := reflect.MakeSlice(t, 0, 0)
+		for i := 0; dec.More(); i++ {
+			tok, err := dec.Token()
+			if err != nil {
+				return &ConfigError{Path: path, Err: err}
+			}
+			elem := reflect.New(t.Elem()).Elem()
+			if err := decodeConfig(dec, tok, fmt.Sprintf("%s[%d]", path, i), elem); err != nil {
+				return err
+			}
+			list = reflect.Append(list, elem)
+		}
+		if _, err := dec.Token(); err != nil { // the closing bracket
+			return &ConfigError{Path: path, Err: err}
+		}
+		v.Set(list)
+		return nil
 	}
 	panic("damper: no config decoding for " + t.String())
 }
@@ -632,6 +662,22 @@ func (c PolicyConfig) Policy() (Policy, error) {
 		}
 	}
 
+	if f := c.Fallback; f != nil {
+		p.Fallback = &FallbackPolicy{}
+		if f.OnSpendLimit != nil {
+			p.Fallback.OnSpendLimit = *f.OnSpendLimit
+		}
+		if len(f.Models) > 0 {
+			p.Fallback.Models = make(map[string][]string, len(f.Models))
+			cv.fields["Fallback.Models"] = configField{path: "fallback.models", written: `""`}
+			for model, siblings := range f.Models {
+				written, _ := json.Marshal(siblings)
+				cv.fields[fmt.Sprintf("Fallback.Models[%q]", model)] = configField{path: "fallback.models." + model, written: string(written)}
+				p.Fallback.Models[model] = slices.Clone(siblings)
+			}
+		}
+	}
+
 	if _, err := p.withDefaults(); err != nil {
 		return Policy{}, cv.translate(err)
 	}
@@ -738,6 +784,18 @@ func NewPolicyConfig(p Policy) PolicyConfig {
 		}
 		if h.OnlyWhenAsked {
 			c.Hedge.OnlyWhenAsked = &h.OnlyWhenAsked
+		}
+	}
+	if f := p.Fallback; f != nil {
+		c.Fallback = &FallbackConfig{}
+		if f.OnSpendLimit {
+			c.Fallback.OnSpendLimit = &f.OnSpendLimit
+		}
+		for model, siblings := range f.Models {
+			if c.Fallback.Models == nil {
+				c.Fallback.Models = make(map[string][]string, len(f.Models))
+			}
+			c.Fallback.Models[model] = slices.Clone(siblings)
 		}
 	}
 	return c

@@ -68,6 +68,9 @@ func roundTripPolicies() map[string]damper.Policy {
 		"never wait":  {RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}},
 		"fixed hedge": {Hedge: &damper.HedgePolicy{Delay: 2 * time.Second}},
 		"empty hedge": {Hedge: &damper.HedgePolicy{}},
+		"fallback": {Fallback: &damper.FallbackPolicy{OnSpendLimit: true,
+			Models: map[string][]string{"claude-opus-4-5": {"claude-sonnet-4-5", "claude-haiku-4-5"}}}},
+		"empty fallback": {Fallback: &damper.FallbackPolicy{}},
 	}
 }
 
@@ -306,6 +309,9 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{`{"hedge": {"quantile": 1}}`, "hedge.quantile", `hedge.quantile: 1: must be in (0, 1)`},
 		{`{"hedge": {"window": 10, "min_samples": 20}}`, "hedge.min_samples", `hedge.min_samples: 20: must not exceed window (10)`},
 		{`{"hedge": {"delay": "-1s"}}`, "hedge.delay", `hedge.delay: "-1s": must be positive`},
+		{`{"fallback": {"models": {"claude-a": "claude-b"}}}`, "fallback.models.claude-a", `fallback.models.claude-a: "claude-b": want a list`},
+		{`{"fallback": {"models": {"claude-a": [1]}}}`, "fallback.models.claude-a[0]", `fallback.models.claude-a[0]: 1: want a string`},
+		{`{"fallback": {"models": {"claude-a": ["claude-a"]}}}`, "fallback.models.claude-a", `fallback.models.claude-a: ["claude-a"]: siblings must be other, non-empty model names`},
 		{`{"rate_limit": {"priority": "urgent"}}`, "rate_limit.priority", `rate_limit.priority: "urgent": want "interactive" or "batch"`},
 		// Unknown keys.
 		{`{"max_attempt": 3}`, "max_attempt", `max_attempt: unknown key (known: max_attempts, per_attempt_timeout,`},
