@@ -81,9 +81,6 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
 		c.sink = sink
 	}
-	if sink := reports.take(req); sink != nil {
-		c.sink = sink
-	}
 	c.report.Provider = providerOf(req)
 	c.report.Backend = PrimaryBackend
 	if d.policy.MaxAttempts > 1 || len(d.fallbacks) > 0 || d.policy.Fallback != nil {

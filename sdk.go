@@ -81,9 +81,13 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	if req.Context().Value(handedOverKey{}) != nil {
 		return noRetry(req), errBackendInBackend
 	}
+	sink := reports.take(req)
 	c, err := d.newCall(req, &sdkClient)
 	if err != nil {
 		return noRetry(req), err
+	}
+	if sink != nil {
+		c.sink = sink
 	}
 	res, err := c.run(next)
 	if err != nil {
