@@ -18,6 +18,20 @@
 //	client := anthropic.NewClient(srv.Options()...)
 //	msg, err := client.Messages.New(ctx, params, dampertest.Scenario("busy"))
 //
+// Made with [Bedrock] or [Vertex], the same Server is a fake Amazon Bedrock
+// runtime or Vertex AI endpoint, reached through the SDK's own bedrock and
+// vertex packages (for Vertex, with package dampertest/vertexclient
+// imported), so that the requests are rewritten, signed and decoded as in
+// production. The same steps script it, and it checks what the platform
+// would: the path, the SigV4 signature (with [BedrockAccessKeyID] and
+// [BedrockSecretKey]) or the OAuth token ([VertexToken]), and the body. It
+// answers in the platform's shape, Bedrock's event stream and error bodies
+// included, and logs what the platform received: the model from the path,
+// the signing time and signature, and why a request was refused.
+//
+//	srv := dampertest.NewServer(dampertest.Bedrock("us-east-1"))
+//	client := anthropic.NewClient(srv.Options()...) // bedrock.WithConfig, then the base URL
+//
 // A [Clock] is a virtual clock whose time moves only when told to, so that
 // waits, backoffs and timeouts are exact and tests never sleep. Given to the
 // server with [WithClock], it also times the server's delays.

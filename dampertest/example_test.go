@@ -234,3 +234,33 @@ func ExampleWithRateLimits() {
 	// 00:01:00 ok, 0 requests left
 	// 4 admitted, 2 limited
 }
+
+// A fake Bedrock, reached through the SDK's own bedrock package: each
+// request is rewritten to Bedrock's path, signed with SigV4 and checked,
+// and a 529 comes back as Bedrock's 503.
+func ExampleBedrock() {
+	srv := dampertest.NewServer(dampertest.Bedrock("us-east-1"))
+	defer srv.Close()
+	srv.Script("busy", dampertest.Status(529), dampertest.OK().WithText("Hi from Bedrock!"))
+
+	client := anthropic.NewClient(append(srv.Options(), option.WithMaxRetries(0))...)
+	p := params
+	p.Model = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+	for range 2 {
+		msg, err := client.Messages.New(context.Background(), p, dampertest.Scenario("busy"))
+		var apiErr *anthropic.Error
+		if errors.As(err, &apiErr) {
+			fmt.Println(apiErr.StatusCode, apiErr.Response.Header.Get("x-amzn-ErrorType"))
+			continue
+		}
+		fmt.Println(msg.Content[0].Text)
+	}
+	for _, r := range srv.Requests() {
+		fmt.Println(r.Platform, r.Path, "signed:", len(r.Signature) == 64, "refused:", r.AuthError != "")
+	}
+	// Output:
+	// 503 ServiceUnavailableException
+	// Hi from Bedrock!
+	// bedrock /model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke signed: true refused: false
+	// bedrock /model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke signed: true refused: false
+}

@@ -1,7 +1,6 @@
 package dampertest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -371,19 +370,28 @@ func bodyOutputTokens(body []byte) int64 {
 }
 
 // refuse answers a Messages request that took no step: the limiter's 429,
-// or a 500 when the limits are not valid.
-func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, a admission, requestID string) {
+// or a 500 when the limits are not valid, in the platform's shape. Bedrock
+// and Vertex get retry-after but none of the API's rate-limit headers,
+// which they do not send.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, a admission, requestID string) {
 	h := w.Header()
 	h.Set("Request-Id", requestID)
+	status, msg := http.StatusTooManyRequests, a.refused
 	if a.err != nil {
-		s.writeBody(ctx, w, http.StatusInternalServerError, errorJSON("api_error", "", a.err.Error(), requestID), DropNone)
+		status, msg = http.StatusInternalServerError, a.err.Error()
+	} else {
+		h.Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+	}
+	if s.platform.name != platformAnthropic {
+		s.writeRefusal(w, r, refusal{status, s.platform.kind(status), msg})
 		return
 	}
-	for k, vs := range a.header {
-		h[k] = vs
+	if a.err == nil {
+		for k, vs := range a.header {
+			h[k] = vs
+		}
 	}
-	h.Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
-	s.writeBody(ctx, w, http.StatusTooManyRequests, errorJSON("rate_limit_error", "", a.refused, requestID), DropNone)
+	s.writeBody(r.Context(), w, status, errorJSON(DefaultErrorType(status), "", msg, requestID), DropNone)
 }
 
 // commas writes n with thousands separators, as the API's messages do.

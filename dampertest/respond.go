@@ -55,6 +55,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 	case step.Body != nil:
 		c.ticket.settle(bodyOutputTokens(step.Body))
 		s.writeBody(ctx, w, status, step.Body, step.Drop)
+	case status >= 400 && s.platform.name == platformBedrock:
+		status, kind := bedrockError(status, step.ErrorType)
+		s.writeBedrockError(ctx, w, status, kind, step.Message, step.Drop)
 	case status >= 400:
 		errorType := cmp.Or(step.ErrorType, DefaultErrorType(status))
 		s.writeBody(ctx, w, status, errorJSON(errorType, step.ErrorCode, step.Message, requestID), step.Drop)
@@ -67,6 +70,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, step Step, c ca
 	default:
 		text := cmp.Or(step.Text, "ok")
 		c.ticket.settle(int64(outputTokens(text)))
+		if s.platform.name == platformBedrock {
+			setBedrockUsage(h, c.inputTokens, outputTokens(text))
+		}
 		s.writeBody(ctx, w, status, messageJSON(c.messageID, c.model, text, c.inputTokens), step.Drop)
 	}
 }

@@ -57,17 +57,26 @@ func (d Drop) String() string {
 //     (a stream request without Stream gets a clean stream of Text);
 //   - otherwise: a Messages API message whose text is Text.
 type Step struct {
-	// Status is the HTTP status; 0 means 200.
+	// Status is the HTTP status; 0 means 200. On [Bedrock] an error status
+	// is sent as Bedrock sends it: 400 ValidationException, 401
+	// UnrecognizedClientException, 403 AccessDeniedException, 404
+	// ResourceNotFoundException, 408 ModelTimeoutException, 424
+	// ModelErrorException, 429 ThrottlingException, 503 and 529 (which
+	// Bedrock does not have) 503 ServiceUnavailableException, any other 5xx
+	// InternalServerException, any other 4xx ValidationException: the type
+	// in the x-amzn-ErrorType header, and a {"message": ...} body.
 	Status int
 	// Header holds extra response headers, such as retry-after,
 	// retry-after-ms, x-should-retry or request-id. Set here, request-id
 	// replaces the generated one.
 	Header http.Header
 	// ErrorType is error.type of an error body. Empty means the type the API
-	// uses for Status (see [DefaultErrorType]).
+	// uses for Status (see [DefaultErrorType]). On Bedrock, one of the API's
+	// types is replaced by Bedrock's for Status, and any other is sent as
+	// x-amzn-ErrorType as it is, such as ModelNotReadyException.
 	ErrorType string
 	// ErrorCode, when set, is sent as error.details.error_code, such as
-	// "enforced_spend_limit_reached".
+	// "enforced_spend_limit_reached". Bedrock's error bodies have none.
 	ErrorCode string
 	// Message is error.message of an error body; empty means a default.
 	Message string

@@ -42,7 +42,9 @@ const defaultGrace = 2 * time.Second
 // the step of [WithStepFunc] if set, else 200 with a default message, or a
 // clean stream if the request asked for one. Any other method or path gets
 // a 404 not_found_error. Every request is logged (see [Server.Requests]),
-// with secrets redacted.
+// with secrets redacted. Made with [Bedrock] or [Vertex], it serves that
+// platform's paths instead, through the SDK's bedrock or vertex package,
+// and checks what the platform would check before a step answers.
 //
 // Every response carries a request-id header, req_dampertest_<scenario>_<n>,
 // unless its step sets one; error bodies and SSE error events repeat it as
@@ -50,19 +52,20 @@ const defaultGrace = 2 * time.Second
 //
 // A Server is safe for concurrent use. Close it when done.
 type Server struct {
-	ts      *httptest.Server // nil for a server made with InMemory
-	memory  bool
-	clock   *Clock                                     // nil: real time
-	sleep   func(context.Context, time.Duration) error // nil: use clock
-	stepFor func(Request) Step                         // nil: the default answer
-	grace   time.Duration
-	limits  *limiter      // nil: no rate limits
-	closing chan struct{} // closed by Close, to release held responses
-	once    sync.Once
+	ts       *httptest.Server // nil for a server made with InMemory
+	memory   bool
+	clock    *Clock                                     // nil: real time
+	sleep    func(context.Context, time.Duration) error // nil: use clock
+	stepFor  func(Request) Step                         // nil: the default answer
+	grace    time.Duration
+	limits   *limiter      // nil: no rate limits
+	platform platform      // what the server fakes
+	closing  chan struct{} // closed by Close, to release held responses
+	once     sync.Once
 
 	mu      sync.Mutex
 	scripts map[string]script
-	counts  map[string]int // Messages requests per scenario
+	counts  map[string]int // Messages requests per scenario, and platform refusals
 	taken   map[string]int // of which took a step: all but the limits' refusals
 	log     []Request
 }
@@ -144,6 +147,7 @@ func NewServer(opts ...ServerOption) *Server {
 	if s.limits != nil {
 		s.limits.now = s.now // after the options: WithClock may come later
 	}
+	s.platform.name = cmp.Or(s.platform.name, platformAnthropic)
 	if !s.memory {
 		s.ts = httptest.NewServer(s.Handler())
 	}
@@ -159,12 +163,36 @@ func (s *Server) URL() string {
 	return s.ts.URL
 }
 
-// Options returns the SDK options that point a client at the server:
-// option.WithBaseURL(s.URL()) and option.WithAPIKey("test-key"), and for a
-// server made with [InMemory] option.WithHTTPClient with [Transport] of
-// [Server.Handler]; nothing else. Append option.WithMaxRetries(0) to see
-// every response yourself.
+// Options returns the SDK options that point a client at the server, and
+// nothing else. Append option.WithMaxRetries(0) to see every response
+// yourself.
+//
+// For the first-party server: option.WithBaseURL(s.URL()) and
+// option.WithAPIKey("test-key").
+//
+// For a server made with [Bedrock]: bedrock.WithConfig with an aws.Config
+// of the server's region and static credentials, [BedrockAccessKeyID] and
+// [BedrockSecretKey], so that the SDK's bedrock package rewrites and
+// signs each request as for Amazon Bedrock, then option.WithBaseURL(s.URL())
+// after it, as it sets its own.
+//
+// For a server made with [Vertex]: option.WithHTTPClient, then
+// vertex.WithCredentials with the server's region and project and the
+// static token [VertexToken], which wraps that client with the SDK's OAuth
+// transport, then option.WithBaseURL(s.URL()). The vertex package comes
+// from package github.com/damper-ai/damper-go/dampertest/vertexclient,
+// which the test must import; without it these options fail every
+// request with an error that says so.
+//
+// For a server made with [InMemory], the HTTP client is one with
+// [Transport] of [Server.Handler].
 func (s *Server) Options() []option.RequestOption {
+	switch s.platform.name {
+	case platformBedrock:
+		return s.bedrockOptions()
+	case platformVertex:
+		return s.vertexOptions()
+	}
 	opts := []option.RequestOption{option.WithBaseURL(s.URL()), option.WithAPIKey("test-key")}
 	if s.ts == nil {
 		opts = append(opts, option.WithHTTPClient(&http.Client{Transport: Transport(s.Handler())}))
@@ -187,8 +215,10 @@ func (s *Server) Close() {
 // Script sets the steps of a scenario: the n-th request of the scenario
 // received after the call gets steps[n-1], and once the steps are used up
 // the last one repeats. Requests refused by the server's rate limits (see
-// [WithRateLimits]) take no step and are not counted here. Calling Script again replaces the script and starts
-// it over; with no steps, the scenario goes back to the default answer.
+// [WithRateLimits]) or by a platform's checks (see [Bedrock] and [Vertex])
+// take no step and are not counted here. Calling Script again replaces the
+// script and starts it over; with no steps, the scenario goes back to the
+// default answer.
 // Counts and the log are not reset.
 func (s *Server) Script(scenario string, steps ...Step) {
 	s.mu.Lock()
@@ -217,8 +247,9 @@ func (s *Server) Requests() []Request {
 
 // Count returns the number of Messages requests received for a scenario,
 // including those refused by the server's rate limits (see
-// [WithRateLimits]). Requests to other endpoints are logged but not
-// counted.
+// [WithRateLimits]). Requests to other endpoints of the first-party server
+// are logged but not counted; on Bedrock and Vertex every request is
+// counted, those refused by the platform's checks included.
 func (s *Server) Count(scenario string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,13 +268,17 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body) // a body cut short is logged as far as it came
 	scenario := r.Header.Get(ScenarioHeader)
-	model, stream, maxTokens := parseBody(body)
-	isMessages := r.Method == http.MethodPost && r.URL.Path == "/v1/messages"
+	in := s.inbound(r, body)
+	_, _, maxTokens := parseBody(body)
 	entry := Request{
 		Scenario: scenario, Method: r.Method, Path: r.URL.Path,
-		Header: redact(r.Header), Body: body, Stream: stream, At: s.now(),
+		Header: redact(r.Header), Body: body, Stream: in.stream, At: s.now(),
+		Platform: s.platform.name, Model: in.model, SignedAt: in.signedAt, Signature: in.signature,
 	}
-	c := call{model: cmp.Or(model, DefaultModel), stream: stream, inputTokens: defaultInputTokens}
+	if in.refusal != nil {
+		entry.AuthError = in.refusal.message
+	}
+	c := call{model: cmp.Or(in.model, DefaultModel), stream: in.stream, inputTokens: defaultInputTokens}
 	if s.limits != nil {
 		c.inputTokens = inputTokensOf(body)
 	}
@@ -252,9 +287,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	var adm admission
 	scripted, refused := false, false
 	s.mu.Lock()
-	if isMessages {
+	if in.counted {
 		s.counts[scenario]++
 		entry.N = s.counts[scenario]
+	}
+	if in.counted && in.refusal == nil {
 		if s.limits != nil {
 			// Under s.mu, so that a refused request and the next one's step
 			// are decided in arrival order.
@@ -273,13 +310,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	c.requestID = "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
-	if !isMessages {
+	if s.platform.name == platformBedrock {
+		w.Header().Set("X-Amzn-Requestid", c.requestID)
+	}
+	switch {
+	case in.refusal != nil:
+		w.Header().Set("Request-Id", c.requestID)
+		s.writeRefusal(w, r, *in.refusal)
+		return
+	case !in.counted:
 		w.Header().Set("Request-Id", c.requestID)
 		s.writeBody(r.Context(), w, http.StatusNotFound, errorJSON("not_found_error", "", "Not found: "+r.Method+" "+r.URL.Path, c.requestID), DropNone)
 		return
-	}
-	if refused {
-		s.refuse(r.Context(), w, adm, c.requestID)
+	case refused:
+		s.refuse(w, r, adm, c.requestID)
 		return
 	}
 	// Whatever ends the answer, a drop included, gives back what it did
@@ -289,6 +333,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		step = s.stepFor(entry) // outside the lock: f may call the server
 	}
 	c.header, c.ticket = adm.header, adm.ticket
+	if s.platform.name != platformAnthropic {
+		c.header = nil // the API's rate-limit headers: the platforms send none
+	}
 	s.respond(w, r, step, c)
 }
 

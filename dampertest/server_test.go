@@ -342,6 +342,9 @@ func TestRequestLog(t *testing.T) {
 		if r.Stream != (i == 1) {
 			t.Errorf("request %d: Stream = %v", i, r.Stream)
 		}
+		if r.Platform != "anthropic" || r.Model != DefaultModel || r.AuthError != "" || !r.SignedAt.IsZero() || r.Signature != "" {
+			t.Errorf("request %d: platform %q, model %q, refused %q, signed %v %q", i, r.Platform, r.Model, r.AuthError, r.SignedAt, r.Signature)
+		}
 		if !strings.Contains(string(r.Body), DefaultModel) {
 			t.Errorf("request %d: body %s", i, r.Body)
 		}

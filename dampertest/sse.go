@@ -64,8 +64,9 @@ const defaultChunkSize = 16
 //	last     message_stop
 //
 // Each event is sent as "event: NAME\ndata: JSON\n\n" and flushed at once,
-// with content type "text/event-stream; charset=utf-8", as the API sends it;
-// client.Messages.NewStreaming decodes it and Message.Accumulate rebuilds
+// with content type "text/event-stream; charset=utf-8", as the API sends it
+// (from [Bedrock], in an event-stream frame, which the SDK turns back into
+// SSE); client.Messages.NewStreaming decodes it and Message.Accumulate rebuilds
 // Text. The first content, the event a caller can show, is at
 // [Stream.ContentIndex].
 type Stream struct {
@@ -84,13 +85,19 @@ type Stream struct {
 	// message_stop.
 	At int
 	// ErrorType is error.type of the FaultErrorEvent event; empty means
-	// overloaded_error.
+	// overloaded_error. On [Bedrock] the event is an exception frame:
+	// overloaded_error is serviceUnavailableException, api_error
+	// internalServerException, rate_limit_error throttlingException, the
+	// API's other types modelStreamErrorException, and any other type is
+	// the exception's name as it is, such as modelTimeoutException. The SDK
+	// reports it as an API error whose Type is that name.
 	ErrorType string
 	// PreContentBytes is the size of an SSE comment (": xxx...", which
 	// clients ignore) sent just before content_block_start, to test bounds
 	// on how much a client holds back before the first content. It is not
 	// an event and shifts no index; a fault at or before content_block_start
-	// comes before it.
+	// comes before it. Bedrock's event stream has no comments: there it is
+	// not sent.
 	PreContentBytes int
 }
 
@@ -180,16 +187,22 @@ func padding(n int) []byte {
 	return []byte(":" + strings.Repeat("x", n-3) + "\n\n")
 }
 
-// writeStream sends st as the body of a response whose headers w holds.
+// writeStream sends st as the body of a response whose headers w holds,
+// in the platform's format.
 func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status int, st Stream, c call, requestID string, drop Drop) {
 	evs := st.events(c.messageID, c.model, c.inputTokens)
+	text := cmp.Or(st.Text, "ok")
+	format := sseFormat
+	if s.platform.name == platformBedrock {
+		format = bedrockFormat(c.inputTokens, outputTokens(text))
+	}
 	h := w.Header()
-	setDefault(h, "Content-Type", "text/event-stream; charset=utf-8")
+	setDefault(h, "Content-Type", format.contentType)
 	setDefault(h, "Cache-Control", "no-cache")
 	if drop == DropMidBody || drop == StallMidBody {
 		var all bytes.Buffer
 		for _, e := range evs {
-			all.WriteString(e.String())
+			all.Write(format.event(e))
 		}
 		w.WriteHeader(status)
 		w.Write(all.Bytes()[:all.Len()/2])
@@ -211,19 +224,19 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status 
 	padAt := 1 + max(st.Pings, 0)
 	for i := 0; i <= len(evs); i++ {
 		if i == at {
-			s.fault(ctx, w, st, requestID)
+			s.fault(ctx, w, st, format, requestID)
 			return
 		}
 		if i == len(evs) || ctx.Err() != nil {
 			return
 		}
-		if i == padAt && st.PreContentBytes > 0 {
+		if i == padAt && st.PreContentBytes > 0 && format.comments {
 			w.Write(padding(st.PreContentBytes))
 		}
 		if i == last {
-			c.ticket.settle(int64(outputTokens(cmp.Or(st.Text, "ok"))))
+			c.ticket.settle(int64(outputTokens(text)))
 		}
-		if _, err := w.Write([]byte(evs[i].String())); err != nil {
+		if _, err := w.Write(format.event(evs[i])); err != nil {
 			return // the client has gone
 		}
 		flush(w)
@@ -231,11 +244,10 @@ func (s *Server) writeStream(ctx context.Context, w http.ResponseWriter, status 
 }
 
 // fault performs st.Fault in place of the next event.
-func (s *Server) fault(ctx context.Context, w http.ResponseWriter, st Stream, requestID string) {
+func (s *Server) fault(ctx context.Context, w http.ResponseWriter, st Stream, format streamFormat, requestID string) {
 	switch st.Fault {
 	case FaultErrorEvent:
-		ev := Event{"error", errorJSON(cmp.Or(st.ErrorType, "overloaded_error"), "", "", requestID)}
-		w.Write([]byte(ev.String()))
+		w.Write(format.failure(st.ErrorType, requestID))
 		flush(w)
 	case FaultReset:
 		abort()

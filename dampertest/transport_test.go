@@ -27,7 +27,7 @@ func inMemoryClient(h http.Handler) *anthropic.Client {
 }
 
 func TestTransportPlainAndStreaming(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -109,7 +109,7 @@ func TestTransportFaults(t *testing.T) {
 }
 
 func TestTransportStallEndsWithContext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -128,7 +128,7 @@ func TestTransportStallEndsWithContext(t *testing.T) {
 }
 
 func TestTransportBodyCloseStopsHandler(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -142,7 +142,7 @@ func TestTransportBodyCloseStopsHandler(t *testing.T) {
 }
 
 func TestTransportDelayTimeoutOnFakeClock(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	clock := NewClock(t0)
 	srv := NewServer(WithClock(clock))
 	defer srv.Close()
@@ -165,7 +165,7 @@ func TestTransportDelayTimeoutOnFakeClock(t *testing.T) {
 }
 
 func TestTransportServesAnyHandler(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	var seen *http.Request
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = r
@@ -204,7 +204,7 @@ func TestTransportServesAnyHandler(t *testing.T) {
 }
 
 func TestTransportContextDoneBeforeCall(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, ignoreVertexInit)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://x.test/v1/messages", strings.NewReader("{}"))
