@@ -95,17 +95,7 @@ func TestFallbackStreamToBedrock(t *testing.T) {
 	r.primary.Script("", dampertest.OK().WithStream(dampertest.Stream{Text: "first-party", Fault: dampertest.FaultReset, At: 1}))
 	r.bedrock.Script("", dampertest.OK().WithStream(dampertest.Stream{Text: "streamed from Bedrock"}))
 	var rep damper.Report
-	s := r.client.Messages.NewStreaming(context.Background(), params("claude-haiku-4-5"), damper.ReportInto(&rep))
-	var msg anthropic.Message
-	for s.Next() {
-		if err := msg.Accumulate(s.Current()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
+	msg := streamWhole(t, r.client, "claude-haiku-4-5", &rep)
 	if len(msg.Content) != 1 || msg.Content[0].Text != "streamed from Bedrock" || backends(rep) != "primary,bedrock" || rep.Outcome != damper.OutcomeSuccess {
 		t.Fatalf("read %+v from %s (%s); want Bedrock's text alone", msg.Content, backends(rep), rep.Outcome)
 	}

@@ -189,17 +189,7 @@ func TestFallbackStreams(t *testing.T) {
 		r.primary.Script("", dampertest.OK().WithStream(dampertest.Stream{Text: "primary", Fault: dampertest.FaultErrorEvent, At: 2}))
 		r.second.Script("", dampertest.OK().WithStream(dampertest.Stream{Text: "from the second backend"}))
 		var rep damper.Report
-		s := r.client.Messages.NewStreaming(context.Background(), params("claude-sonnet-4-5"), damper.ReportInto(&rep))
-		var msg anthropic.Message
-		for s.Next() {
-			if err := msg.Accumulate(s.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = s.Close()
+		msg := streamWhole(t, r.client, "claude-sonnet-4-5", &rep)
 		if got := msg.Content[0].Text; got != "from the second backend" || len(msg.Content) != 1 {
 			t.Fatalf("caller read %q, want the second backend's events alone", got)
 		}
@@ -350,4 +340,22 @@ func TestDefaultModelID(t *testing.T) {
 			t.Errorf("DefaultModelID(%q, %q) = %q, %v; want %q", tt.provider, tt.model, got, ok, tt.want)
 		}
 	}
+}
+
+// streamWhole makes one streaming call and returns the message its events
+// build, failing the test on any error.
+func streamWhole(t *testing.T, client anthropic.Client, model string, rep *damper.Report) anthropic.Message {
+	t.Helper()
+	s := client.Messages.NewStreaming(context.Background(), params(model), damper.ReportInto(rep))
+	defer func() { _ = s.Close() }()
+	var msg anthropic.Message
+	for s.Next() {
+		if err := msg.Accumulate(s.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return msg
 }
