@@ -42,6 +42,11 @@ type replicaEnv struct {
 	circuit func(damper.CircuitChange)
 	// params is the request of every logical request.
 	params anthropic.MessageNewParams
+	// secondary reaches the scenario's secondary provider; nil without one.
+	secondary http.RoundTripper
+	// moved records why the running request first moved to another
+	// backend, as Damper's report says.
+	moved func(reason string)
 }
 
 // newSDKClient returns a real SDK client over the simulated transport.
@@ -140,23 +145,33 @@ func damperContender(name, path string, policy func() damper.Policy) Contender {
 		Name: name,
 		Path: path,
 		newReplica: func(env replicaEnv) (call, error) {
-			p := policy()
-			if p.Breaker != nil {
-				b := *p.Breaker
-				b.OnStateChange = env.circuit
-				p.Breaker = &b
-			}
-			d, err := damper.New(p, damper.WithClock(env.clock), damper.WithRand(env.rng.Float64))
-			if err != nil {
-				return nil, err
-			}
-			client := newSDKClient(env.transport, d.Option())
-			return func(ctx context.Context) error {
-				_, err := client.Messages.New(ctx, env.params)
-				return err
-			}, nil
+			return newDamperReplica(env, policy())
 		},
 	}
+}
+
+// newDamperReplica is one replica's client through a Damper of policy p.
+func newDamperReplica(env replicaEnv, p damper.Policy) (call, error) {
+	d, err := newDamper(env, p)
+	if err != nil {
+		return nil, err
+	}
+	client := newSDKClient(env.transport, d.Option())
+	return func(ctx context.Context) error {
+		_, err := client.Messages.New(ctx, env.params)
+		return err
+	}, nil
+}
+
+// newDamper is one replica's Damper of policy p and settings, on the
+// simulation's clock. The breakers' changes are recorded for the figures.
+func newDamper(env replicaEnv, p damper.Policy, settings ...damper.Setting) (*damper.Damper, error) {
+	if p.Breaker != nil {
+		b := *p.Breaker
+		b.OnStateChange = env.circuit
+		p.Breaker = &b
+	}
+	return damper.New(p, append([]damper.Setting{damper.WithClock(env.clock), damper.WithRand(env.rng.Float64)}, settings...)...)
 }
 
 // SDKDefault is the SDK's own retry loop: 2 retries, 0.5 s·2^n capped at

@@ -68,7 +68,8 @@ func (s *Suite) WorstOutage() map[string]Worst {
 }
 
 // ProbeTally is what reached the provider from one replica while the
-// incident lasted, once that replica's breaker had opened.
+// incident lasted, once that replica's breaker (the provider's, not a
+// secondary's) had opened.
 type ProbeTally struct {
 	Replica int
 	// Attempts reached the provider after the breaker first opened.
@@ -86,7 +87,7 @@ func (r *Result) ProbeTallies() []ProbeTally {
 	first := map[int]int{} // replica: the attempts before its first opening
 	tallies := map[int]*ProbeTally{}
 	for _, e := range r.Circuit {
-		if e.To != damper.CircuitOpen || e.At < from || e.At >= to {
+		if e.To != damper.CircuitOpen || e.Backend != damper.PrimaryBackend || e.At < from || e.At >= to {
 			continue
 		}
 		t, ok := tallies[e.Replica]

@@ -38,6 +38,10 @@ type Scenario struct {
 	Seed uint64
 	// Prompt is the user message of every request; "" means "hello".
 	Prompt string
+	// Secondary, when set, is a second provider, with capacity and draws
+	// of its own: the contenders that fall back reach it, the others never
+	// do. It is healthy unless its Incident says otherwise.
+	Secondary *Provider
 }
 
 // Request is the record of one logical request.
@@ -45,7 +49,15 @@ type Request struct {
 	Issued, Ended time.Duration // from the start of the run
 	OK            bool
 	TimedOut      bool // ended by its deadline
-	Attempts      int  // provider attempts it made
+	Attempts      int  // provider attempts it made, at either provider
+	// Secondary is how many of Attempts went to the secondary provider;
+	// BySecondary is true when the secondary's answer ended the request.
+	Secondary   int
+	BySecondary bool
+	// Moved is why the request first moved to another backend, as
+	// Damper's report gives it (damper.Fallback.Reason); "" if it never
+	// did.
+	Moved string
 	// CircuitOpen is true when the call ended refused by an open circuit
 	// breaker (its error matches damper.ErrCircuitOpen).
 	CircuitOpen bool
@@ -68,6 +80,9 @@ type CircuitEvent struct {
 	At      time.Duration
 	Replica int
 	To      damper.CircuitState
+	// Backend is the backend whose breaker it is: damper.PrimaryBackend
+	// for the provider's, the only one but for a contender that falls back.
+	Backend string
 	// Seq is the number of attempts that had reached the provider before
 	// the change: the attempts after it are Result.Attempts[Seq:].
 	Seq int
@@ -83,21 +98,29 @@ type Result struct {
 	// requests by the time they ended.
 	AttemptsPerSecond []int
 	GoodputPerSecond  []int
-	// Attempts is every provider attempt, in order of arrival.
-	Attempts []Attempt
+	// Attempts is every attempt at the provider, in order of arrival;
+	// SecondaryAttempts every attempt at the secondary provider, which
+	// AttemptsPerSecond does not count.
+	Attempts          []Attempt
+	SecondaryAttempts []Attempt
 	// Circuit is every change of a breaker, in order.
 	Circuit []CircuitEvent
 }
 
 // runState is a run in progress.
 type runState struct {
-	s        *sched
-	provider *providerState
-	res      *Result
+	s         *sched
+	provider  *providerState
+	secondary *providerState // nil without Scenario.Secondary
+	res       *Result
 }
 
-func (r *runState) recordAttempt(now time.Time, replica, status int) {
+func (r *runState) recordAttempt(now time.Time, replica, status int, secondary bool) {
 	at := now.Sub(epoch)
+	if secondary {
+		r.res.SecondaryAttempts = append(r.res.SecondaryAttempts, Attempt{At: at, Replica: replica, Status: status})
+		return
+	}
 	r.res.Attempts = append(r.res.Attempts, Attempt{At: at, Replica: replica, Status: status})
 	if sec := int(at / time.Second); sec < len(r.res.AttemptsPerSecond) {
 		r.res.AttemptsPerSecond[sec]++
@@ -108,7 +131,7 @@ func (r *runState) recordAttempt(now time.Time, replica, status int) {
 // breaker changes.
 func (r *runState) circuitRecorder(replica int) func(damper.CircuitChange) {
 	return func(c damper.CircuitChange) {
-		r.res.Circuit = append(r.res.Circuit, CircuitEvent{At: c.At.Sub(epoch), Replica: replica, To: c.To, Seq: len(r.res.Attempts)})
+		r.res.Circuit = append(r.res.Circuit, CircuitEvent{At: c.At.Sub(epoch), Replica: replica, To: c.To, Backend: c.Backend, Seq: len(r.res.Attempts)})
 	}
 }
 
@@ -125,18 +148,11 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 		GoodputPerSecond:  make([]int, seconds),
 	}
 	s := newSched(epoch)
-	ps := &providerState{
-		Provider: sc.Provider,
-		start:    epoch,
-		rng:      rand.New(rand.NewPCG(sc.Seed, 1)),
-		last:     epoch,
-		left:     sc.Provider.Capacity,
+	run := &runState{s: s, provider: newProviderState(sc.Provider, sc.Seed, 1), res: res}
+	if sc.Secondary != nil {
+		// Stream 3: 2 is the arrivals', 100 on the replicas'.
+		run.secondary = newProviderState(*sc.Secondary, sc.Seed, 3)
 	}
-	if rl := sc.Provider.RateLimit; rl != nil {
-		ps.requests = newRateBucket(rl.RequestsPerMinute, epoch)
-		ps.inputTokens = newRateBucket(rl.InputTokensPerMinute, epoch)
-	}
-	run := &runState{s: s, provider: ps, res: res}
 
 	replicas := make([]call, sc.Replicas)
 	for i := range replicas {
@@ -146,6 +162,10 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 			rng:       rand.New(rand.NewPCG(sc.Seed, uint64(100+i))),
 			circuit:   run.circuitRecorder(i),
 			params:    paramsFor(sc.Prompt),
+			moved:     run.noteMove,
+		}
+		if run.secondary != nil {
+			env.secondary = simTransport{run: run, replica: i, secondary: true}
 		}
 		r, err := c.newReplica(env)
 		if err != nil {
@@ -171,6 +191,31 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	return res, nil
 }
 
+// noteMove records reason as the running request's first move to
+// another backend.
+func (r *runState) noteMove(reason string) {
+	if p := r.s.cur; p != nil && p.moved == "" {
+		p.moved = reason
+	}
+}
+
+// newProviderState is p at the start of a run, its draws from stream of
+// seed.
+func newProviderState(p Provider, seed, stream uint64) *providerState {
+	ps := &providerState{
+		Provider: p,
+		start:    epoch,
+		rng:      rand.New(rand.NewPCG(seed, stream)),
+		last:     epoch,
+		left:     p.Capacity,
+	}
+	if rl := p.RateLimit; rl != nil {
+		ps.requests = newRateBucket(rl.RequestsPerMinute, epoch)
+		ps.inputTokens = newRateBucket(rl.InputTokensPerMinute, epoch)
+	}
+	return ps
+}
+
 // start issues one logical request on replica.
 func (r *runState) start(replica call, deadline time.Duration) {
 	s := r.s
@@ -187,6 +232,7 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.OK = err == nil
 		rec.TimedOut = ctx.expired
 		rec.Attempts = p.attempt
+		rec.Secondary, rec.BySecondary, rec.Moved = p.secondary, p.bySecondary, p.moved
 		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
 		rec.RateLimited = errors.Is(err, damper.ErrRateLimited)
 		if rec.OK {

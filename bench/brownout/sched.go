@@ -115,6 +115,11 @@ type proc struct {
 	parkCtx context.Context // the context the process is blocked on
 	wake    *event          // the event that will resume it normally
 	attempt int             // provider attempts sent for this request
+	// secondary is how many of them went to the secondary provider;
+	// bySecondary is true when the last answer of 200 came from it.
+	secondary   int
+	bySecondary bool
+	moved       string // the reason of its first move to another backend
 }
 
 type wakeup struct {

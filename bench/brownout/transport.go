@@ -17,6 +17,8 @@ import (
 type simTransport struct {
 	run     *runState
 	replica int // the replica it belongs to, for the record of attempts
+	// secondary sends to the run's secondary provider.
+	secondary bool
 }
 
 // okBody is every successful answer's body but for its input tokens: 12,
@@ -78,11 +80,15 @@ func textTokens(content json.RawMessage) int {
 }
 
 func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	provider := t.run.provider
+	if t.secondary {
+		provider = t.run.secondary
+	}
 	inputTokens := 0
 	if req.Body != nil {
-		if t.run.provider.RateLimit != nil {
+		if provider.RateLimit != nil {
 			body, _ := io.ReadAll(req.Body)
-			inputTokens = t.run.provider.count(body)
+			inputTokens = provider.count(body)
 		} else {
 			_, _ = io.Copy(io.Discard, req.Body)
 		}
@@ -97,9 +103,15 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if p == nil {
 		return nil, fmt.Errorf("brownout: attempt sent outside a simulated request")
 	}
-	res := t.run.provider.attempt(s.now, inputTokens)
+	res := provider.attempt(s.now, inputTokens)
 	p.attempt++
-	t.run.recordAttempt(s.now, t.replica, res.status)
+	if t.secondary {
+		p.secondary++
+	}
+	if res.status == http.StatusOK {
+		p.bySecondary = t.secondary
+	}
+	t.run.recordAttempt(s.now, t.replica, res.status, t.secondary)
 
 	e := s.at(s.now.Add(res.latency), nil, nil)
 	e.fn = func() { s.resume(p, wakeup{res: &res}) }
