@@ -1,7 +1,8 @@
 // Command brownout runs the brownout simulation with every contender (and
 // the full outage at several start times, Damper's retry throttle and
-// breaker at several settings, and the rate-limit scenario with one
-// replica and with -replicas) and writes the "Brownout simulation" section of
+// breaker at several settings, the rate-limit scenario with one replica
+// and with -replicas, and the fallback to a second provider through the
+// primary's full outage) and writes the "Brownout simulation" section of
 // docs/BENCHMARKS.md and the charts docs/brownout-*.svg. Run it from the
 // bench module (it takes a few minutes):
 //
@@ -68,11 +69,16 @@ func run(docs string, replicas int) error {
 	if err != nil {
 		return err
 	}
-	md := suite.Markdown(contenders, sweep, breakers, chart) + rates.Markdown()
+	fallback, err := brownout.RunFallback(brownout.FallbackScenario(replicas), brownout.FallbackContenders())
+	if err != nil {
+		return err
+	}
+	md := suite.Markdown(contenders, sweep, breakers, chart) + rates.Markdown() + "\n" + fallback.Markdown()
 	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
 		return err
 	}
-	for _, c := range append(suite.Checks(), rates.Checks()...) {
+	checks := append(suite.Checks(), rates.Checks()...)
+	for _, c := range append(checks, fallback.Checks()...) {
 		status := "shown"
 		if !c.Pass {
 			status = "MISSED"
