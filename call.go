@@ -339,6 +339,10 @@ func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.
 	case refusal != nil:
 		refusal.Last = a.providerError(c)
 		err = refusal
+	case a.err == nil && c.route.b.client != nil:
+		// An error status from a fallback: the client in front would name
+		// its own request's URL, not the backend's that answered.
+		err = a.providerError(c)
 	default:
 		err = a.err
 	}
@@ -363,7 +367,11 @@ func (a attemptResult) providerError(c *call) error {
 	if a.failure == nil || a.failure.StatusCode == 0 {
 		return a.err
 	}
-	return c.client.statusError(c.req, a.res, a.failure.Body)
+	req := c.req
+	if c.route.b.client != nil && a.res.Request != nil {
+		req = a.res.Request // the backend's, which answered
+	}
+	return c.client.statusError(req, a.res, a.failure.Body)
 }
 
 // finish ends the call and writes the report to the caller's sink. err is

@@ -3,6 +3,7 @@ package damper_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -158,5 +159,10 @@ func TestFallbackNotOnBedrock4xx(t *testing.T) {
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || r.vertex.Count("") != 0 || backends(rep) != "primary,bedrock" {
 		t.Fatalf("err %v, vertex got %d, attempts on %s; want Bedrock's 400 and no move", err, r.vertex.Count(""), backends(rep))
+	}
+	// The error names the request that got it: Bedrock's, not the
+	// client's own.
+	if !strings.Contains(err.Error(), "/model/global.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke") {
+		t.Fatalf("err %q, want it to name Bedrock's URL", err)
 	}
 }
