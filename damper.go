@@ -135,7 +135,8 @@ func WithRand(f func() float64) Setting {
 }
 
 // WithBudget replaces the in-memory retry budget built from the Policy with
-// b, such as one shared by a fleet.
+// b, such as one shared by a fleet, for the client's own backend; the
+// backends of [WithBackends] keep their own.
 func WithBudget(b Budget) Setting {
 	return func(d *Damper) error {
 		if b == nil {
