@@ -5,26 +5,34 @@ import (
 	"testing"
 )
 
-// A ReportInto option whose call never reaches Damper leaves no entry in
-// the table of destinations once its destination is gone.
+// A ReportInto destination's entry in the table of destinations goes with
+// the destination, so that an option whose call never reached Damper
+// leaves nothing behind.
 func TestReportTableForgets(t *testing.T) {
-	count := func() int {
+	tokens := make([]string, 100)
+	for i := range tokens {
+		tokens[i] = reports.add(new(Report))
+	}
+	held := func() int {
 		n := 0
-		reports.entries.Range(func(any, any) bool { n++; return true })
+		for _, tok := range tokens {
+			if _, ok := reports.entries.Load(tok); ok {
+				n++
+			}
+		}
 		return n
 	}
-	before := count()
-	for range 100 {
-		_ = ReportInto(new(Report))
-	}
-	if got := count(); got < before+100 {
-		t.Fatalf("%d entries after 100 options, want at least %d", got, before+100)
-	}
-	for i := 0; i < 100 && count() > before; i++ {
+	kept := new(Report)
+	keptToken := reports.add(kept)
+	for i := 0; i < 100 && held() > 0; i++ {
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if got := count(); got > before {
-		t.Fatalf("%d entries left after the destinations went, want %d", got, before)
+	if n := held(); n > 0 {
+		t.Fatalf("%d of 100 entries left after their destinations went", n)
 	}
+	if p, ok := reports.entries.Load(keptToken); !ok || p.(interface{ Value() *Report }).Value() != kept {
+		t.Fatal("the entry of a destination still in use is gone")
+	}
+	runtime.KeepAlive(kept)
 }
