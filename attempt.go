@@ -69,11 +69,11 @@ func (c *call) newAttempt(n int, hedge bool) *attempt {
 }
 
 // startAttempt starts attempt a, admitted: its context, under the call's,
-// carries the call (for ReportInto) and the attempt's span, and its timer
-// cancels it after PerAttemptTimeout.
+// carries the attempt's span, and its timer cancels it after
+// PerAttemptTimeout.
 func (c *call) startAttempt(a *attempt) {
 	a.start = c.d.clock.Now()
-	ctx, cancel := context.WithCancelCause(context.WithValue(c.ctx, callKey{}, c))
+	ctx, cancel := context.WithCancelCause(c.ctx)
 	ctx, a.span = c.trace.attemptStart(ctx, a.n, a.probe, a.hedge)
 	a.ctx, a.cancel = ctx, cancel
 	limit := c.d.policy.PerAttemptTimeout
@@ -186,22 +186,16 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	if a.n > 1 {
 		areq = c.retryRequest(a.ctx)
 	}
-	var res *http.Response
-	var err error
-	if r := a.route; r.body != nil {
-		res, err = c.sendOn(r, areq, next)
-	} else {
-		if areq.GetBody != nil {
-			body, err := c.body(areq)
-			if err != nil {
-				err = fmt.Errorf("damper: resending the request body: %w", err)
-				a.over()
-				return attemptResult{err: err, failure: &Failure{Err: err}}
-			}
-			areq.Body = body
+	if a.route.body == nil && areq.GetBody != nil {
+		body, err := c.body(areq)
+		if err != nil {
+			err = fmt.Errorf("damper: resending the request body: %w", err)
+			a.over()
+			return attemptResult{err: err, failure: &Failure{Err: err}}
 		}
-		res, err = next(areq)
+		areq.Body = body
 	}
+	res, err := c.sendOn(a.route, areq, next)
 	if err != nil {
 		err = a.cause(err)
 		a.over()

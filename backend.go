@@ -99,6 +99,7 @@ type backend struct {
 	provider string // "" for the primary: the request's own (providerOf)
 	client   *anthropic.Client
 	models   map[string]string
+	store    Store // where its parts keep their state
 
 	budget       Budget
 	attemptGates []attemptGate // the limiter, then the breaker
@@ -112,7 +113,7 @@ type backend struct {
 // the rest, once the telemetry, which reads those two, is built.
 func (d *Damper) newBackend(name string, s Store, budget Budget) (*backend, error) {
 	p := &d.policy
-	b := &backend{name: name, budget: budget}
+	b := &backend{name: name, store: s, budget: budget}
 	var err error
 	if b.budget == nil {
 		settings := BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
@@ -129,8 +130,8 @@ func (d *Damper) newBackend(name string, s Store, budget Budget) (*backend, erro
 // wire connects a backend's parts to the telemetry, and orders its gates:
 // the limiter before the breaker, so that an attempt waits in line first
 // and the breaker admits it (as its probe, maybe) as it leaves.
-func (d *Damper) wire(b *backend, s Store) error {
-	p := &d.policy
+func (d *Damper) wire(b *backend) error {
+	p, s := &d.policy, b.store
 	b.observers = []attemptObserver{budgetObserver{b: b.budget, tel: d.tel}}
 	if b.limiter != nil {
 		b.limiter.tel = d.tel
@@ -216,7 +217,7 @@ func (b *backend) send(req *http.Request, body []byte) (*http.Response, error) {
 			}
 		}
 	}
-	path := strings.TrimPrefix(req.URL.Path[strings.LastIndex(req.URL.Path, "/v1/messages"):], "/")
+	path := "v1/messages" // on the backend's base URL, whatever the client's path before it
 	if req.URL.RawQuery != "" {
 		path += "?" + req.URL.RawQuery
 	}
@@ -234,9 +235,9 @@ func (b *backend) send(req *http.Request, body []byte) (*http.Response, error) {
 // another backend: not its credentials, nor what the backend's client
 // sets itself (the SDK's X-Stainless headers, the body's length and type).
 func forwarded(key string) bool {
-	switch http.CanonicalHeaderKey(key) {
+	switch key = http.CanonicalHeaderKey(key); key {
 	case "Authorization", "X-Api-Key", "Content-Length", "Content-Type", "Host", "Accept-Encoding", "Connection":
 		return false
 	}
-	return !strings.HasPrefix(http.CanonicalHeaderKey(key), "X-Stainless-")
+	return !strings.HasPrefix(key, "X-Stainless-")
 }

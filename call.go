@@ -14,9 +14,6 @@ import (
 // wait leaves less than this before the deadline is not started.
 const minAttempt = 500 * time.Millisecond
 
-// callKey marks the context of each attempt with its logical call.
-type callKey struct{}
-
 // call is one logical request: the state of Damper's retry loop for it.
 // The loop runs in one goroutine; mu guards only what a stream read or
 // ReportInto may touch from elsewhere.
@@ -479,10 +476,4 @@ func (c *call) snapshot() *Report {
 	r := c.report
 	r.AttemptLog = append([]AttemptReport(nil), c.report.AttemptLog...)
 	return &r
-}
-
-func (c *call) setSink(dst *Report) {
-	c.mu.Lock()
-	c.sink = dst
-	c.mu.Unlock()
 }

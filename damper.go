@@ -181,15 +181,11 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	}
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.primary.budget, d.primary.limiter, d)
 	d.tel.m.backends = len(d.fallbacks) > 0
-	if err := d.wire(d.primary, d.store); err != nil {
+	if err := d.wire(d.primary); err != nil {
 		return nil, err
 	}
-	for i, b := range d.fallbacks {
-		s := d.backendSpecs[i].Store
-		if s == nil {
-			s = MemoryStore{}
-		}
-		if err := d.wire(b, s); err != nil {
+	for _, b := range d.fallbacks {
+		if err := d.wire(b); err != nil {
 			return nil, fmt.Errorf("%w (backend %q)", err, b.name)
 		}
 	}

@@ -238,16 +238,17 @@ func (c *call) routeBody(model string) ([]byte, error) {
 }
 
 // sendOn sends the attempt's request, areq, on route r: through the
-// client's own chain, next, or the backend's client, with the body the
-// route needs.
+// backend's client, or the client's own chain, next, with the body the
+// route made (r.body) when it sends another model.
 func (c *call) sendOn(r *route, areq *http.Request, next sendFunc) (*http.Response, error) {
 	if r.b.client != nil {
 		return r.b.send(areq, r.body)
 	}
-	body := r.body
-	areq.ContentLength = int64(len(body))
-	areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	areq.Body, _ = areq.GetBody()
+	if body := r.body; body != nil {
+		areq.ContentLength = int64(len(body))
+		areq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		areq.Body, _ = areq.GetBody()
+	}
 	return next(areq)
 }
 

@@ -133,9 +133,7 @@ func hookParams() anthropic.MessageNewParams {
 }
 
 // A gate that refuses the first attempt: nothing is sent, the call ends
-// with the gate's outcome and sentinel, and its report rides on the error
-// (a ReportInto given after Damper's option is reached through an attempt,
-// so none is made known here).
+// with the gate's outcome and sentinel, and its report rides on the error.
 func TestAttemptGateRefusesFirstAttempt(t *testing.T) {
 	g, o := &testGate{refuseAt: 1}, &testObserver{}
 	_, srv, client := hookRig(t, g, o)

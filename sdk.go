@@ -180,13 +180,14 @@ func ReportInto(dst *Report) option.RequestOption {
 		// Headers are set before any middleware runs, so Damper's finds
 		// the destination before its first attempt.
 		option.WithHeader(headerReportToken, token),
+		// Still on the request, the token has not reached Damper's
+		// middleware: it comes after this one, or there is none. It goes
+		// to Damper in the context, and never on the wire.
 		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			req.Header.Del(headerReportToken) // never on the wire
-			if c, ok := req.Context().Value(callKey{}).(*call); ok {
-				// The option is inside Damper's middleware: this is one attempt.
-				c.setSink(dst)
+			if req.Header.Get(headerReportToken) == "" {
 				return next(req)
 			}
+			req.Header.Del(headerReportToken)
 			return next(req.WithContext(ContextWithReport(req.Context(), dst)))
 		}),
 	)
