@@ -512,3 +512,35 @@ func TestAdversarialEndlessSuccessBody(t *testing.T) {
 		t.Errorf("allocated %d MiB reading at most 64 MiB", alloc>>20)
 	}
 }
+
+// On the real clock, a plain attempt's timeout is its context's deadline:
+// a provider that never answers is cut at PerAttemptTimeout and retried,
+// and a caller's deadline that comes first ends the call instead.
+func TestAttemptTimeoutOnTheRealClock(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	p := damper.Policy{PerAttemptTimeout: 5 * time.Second}
+	t.Run("cut and retried", func(t *testing.T) {
+		srv := &rawServer{handlers: []http.HandlerFunc{hang, okHandler}}
+		_, rep, err := callIn(t, p, srv, "claude-sonnet-4-5")
+		if err != nil || rep.Attempts != 2 {
+			t.Fatalf("err %v, %d attempts; want an answer on the second", err, rep.Attempts)
+		}
+		if a := rep.AttemptLog[0]; a.Kind != "timeout" || a.Duration != 5*time.Second {
+			t.Errorf("first attempt %+v, want a timeout after exactly 5s", a)
+		}
+	})
+	t.Run("the caller's deadline first", func(t *testing.T) {
+		srv := &rawServer{handlers: []http.HandlerFunc{hang, okHandler}}
+		synctest.Test(t, func(t *testing.T) {
+			client := memClient(newDamper(t, p), srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			var rep damper.Report
+			start := time.Now()
+			_, err := client.Messages.New(ctx, params("claude-sonnet-4-5"), damper.ReportInto(&rep))
+			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, damper.ErrAttemptTimeout) || rep.Attempts != 1 || time.Since(start) != 3*time.Second {
+				t.Errorf("err %v after %v, report %+v; want the caller's deadline after 3s, one attempt", err, time.Since(start), rep)
+			}
+		})
+	})
+}

@@ -35,9 +35,14 @@ var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", max
 // stream ends. Its I/O may be over before its end (over): a failure's
 // connection is released at once, its record written once classified.
 type attempt struct {
-	c         *call
-	start     time.Time
-	ctx       context.Context
+	c     *call
+	start time.Time
+	ctx   context.Context
+	// A plain attempt alone has its timeout as its context's deadline,
+	// ended by stop. Any other (a stream, whose timer stops at its first
+	// content; a hedge, cancelled with a cause; an attempt on a virtual
+	// clock) has a timer of its own, and cancel.
+	stop      context.CancelFunc
 	cancel    context.CancelCauseFunc
 	stopTimer func() bool
 	span      trace.Span    // nil without tracing
@@ -62,8 +67,14 @@ type attempt struct {
 }
 
 // newAttempt is attempt n of c, before the gates admit it.
+// The call's first attempt is kept in the call itself.
 func (c *call) newAttempt(n int, hedge bool) *attempt {
-	a := &attempt{c: c, n: n, hedge: hedge, route: c.route, first: !hedge && n == c.routeFrom+1}
+	a := &c.firstAttempt
+	if c.attempted {
+		a = new(attempt)
+	}
+	c.attempted = true
+	*a = attempt{c: c, n: n, hedge: hedge, route: c.route, first: !hedge && n == c.routeFrom+1}
 	a.passes = a.passBuf[:0]
 	return a
 }
@@ -73,11 +84,18 @@ func (c *call) newAttempt(n int, hedge bool) *attempt {
 // PerAttemptTimeout.
 func (c *call) startAttempt(a *attempt) {
 	a.start = c.d.clock.Now()
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	ctx, a.span = c.trace.attemptStart(ctx, a.n, a.probe, a.hedge)
-	a.ctx, a.cancel = ctx, cancel
-	limit := c.d.policy.PerAttemptTimeout
-	a.stopTimer = c.d.clock.AfterFunc(limit, func() { cancel(attemptTimeoutError{d: limit}) })
+	var ctx context.Context
+	if c.d.realClock && c.d.hedge == nil && !c.stream {
+		// One timer, the context's own, and none at all when the
+		// caller's deadline comes first.
+		ctx, a.stop = context.WithDeadlineCause(c.ctx, a.start.Add(c.d.policy.PerAttemptTimeout), c.d.timeoutCause)
+	} else {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(c.ctx)
+		a.cancel = cancel
+		a.stopTimer = c.d.clock.AfterFunc(c.d.policy.PerAttemptTimeout, func() { cancel(c.d.timeoutCause) })
+	}
+	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
 	c.mu.Lock()
 	c.report.Attempts = a.n
 	c.report.RateLimitWait += a.queued
@@ -96,7 +114,7 @@ func (a *attempt) cause(err error) error {
 	}
 	switch cause := context.Cause(a.ctx); {
 	case errors.Is(cause, ErrAttemptTimeout):
-		return attemptTimeoutError{d: a.c.d.policy.PerAttemptTimeout}
+		return a.c.d.timeoutCause
 	case cause == errHedgeLost:
 		return errHedgeLost
 	}
@@ -110,8 +128,12 @@ func (a *attempt) over() {
 	if !a.isOver.CompareAndSwap(false, true) {
 		return
 	}
-	a.stopTimer()
-	a.cancel(nil)
+	if a.stop != nil {
+		a.stop()
+	} else {
+		a.stopTimer()
+		a.cancel(nil)
+	}
 	a.duration = a.c.d.clock.Now().Sub(a.start)
 }
 
@@ -169,8 +191,8 @@ type attemptResult struct {
 	res     *http.Response
 	err     error // the transport error, as the SDK would return it
 	failure *Failure
-	answer  answerBody // res.Body of an answered attempt, with which the call ends
-	usage   usage      // a plain answer's, read for the rate limiter
+	stream  *streamBody // res.Body of an answered stream, which ends with the call's context
+	usage   usage       // a plain answer's, read for the rate limiter
 	// firstAt is when a plain answer's headers, or a stream's first
 	// content, came: zero when they did not.
 	firstAt time.Time
@@ -249,10 +271,11 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	} else {
 		a.end(succeeded(res))
 	}
-	answer := &plainBody{c: c}
+	answer := &c.plain // a call has one answer
+	answer.c = c
 	answer.r.Reset(body)
 	res.Body = answer
-	r := attemptResult{res: res, answer: answer, firstAt: firstAt}
+	r := attemptResult{res: res, firstAt: firstAt}
 	if c.d.policy.RateLimit != nil || c.trace.tokensOn() {
 		r.usage = answerUsage(body)
 	}
@@ -260,47 +283,33 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 	return r
 }
 
-// answerBody is the body of a successful attempt, handed to the SDK. The
-// call ends with it: when it is read to its end or closed, or when the
-// call's context ends first, whichever comes first. contextDone is called
-// on a goroutine of its own when the context ends.
-type answerBody interface {
-	io.ReadCloser
-	contextDone()
-}
-
-// plainBody is the answer of a plain call, read whole within its attempt.
-// The SDK reads it and closes it before it looks at the caller's context
-// again, so the call ends at Close with the outcome the caller gets: a
-// success, or canceled when the context ended first. From a context's end
-// that comes first, Read returns the context's error, as the SDK would.
+// plainBody is the answer of a plain call, read whole within its attempt,
+// and handed to the SDK. The SDK reads it and closes it before it looks at
+// the caller's context again, so the call ends at Close with the outcome
+// the caller gets: a success, or canceled when the context ended first.
+// From the context's end, Read returns the context's error, as the SDK
+// would, and ends the call.
 type plainBody struct {
-	r        bytes.Reader
-	c        *call
-	canceled atomic.Bool
+	r bytes.Reader
+	c *call
 }
 
 func (b *plainBody) Read(p []byte) (int, error) {
-	if b.canceled.Load() {
-		return 0, b.c.ctx.Err()
+	if err := b.c.ctx.Err(); err != nil {
+		b.c.end(OutcomeCanceled, err, nil)
+		return 0, err
 	}
 	return b.r.Read(p)
 }
 
 func (b *plainBody) Close() error {
-	if b.c.ctx.Err() != nil {
-		b.contextDone()
+	if err := b.c.ctx.Err(); err != nil {
+		b.c.end(OutcomeCanceled, err, nil)
 	} else {
 		b.c.end(OutcomeSuccess, nil, nil)
 	}
 	b.c.publish()
 	return nil
-}
-
-func (b *plainBody) contextDone() {
-	if b.c.end(OutcomeCanceled, b.c.ctx.Err(), nil) {
-		b.canceled.Store(true)
-	}
 }
 
 // errInvalidJSON is a plain call's 2xx whose body is not JSON.
@@ -382,7 +391,7 @@ func cutString(b []byte, key string) string {
 // larger one is believed only as the bytes arrive.
 func readAll(body io.ReadCloser, limit, length int64) ([]byte, error) {
 	defer body.Close()
-	return readInto(nil, io.LimitReader(body, limit), min(length, limit, 1<<20))
+	return readUpTo(nil, body, min(length, limit, 1<<20), limit)
 }
 
 func closeBody(res *http.Response) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -247,5 +248,33 @@ func TestRetryIsSentAsTheSDKBuiltIt(t *testing.T) {
 		if s != got[0] || s.path != "/v1/messages" || s.added != "" || strings.HasPrefix(s.auth, "signature") || s.body < 5000 {
 			t.Errorf("attempt %d reached the middleware as %+v, want what the SDK built, as attempt 1 did: %+v", i+1, s, got[0])
 		}
+	}
+}
+
+// With no middleware after Damper's, nothing changes the first attempt's
+// request: a retry is sent with the same URL, headers and body.
+func TestRetryWithNothingAfterDamperIsTheSame(t *testing.T) {
+	srv := dampertest.NewServer(dampertest.InMemory())
+	defer srv.Close()
+	srv.Script("", dampertest.Status(529), dampertest.OK())
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	d, err := damper.New(damper.Policy{}, damper.WithClock(clk), damper.WithRand(half))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option(), option.WithHeader("X-Caller", "one")}, srv.Options()...)...)
+	if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5")); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	first, retry := reqs[0], reqs[1]
+	if first.Path != retry.Path || !bytes.Equal(first.Body, retry.Body) || !reflect.DeepEqual(first.Header, retry.Header) {
+		t.Errorf("the retry was sent as\n%s %v %s\nwant the first attempt's\n%s %v %s", retry.Path, retry.Header, retry.Body, first.Path, first.Header, first.Body)
+	}
+	if first.Header.Get("X-Caller") != "one" {
+		t.Errorf("X-Caller = %q, want one", first.Header.Get("X-Caller"))
 	}
 }

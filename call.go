@@ -26,10 +26,11 @@ type call struct {
 
 	// The first attempt sends req's URL and headers themselves; the
 	// middlewares after Damper (a platform's signer) may change them in
-	// place, so a retry is rebuilt from these, taken before it.
+	// place, so a retry is rebuilt from these, taken before it: the
+	// headers only when a middleware follows (keptHeader).
 	firstURL    url.URL
 	firstHeader []headerValues
-	headerBuf   [24]headerValues
+	keptHeader  bool
 
 	stream      bool
 	inputTokens int
@@ -52,7 +53,15 @@ type call struct {
 
 	ending sync.Once // see end
 
-	firstLog [1]AttemptReport // the report's log, until a second attempt
+	// What a call with one attempt needs, kept in the call itself: the
+	// report's log, the attempt (attempted: taken), its answer, the
+	// reader of the request's facts, and the call's telemetry.
+	firstLog     [1]AttemptReport
+	firstAttempt attempt
+	attempted    bool
+	plain        plainBody
+	facts        factsWriter
+	traceBuf     callTrace
 
 	// endPasses are the passes of a stream handed to its caller that hear
 	// its end (settleEnd).
@@ -80,9 +89,6 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 	}
 	c.report.Provider = providerOf(req)
 	c.report.Backend = PrimaryBackend
-	if d.policy.MaxAttempts > 1 || len(d.fallbacks) > 0 || d.policy.Fallback != nil {
-		c.keepRequest()
-	}
 	if err := c.readFacts(); err != nil {
 		return nil, err
 	}
@@ -107,7 +113,11 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 // It returns the response to hand on (an answer, or an error status to
 // pass on as it came) or the error that ends the call.
 func (c *call) run(next sendFunc) (*http.Response, error) {
-	c.trace = c.d.tel.startCall(c.ctx, callFacts{
+	if c.d.policy.MaxAttempts > 1 || len(c.d.fallbacks) > 0 || c.d.policy.Fallback != nil {
+		c.keepRequest(next)
+	}
+	c.trace = &c.traceBuf
+	c.d.tel.startCall(c.trace, c.ctx, callFacts{
 		provider: c.report.Provider, model: c.report.Model, stream: c.stream,
 		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
 	}, c.req.URL)
@@ -139,12 +149,15 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		}
 		if r.failure == nil {
 			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
-			// The call ends with its body (see answerBody): the report is
-			// written now, without an outcome, and again then.
-			c.settle("")
-			c.mu.Lock()
-			c.stopWatch = context.AfterFunc(c.ctx, r.answer.contextDone)
-			c.mu.Unlock()
+			// The call ends with its body: the report is written now,
+			// without an outcome, and again then. A stream also ends with
+			// the call's context, between its caller's reads.
+			c.settle()
+			if r.stream != nil {
+				c.mu.Lock()
+				c.stopWatch = context.AfterFunc(c.ctx, r.stream.contextDone)
+				c.mu.Unlock()
+			}
 			return r.res, nil
 		}
 		switch {
@@ -398,23 +411,28 @@ func (c *call) end(outcome Outcome, err error, cleanup func()) (first bool) {
 		if cleanup != nil {
 			cleanup()
 		}
-		c.recordOutcome(outcome)
+		now := c.recordOutcome(outcome)
 		rep, last := c.lastOf()
-		c.trace.end(&rep, last)
+		c.trace.end(&rep, last, now)
 	})
 	return first
 }
 
-// settle records the outcome so far and writes the report to the caller's
-// sink: an answered call settles with no outcome, and ends with its body.
-func (c *call) settle(outcome Outcome) {
-	c.recordOutcome(outcome)
+// settle writes the report of an answered call, which ends with its body,
+// to the caller's sink, if any, with no outcome yet. The sink is set
+// before the loop begins, and never after.
+func (c *call) settle() {
+	if c.sink == nil {
+		return
+	}
+	c.recordOutcome("")
 	c.publish()
 }
 
-// recordOutcome sets the outcome, duration and budget balance of the report.
-func (c *call) recordOutcome(outcome Outcome) {
-	now := c.d.clock.Now()
+// recordOutcome sets the outcome, duration and budget balance of the
+// report, as of now, which it returns.
+func (c *call) recordOutcome(outcome Outcome) (now time.Time) {
+	now = c.d.clock.Now()
 	var balance float64
 	if outcome != "" && c.readsBalance(outcome) {
 		// The balance is the budget's when the call ended: no store is
@@ -429,6 +447,7 @@ func (c *call) recordOutcome(outcome Outcome) {
 	c.report.Duration = now.Sub(c.start)
 	c.report.BudgetBalance = balance
 	c.mu.Unlock()
+	return now
 }
 
 // lastOf returns the report, without its log, and its last attempt.

@@ -90,8 +90,13 @@ type Damper struct {
 	policy Policy
 	clock  Clock
 	rand   func() float64
-	tel    *telemetry
-	telCfg telemetryConfig // as the Settings left it, until New builds tel
+	// realClock is whether clock is the wall clock, so that an attempt's
+	// timeout can be its context's deadline; timeoutCause is the error of
+	// an attempt that ran out of PerAttemptTimeout.
+	realClock    bool
+	timeoutCause error
+	tel          *telemetry
+	telCfg       telemetryConfig // as the Settings left it, until New builds tel
 
 	// primary is the backend of a call's own client; fallbacks are the
 	// backends of WithBackends, in order (backend.go). Each holds the
@@ -160,6 +165,8 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 			return nil, err
 		}
 	}
+	_, d.realClock = d.clock.(realClock)
+	d.timeoutCause = attemptTimeoutError{d: p.PerAttemptTimeout}
 	if d.store == nil {
 		d.store = MemoryStore{}
 	}

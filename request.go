@@ -21,14 +21,19 @@ type headerValues struct {
 	values []string
 }
 
-// keepRequest keeps what a retry needs of the request as it is now: its
-// URL, by value, and its headers' keys and value slices, which a change in
-// place (Set, Del, Add) does not reach.
-func (c *call) keepRequest() {
+// keepRequest keeps what a retry needs of the request as it is now, before
+// next sends it: its URL, by value, and, when next may change the request
+// in place (changesRequest), its headers' keys and value slices, which a
+// change in place (Set, Del, Add) does not reach.
+func (c *call) keepRequest(next sendFunc) {
 	if c.req.URL != nil {
 		c.firstURL = *c.req.URL
 	}
-	c.firstHeader = c.headerBuf[:0]
+	if !changesRequest(next) {
+		return
+	}
+	c.keptHeader = true
+	c.firstHeader = make([]headerValues, 0, len(c.req.Header))
 	for k, v := range c.req.Header {
 		c.firstHeader = append(c.firstHeader, headerValues{k, v})
 	}
@@ -41,6 +46,11 @@ func (c *call) retryRequest(ctx context.Context) *http.Request {
 	if c.req.URL != nil {
 		u := c.firstURL
 		r.URL = &u
+	}
+	if !c.keptHeader {
+		// Nothing changed them: they are as the first attempt sent them.
+		r.Header = c.req.Header.Clone()
+		return r
 	}
 	n := 0
 	for _, h := range c.firstHeader {
@@ -73,8 +83,9 @@ func (c *call) readFacts() error {
 	if wt, ok := req.Body.(io.WriterTo); ok && req.ContentLength > 0 {
 		// The SDK's body is a bytes.Reader: it hands its bytes to Write
 		// in one call, and they are read there, with no copy.
-		w := factsWriter{c: c, length: req.ContentLength}
-		_, err := wt.WriteTo(&w)
+		w := &c.facts
+		*w = factsWriter{c: c, length: req.ContentLength}
+		_, err := wt.WriteTo(w)
 		switch {
 		case err == nil && w.read:
 			return nil
@@ -127,6 +138,12 @@ func (w *factsWriter) Write(p []byte) (int, error) {
 // readInto reads r to its end, appending to buf, which is sized at once
 // when the length is known (> 0).
 func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
+	return readUpTo(buf, r, length, -1)
+}
+
+// readUpTo is readInto that stops once buf holds limit bytes, unless limit
+// is negative.
+func readUpTo(buf []byte, r io.Reader, length, limit int64) ([]byte, error) {
 	switch {
 	case length > 0 && int64(cap(buf)-len(buf)) < length+1:
 		buf = slices.Grow(buf, int(length)+1) // +1: the read that finds the end
@@ -134,10 +151,17 @@ func readInto(buf []byte, r io.Reader, length int64) ([]byte, error) {
 		buf = make([]byte, 0, 512)
 	}
 	for {
+		if limit >= 0 && int64(len(buf)) >= limit {
+			return buf, nil
+		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		end := cap(buf)
+		if limit >= 0 && int64(end) > limit {
+			end = int(limit)
+		}
+		n, err := r.Read(buf[len(buf):end])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -194,11 +218,11 @@ func readBodyFacts(body []byte) bodyFacts {
 		value := body[start:i]
 		switch k := string(key); {
 		case k == "model" && !seen[0]:
-			f.model, seen[0] = gjson.ParseBytes(value).Str, true
+			f.model, seen[0] = jsonString(value), true
 		case k == "max_tokens" && !seen[1]:
-			f.maxTokens, seen[1] = int(gjson.ParseBytes(value).Int()), true
+			f.maxTokens, seen[1] = jsonInt(value), true
 		case k == "stream" && !seen[2]:
-			f.stream, seen[2] = gjson.ParseBytes(value).Bool(), true
+			f.stream, seen[2] = string(value) == "true" || gjson.ParseBytes(value).Bool(), true
 		}
 		if i = skipSpace(body, i); i < len(body) && body[i] == ',' {
 			i = skipSpace(body, i+1)
@@ -206,6 +230,31 @@ func readBodyFacts(body []byte) bodyFacts {
 	}
 	f.inputTokens = inputTokens(len(body), s.dataBytes, s.blocks)
 	return f
+}
+
+// jsonString is the string value v, as gjson reads it; one without an
+// escape is copied as it is.
+func jsonString(v []byte) string {
+	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1])
+	}
+	return gjson.ParseBytes(v).Str
+}
+
+// jsonInt is the integer value v, as gjson reads it; a plain run of
+// digits is read as it is.
+func jsonInt(v []byte) int {
+	n := 0
+	for i, b := range v {
+		if b < '0' || b > '9' || i >= 9 {
+			return int(gjson.ParseBytes(v).Int())
+		}
+		n = n*10 + int(b-'0')
+	}
+	if len(v) == 0 {
+		return int(gjson.ParseBytes(v).Int())
+	}
+	return n
 }
 
 // slowFacts is readBodyFacts by gjson's look-up of each path.

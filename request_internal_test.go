@@ -2,6 +2,7 @@ package damper
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/tidwall/gjson"
 )
 
@@ -222,5 +225,38 @@ func TestReadFacts(t *testing.T) {
 				t.Errorf("facts: %q, %d, %v, %d tokens", c.report.Model, c.maxTokens, c.stream, c.inputTokens)
 			}
 		})
+	}
+}
+
+// TestChangesRequest: a next that runs another middleware may change the
+// request in place, so a retry needs the headers kept before it; the
+// client's HTTP client, or the proxy's transport, does not.
+func TestChangesRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after []option.RequestOption
+		want  bool
+	}{
+		{"last middleware", nil, false},
+		{"a middleware after", []option.RequestOption{option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			return next(req)
+		})}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ran := false, false
+			probe := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+				got, ran = changesRequest(next), true
+				return nil, errors.New("probe: nothing sent")
+			})
+			opts := append([]option.RequestOption{option.WithAPIKey("k"), option.WithBaseURL("http://localhost/"), option.WithMaxRetries(0), probe}, tc.after...)
+			client := anthropic.NewClient(opts...)
+			_ = client.Get(context.Background(), "v1/models", nil, nil)
+			if !ran || got != tc.want {
+				t.Fatalf("changesRequest = %v (the probe ran: %v), want %v", got, ran, tc.want)
+			}
+		})
+	}
+	if changesRequest(http.DefaultTransport.RoundTrip) {
+		t.Error("changesRequest(a transport's RoundTrip) = true")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"runtime"
 	"strconv"
 	"sync"
@@ -100,6 +101,35 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	}
 	return res, nil
 }
+
+// changesRequest reports whether next, what sends Damper's attempts, may
+// change a request in place: when it runs another middleware (a
+// platform's, which rewrites and signs the request it is given). The
+// client's HTTP client or doer sends a request as it is, as a
+// RoundTripper must; so does the proxy's transport.
+func changesRequest(next sendFunc) bool {
+	return reflect.ValueOf(next).Pointer() == middlewareLink()
+}
+
+// middlewareLink is the code of the SDK's link from one middleware to the
+// next: every next that leads to a middleware runs it. It is learned once,
+// from a chain of two middlewares, the first of which sends nothing.
+var middlewareLink = sync.OnceValue(func() uintptr {
+	var link uintptr
+	errStop := errors.New("damper: learning the SDK's middleware link")
+	client := anthropic.NewClient(
+		option.WithAPIKey("none"), option.WithBaseURL("http://localhost/"), option.WithMaxRetries(0),
+		option.WithMiddleware(func(_ *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			link = reflect.ValueOf(next).Pointer()
+			return nil, errStop
+		}),
+		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			return next(req)
+		}),
+	)
+	_ = client.Get(context.Background(), "v1/models", nil, nil)
+	return link
+})
 
 // ErrOptionOrder is the error of a Messages call that reached Damper
 // already signed or rewritten for a cloud platform: Damper's option was

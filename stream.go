@@ -114,7 +114,7 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 	b.noteUsage()
 	b.complete.Store(complete)
 	b.res.Body = b
-	return attemptResult{res: b.res, answer: b, firstAt: now}
+	return attemptResult{res: b.res, stream: b, firstAt: now}
 }
 
 // stallError is a stream that sent nothing for the idle limit.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -162,12 +163,16 @@ type telemetryConfig struct {
 // calls; what it keeps of one call is that call's callTrace.
 type telemetry struct {
 	tracer trace.Tracer
-	log    *slog.Logger // nil: silent
-	m      metrics
-	ratio  float64
-	clock  Clock
-	name   attribute.KeyValue // damper.name, when the Damper has one
-	named  bool
+	// placeholder is the global tracer provider as OpenTelemetry starts it,
+	// when the Damper uses the global one: until a provider is registered,
+	// its spans are no-ops that cost allocations, and calls open none.
+	placeholder trace.TracerProvider
+	log         *slog.Logger // nil: silent
+	m           metrics
+	ratio       float64
+	clock       Clock
+	name        attribute.KeyValue // damper.name, when the Damper has one
+	named       bool
 	// virtualTime is whether the clock is not the real one: spans then
 	// take their times from it.
 	virtualTime bool
@@ -189,9 +194,11 @@ type storeErrors struct {
 // collected.
 func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, lim *limiter, owner *Damper) *telemetry {
 	tp := cfg.tracerProvider
+	var placeholder trace.TracerProvider
 	if tp == nil {
 		// The global provider delegates to whatever is registered later.
 		tp = otel.GetTracerProvider()
+		placeholder = placeholderOf(tp)
 	}
 	mp := cfg.meterProvider
 	if mp == nil {
@@ -200,6 +207,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, li
 	_, real := clock.(realClock)
 	t := &telemetry{
 		tracer:      tp.Tracer(instrumentationName),
+		placeholder: placeholder,
 		log:         cfg.logger,
 		ratio:       p.RetryBudgetRatio,
 		clock:       clock,
@@ -213,6 +221,22 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, li
 	}
 	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, budget, lim, clock, owner)
 	return t
+}
+
+// placeholderOf returns tp when it is OpenTelemetry's own global provider
+// from before any is registered, else nil. A registered provider is what
+// otel.GetTracerProvider returns from then on.
+func placeholderOf(tp trace.TracerProvider) trace.TracerProvider {
+	if t := reflect.TypeOf(tp); t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" {
+		return tp
+	}
+	return nil
+}
+
+// untraced reports whether no tracer provider is registered yet, when the
+// Damper uses the global one: a span would be a no-op.
+func (t *telemetry) untraced() bool {
+	return t.placeholder != nil && otel.GetTracerProvider() == t.placeholder
 }
 
 // callFacts are what telemetry labels a call with, known from its start.
@@ -244,14 +268,17 @@ type callTrace struct {
 	gen       *genAICall // the GenAI metrics' view; nil when none records
 }
 
-// startCall opens the damper.request span of a call made in ctx to the
-// URL u.
-func (t *telemetry) startCall(ctx context.Context, f callFacts, u *url.URL) *callTrace {
-	ct := &callTrace{t: t, ctx: ctx, facts: f, gen: t.m.gen.start(ctx, u)}
+// startCall starts ct, the telemetry of a call made in ctx to the URL u,
+// and opens its damper.request span.
+func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u *url.URL) {
+	*ct = callTrace{t: t, ctx: ctx, facts: f, gen: t.m.gen.start(ctx, u)}
+	if t.untraced() {
+		return
+	}
 	_, span := t.start(ctx, spanRequest, f.start)
 	ct.request = span
 	if !span.IsRecording() {
-		return ct
+		return
 	}
 	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs, keyBudgetRatio.Float64(t.ratio))
@@ -268,15 +295,13 @@ func (t *telemetry) startCall(ctx context.Context, f callFacts, u *url.URL) *cal
 		attrs = append(attrs, keyCostEstimate.Float64(f.estimateUSD))
 	}
 	span.SetAttributes(attrs...)
-	return ct
 }
 
-// attemptStart opens the damper.attempt span of attempt n and returns ctx
-// carrying it, so that the attempt's HTTP request is its child, and the
-// span (nil without tracing).
-func (ct *callTrace) attemptStart(ctx context.Context, n int, probe, hedge bool) (context.Context, trace.Span) {
+// attemptStart opens the damper.attempt span of attempt n, started now,
+// and returns ctx carrying it, so that the attempt's HTTP request is its
+// child, and the span (nil without tracing).
+func (ct *callTrace) attemptStart(ctx context.Context, now time.Time, n int, probe, hedge bool) (context.Context, trace.Span) {
 	t := ct.t
-	now := t.clock.Now()
 	ct.closeAttempt(now)
 	if !ct.retryAt.IsZero() {
 		t.m.backoffWaited(ctx, ct.facts.provider, now.Sub(ct.retryAt))
@@ -376,15 +401,14 @@ func (ct *callTrace) retry(n int, a AttemptReport, cls Classification, wait time
 	ct.logRetry(n, a, cls, wait, retryCostUSD)
 }
 
-// end ends the damper.request span, once, with the call's report rep and
-// its last attempt's record, last; err is what the call returned.
-func (ct *callTrace) end(rep *Report, last AttemptReport) {
+// end ends the damper.request span, once, now, with the call's report rep
+// and its last attempt's record, last.
+func (ct *callTrace) end(rep *Report, last AttemptReport, now time.Time) {
 	if ct.ended {
 		return
 	}
 	ct.ended = true
 	t := ct.t
-	now := t.clock.Now()
 	ct.closeAttempt(now)
 	if !ct.retryAt.IsZero() {
 		// The wait was cut short: the caller's context ended during it.

@@ -19,10 +19,11 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 	u := &url.URL{Scheme: "https", Host: "api.anthropic.com", Path: "/v1/messages"}
 	b.ReportAllocs()
 	for b.Loop() {
-		ct := d.tel.startCall(ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()}, u)
-		_, span := ct.attemptStart(ctx, 1, false, false)
+		ct := new(callTrace)
+		d.tel.startCall(ct, ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()}, u)
+		_, span := ct.attemptStart(ctx, d.clock.Now(), 1, false, false)
 		ct.attemptEnd(span, AttemptReport{StatusCode: 200})
 		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}
-		ct.end(&rep, AttemptReport{StatusCode: 200})
+		ct.end(&rep, AttemptReport{StatusCode: 200}, d.clock.Now())
 	}
 }
