@@ -233,13 +233,26 @@ func readBodyFacts(body []byte) bodyFacts {
 }
 
 // jsonString is the string value v, as gjson reads it; one without an
-// escape is copied as it is.
+// escape is copied as it is, and the name of a model the default price
+// table knows is not copied at all.
 func jsonString(v []byte) string {
 	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		if m, ok := knownModels[string(v[1:len(v)-1])]; ok {
+			return m
+		}
 		return string(v[1 : len(v)-1])
 	}
 	return gjson.ParseBytes(v).Str
 }
+
+// knownModels are the models of the default price table, by name.
+var knownModels = func() map[string]string {
+	m := make(map[string]string, len(defaultPrices.prices))
+	for name := range defaultPrices.prices {
+		m[name] = name
+	}
+	return m
+}()
 
 // jsonInt is the integer value v, as gjson reads it; a plain run of
 // digits is read as it is.

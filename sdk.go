@@ -44,11 +44,24 @@ import (
 // change nothing.
 func (d *Damper) Option() option.RequestOption {
 	return everyRequest(func() option.RequestOption {
-		var ran atomic.Bool
-		return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			return d.middleware(req, next, &ran)
-		})
+		r := &sdkRequest{d: d}
+		r.mw[0] = r.middleware
+		return option.WithMiddleware(r.mw[:]...)
 	})
+}
+
+// sdkRequest is one logical request of the SDK's, as Damper's middleware
+// sees it: ran is set by its first run, so that any later one is the SDK's
+// own retry. mw holds the middleware for WithMiddleware, which then needs
+// no slice of its own.
+type sdkRequest struct {
+	d   *Damper
+	ran atomic.Bool
+	mw  [1]option.Middleware
+}
+
+func (r *sdkRequest) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	return r.d.middleware(req, next, &r.ran)
 }
 
 // everyRequest is an SDK option that builds a fresh option for each request
