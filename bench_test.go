@@ -6,8 +6,10 @@ package damper_test
 //	go test -bench . -benchmem -run '^$'
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -129,14 +131,44 @@ func BenchmarkSuccessfulCallPaired(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			sdk, withDamper := benchClients(b, tc.inMemory)
-			pairedCalls(b, [2]anthropic.Client{sdk, withDamper}, tc.params)
+			pairedCalls(b, "damper", [2]anthropic.Client{sdk, withDamper}, tc.params)
+		})
+	}
+}
+
+// BenchmarkSuccessfulCallFloor is BenchmarkSuccessfulCallPaired on
+// loopback against a middleware that does only what every Damper attempt
+// must: a context of its own with the attempt's deadline, and the answer
+// read whole before it is handed on. Its ratio is the floor under
+// Damper's.
+func BenchmarkSuccessfulCallFloor(b *testing.B) {
+	floor := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(damper.DefaultPerAttemptTimeout))
+		defer cancel()
+		res, err := next(req.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		return res, err
+	})
+	for _, size := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("prompt=%d", size), func(b *testing.B) {
+			srv := httptest.NewServer(benchMessageHandler)
+			b.Cleanup(srv.Close)
+			base := []option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0), option.WithBaseURL(srv.URL)}
+			clients := [2]anthropic.Client{anthropic.NewClient(base...), anthropic.NewClient(append(base, floor)...)}
+			pairedCalls(b, "floor", clients, benchParams("claude-sonnet-4-5", size))
 		})
 	}
 }
 
 // pairedCalls makes one call through each client per iteration,
-// alternating which goes first, and reports both times and their ratio.
-func pairedCalls(b *testing.B, clients [2]anthropic.Client, params anthropic.MessageNewParams) {
+// alternating which goes first, and reports both times and their ratio:
+// the bare SDK's, clients[0], and the contender's, clients[1], named name.
+func pairedCalls(b *testing.B, name string, clients [2]anthropic.Client, params anthropic.MessageNewParams) {
 	b.ReportAllocs()
 	var spent [2]time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -151,8 +183,8 @@ func pairedCalls(b *testing.B, clients [2]anthropic.Client, params anthropic.Mes
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "sdk-ns/call")
-	b.ReportMetric(float64(spent[1].Nanoseconds())/n, "damper-ns/call")
-	b.ReportMetric(float64(spent[1])/float64(spent[0]), "damper/sdk")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/n, name+"-ns/call")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), name+"/sdk")
 }
 
 // BenchmarkDamperCall is one call through Damper alone, in memory: the
