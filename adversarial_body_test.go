@@ -544,3 +544,23 @@ func TestAttemptTimeoutOnTheRealClock(t *testing.T) {
 		})
 	})
 }
+
+// When the caller's deadline comes before the attempt's timeout, an attempt
+// runs in the caller's own context, with no context of its own: failures
+// are retried as ever, and the answer comes whole.
+func TestAttemptInTheCallersContext(t *testing.T) {
+	overloaded := errorStatus(529, strings.NewReader(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`))
+	srv := &rawServer{handlers: []http.HandlerFunc{overloaded, errorStatus(500, strings.NewReader(`{}`)), okHandler}}
+	synctest.Test(t, func(t *testing.T) {
+		client := memClient(newDamper(t, damper.Policy{}), srv)
+		var rep damper.Report
+		msg, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5"),
+			option.WithRequestTimeout(damper.DefaultPerAttemptTimeout/2), damper.ReportInto(&rep))
+		if err != nil || msg.ID != "msg_ok" || rep.Attempts != 3 || rep.Outcome != damper.OutcomeSuccess {
+			t.Fatalf("message %v, err %v, report %+v; want the answer on the third attempt", msg, err, rep)
+		}
+		if k0, k1 := rep.AttemptLog[0].Kind, rep.AttemptLog[1].Kind; k0 != "overloaded" || k1 != "server_error" {
+			t.Errorf("attempts failed as %q and %q, want overloaded and server_error", k0, k1)
+		}
+	})
+}

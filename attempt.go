@@ -39,12 +39,14 @@ type attempt struct {
 	start time.Time
 	ctx   context.Context
 	// A plain attempt alone has its timeout as its context's deadline,
-	// ended by stop. Any other (a stream, whose timer stops at its first
-	// content; a hedge, cancelled with a cause; an attempt on a virtual
-	// clock) has a timer of its own, and cancel.
+	// ended by stop, or none at all when the caller's deadline comes
+	// first (inCallCtx). Any other (a stream, whose timer stops at its
+	// first content; a hedge, cancelled with a cause; an attempt on a
+	// virtual clock) has a timer of its own, and cancel.
 	stop      context.CancelFunc
 	cancel    context.CancelCauseFunc
 	stopTimer func() bool
+	inCallCtx bool          // ctx is the call's own: the caller's deadline bounds the attempt
 	span      trace.Span    // nil without tracing
 	n         int           // its number in the call, from 1
 	route     *route        // where it goes
@@ -86,9 +88,16 @@ func (c *call) startAttempt(a *attempt) {
 	a.start = c.d.clock.Now()
 	var ctx context.Context
 	if c.d.realClock && c.d.hedge == nil && !c.stream {
-		// One timer, the context's own, and none at all when the
-		// caller's deadline comes first.
-		ctx, a.stop = context.WithDeadlineCause(c.ctx, a.start.Add(c.d.policy.PerAttemptTimeout), c.d.timeoutCause)
+		deadline := a.start.Add(c.d.policy.PerAttemptTimeout)
+		if d, ok := c.ctx.Deadline(); ok && !d.After(deadline) {
+			// The caller's deadline comes first and bounds the attempt,
+			// whose I/O is over once its answer is read: it needs no
+			// context of its own.
+			ctx, a.stop, a.inCallCtx = c.ctx, func() {}, true
+		} else {
+			// One timer, the context's own.
+			ctx, a.stop = context.WithDeadlineCause(c.ctx, deadline, c.d.timeoutCause)
+		}
 	} else {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(c.ctx)
@@ -96,6 +105,7 @@ func (c *call) startAttempt(a *attempt) {
 		a.stopTimer = c.d.clock.AfterFunc(c.d.policy.PerAttemptTimeout, func() { cancel(c.d.timeoutCause) })
 	}
 	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
+	a.inCallCtx = a.inCallCtx && a.span == nil // a span comes in a context of its own
 	c.mu.Lock()
 	c.report.Attempts = a.n
 	c.report.RateLimitWait += a.queued
@@ -204,9 +214,12 @@ type attemptResult struct {
 // plain answer's attempt ends here; a failure's I/O is over; a stream's
 // attempt goes on while its caller reads it.
 func (c *call) send(a *attempt, next sendFunc) attemptResult {
-	areq := c.req.WithContext(a.ctx)
-	if a.n > 1 {
+	areq := c.req // the first attempt in the caller's own context
+	switch {
+	case a.n > 1:
 		areq = c.retryRequest(a.ctx)
+	case !a.inCallCtx || a.route.body != nil:
+		areq = c.req.WithContext(a.ctx)
 	}
 	if a.route.body == nil && areq.GetBody != nil {
 		body, err := c.body(areq)

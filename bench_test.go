@@ -36,9 +36,9 @@ var benchMessageHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.R
 // policy, both to one server that answers every call at once: on loopback,
 // or in memory (no socket, so that Damper's own cost is not lost in the
 // kernel's).
-func benchClients(b *testing.B, inMemory bool) (sdk, withDamper anthropic.Client) {
+func benchClients(b *testing.B, inMemory bool, extra ...option.RequestOption) (sdk, withDamper anthropic.Client) {
 	b.Helper()
-	base := []option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}
+	base := append([]option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}, extra...)
 	if inMemory {
 		base = append(base, option.WithBaseURL(dampertest.MemoryURL),
 			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(benchMessageHandler)}))
@@ -115,22 +115,27 @@ func BenchmarkSuccessfulCallMemory(b *testing.B) {
 // alternating which goes first. Both see the same machine load, so the
 // ratio it reports holds on a busy machine, where two separate runs of
 // BenchmarkSuccessfulCall do not. It runs on loopback and in memory, with
-// a small prompt and a 100 KB one, and with a dated model ID.
+// a small prompt and a 100 KB one, with a dated model ID, and with a
+// request timeout shorter than Damper's per-attempt timeout, which then
+// bounds every attempt.
 func BenchmarkSuccessfulCallPaired(b *testing.B) {
+	timeout := option.WithRequestTimeout(damper.DefaultPerAttemptTimeout / 2)
 	cases := []struct {
 		name     string
 		inMemory bool
 		params   anthropic.MessageNewParams
+		extra    []option.RequestOption
 	}{
-		{"loopback/small", false, benchParams("claude-sonnet-4-5", 0)},
-		{"loopback/100KB", false, benchParams("claude-sonnet-4-5", 100_000)},
-		{"memory/small", true, benchParams("claude-sonnet-4-5", 0)},
-		{"memory/100KB", true, benchParams("claude-sonnet-4-5", 100_000)},
-		{"memory/small-dated", true, benchParams("claude-sonnet-4-5-20250929", 0)},
+		{"loopback/small", false, benchParams("claude-sonnet-4-5", 0), nil},
+		{"loopback/100KB", false, benchParams("claude-sonnet-4-5", 100_000), nil},
+		{"loopback/small-timeout", false, benchParams("claude-sonnet-4-5", 0), []option.RequestOption{timeout}},
+		{"memory/small", true, benchParams("claude-sonnet-4-5", 0), nil},
+		{"memory/100KB", true, benchParams("claude-sonnet-4-5", 100_000), nil},
+		{"memory/small-dated", true, benchParams("claude-sonnet-4-5-20250929", 0), nil},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			sdk, withDamper := benchClients(b, tc.inMemory)
+			sdk, withDamper := benchClients(b, tc.inMemory, tc.extra...)
 			pairedCalls(b, "damper", [2]anthropic.Client{sdk, withDamper}, tc.params)
 		})
 	}
