@@ -1,6 +1,7 @@
 package damper_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -563,4 +564,42 @@ func TestAttemptInTheCallersContext(t *testing.T) {
 			t.Errorf("attempts failed as %q and %q, want overloaded and server_error", k0, k1)
 		}
 	})
+}
+
+// An attempt in the caller's own context, with a middleware after Damper's
+// that rewrites the request in place, body and GetBody too, as a
+// platform's does: a retry still reaches it as the SDK built the request.
+func TestAttemptInTheCallersContextWithAMiddlewareAfter(t *testing.T) {
+	overloaded := errorStatus(529, strings.NewReader(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`))
+	srv := &rawServer{handlers: []http.HandlerFunc{overloaded, okHandler}}
+	type seen struct{ path, rewritten, body string }
+	var got []seen
+	rewriter := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		body, _ := io.ReadAll(req.Body)
+		got = append(got, seen{req.URL.Path, req.Header.Get("X-Rewritten"), string(body)})
+		rewritten := []byte(`{"rewritten":true}`)
+		req.Body = io.NopCloser(bytes.NewReader(rewritten))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(rewritten)), nil }
+		req.ContentLength = int64(len(rewritten))
+		req.URL.Path = "/rewritten"
+		req.Header.Set("X-Rewritten", "yes")
+		return next(req)
+	})
+	synctest.Test(t, func(t *testing.T) {
+		client := anthropic.NewClient(newDamper(t, damper.Policy{}).Option(), rewriter,
+			option.WithBaseURL("http://api.invalid"), option.WithAPIKey("test-key"),
+			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv)}),
+			option.WithRequestTimeout(damper.DefaultPerAttemptTimeout/2))
+		if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got) != 2 {
+		t.Fatalf("the middleware saw %d attempts, want 2", len(got))
+	}
+	for i, s := range got {
+		if s != got[0] || s.path != "/v1/messages" || s.rewritten != "" || !strings.Contains(s.body, `"model":"claude-sonnet-4-5"`) {
+			t.Errorf("attempt %d reached the middleware as %+v, want the SDK's request, as attempt 1 did", i+1, s)
+		}
+	}
 }

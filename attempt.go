@@ -214,11 +214,15 @@ type attemptResult struct {
 // plain answer's attempt ends here; a failure's I/O is over; a stream's
 // attempt goes on while its caller reads it.
 func (c *call) send(a *attempt, next sendFunc) attemptResult {
-	areq := c.req // the first attempt in the caller's own context
+	// The first attempt in the caller's own context sends the request
+	// itself, unless a middleware after Damper's may change it in place
+	// (its body and GetBody as well as its headers): a retry needs it as
+	// it is.
+	areq := c.req
 	switch {
 	case a.n > 1:
 		areq = c.retryRequest(a.ctx)
-	case !a.inCallCtx || a.route.body != nil:
+	case !a.inCallCtx || c.changes || a.route.body != nil:
 		areq = c.req.WithContext(a.ctx)
 	}
 	if a.route.body == nil && areq.GetBody != nil {

@@ -31,6 +31,9 @@ type call struct {
 	firstURL    url.URL
 	firstHeader []headerValues
 	keptHeader  bool
+	// changes is whether what sends the attempts may change a request in
+	// place (changesRequest): the first attempt then sends a copy too.
+	changes bool
 
 	stream      bool
 	inputTokens int
@@ -113,8 +116,9 @@ func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error
 // It returns the response to hand on (an answer, or an error status to
 // pass on as it came) or the error that ends the call.
 func (c *call) run(next sendFunc) (*http.Response, error) {
+	c.changes = changesRequest(next)
 	if c.d.policy.MaxAttempts > 1 || len(c.d.fallbacks) > 0 || c.d.policy.Fallback != nil {
-		c.keepRequest(next)
+		c.keepRequest()
 	}
 	c.trace = &c.traceBuf
 	c.d.tel.startCall(c.trace, c.ctx, callFacts{

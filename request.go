@@ -22,14 +22,14 @@ type headerValues struct {
 }
 
 // keepRequest keeps what a retry needs of the request as it is now, before
-// next sends it: its URL, by value, and, when next may change the request
-// in place (changesRequest), its headers' keys and value slices, which a
-// change in place (Set, Del, Add) does not reach.
-func (c *call) keepRequest(next sendFunc) {
+// the first attempt: its URL, by value, and, when what sends the attempts
+// may change the request in place (c.changes), its headers' keys and value
+// slices, which a change in place (Set, Del, Add) does not reach.
+func (c *call) keepRequest() {
 	if c.req.URL != nil {
 		c.firstURL = *c.req.URL
 	}
-	if !changesRequest(next) {
+	if !c.changes {
 		return
 	}
 	c.keptHeader = true
