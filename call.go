@@ -27,13 +27,11 @@ type call struct {
 	// The first attempt sends req's URL and headers themselves; the
 	// middlewares after Damper (a platform's signer) may change them in
 	// place, so a retry is rebuilt from these, taken before it: the
-	// headers only when a middleware follows (keptHeader).
+	// headers only when one may (changes, from changesRequest), which
+	// also makes the first attempt send a copy.
 	firstURL    url.URL
 	firstHeader []headerValues
-	keptHeader  bool
-	// changes is whether what sends the attempts may change a request in
-	// place (changesRequest): the first attempt then sends a copy too.
-	changes bool
+	changes     bool
 
 	stream      bool
 	inputTokens int

@@ -32,7 +32,6 @@ func (c *call) keepRequest() {
 	if !c.changes {
 		return
 	}
-	c.keptHeader = true
 	c.firstHeader = make([]headerValues, 0, len(c.req.Header))
 	for k, v := range c.req.Header {
 		c.firstHeader = append(c.firstHeader, headerValues{k, v})
@@ -47,7 +46,7 @@ func (c *call) retryRequest(ctx context.Context) *http.Request {
 		u := c.firstURL
 		r.URL = &u
 	}
-	if !c.keptHeader {
+	if !c.changes {
 		// Nothing changed them: they are as the first attempt sent them.
 		r.Header = c.req.Header.Clone()
 		return r
@@ -254,18 +253,18 @@ var knownModels = func() map[string]string {
 	return m
 }()
 
-// jsonInt is the integer value v, as gjson reads it; a plain run of
-// digits is read as it is.
+// jsonInt is the integer value v, as gjson reads it; a plain run of up to
+// nine digits is read as it is.
 func jsonInt(v []byte) int {
+	if len(v) == 0 || len(v) > 9 {
+		return int(gjson.ParseBytes(v).Int())
+	}
 	n := 0
-	for i, b := range v {
-		if b < '0' || b > '9' || i >= 9 {
+	for _, b := range v {
+		if b < '0' || b > '9' {
 			return int(gjson.ParseBytes(v).Int())
 		}
 		n = n*10 + int(b-'0')
-	}
-	if len(v) == 0 {
-		return int(gjson.ParseBytes(v).Int())
 	}
 	return n
 }
