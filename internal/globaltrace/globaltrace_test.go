@@ -6,6 +6,7 @@ package globaltrace_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -17,8 +18,17 @@ import (
 	"github.com/damper-ai/damper-go/dampertest"
 )
 
+// registered is set once the test has registered its provider: run again
+// in the same process (-count), it would find that one registered before
+// New, which the Damper then uses, and is skipped.
+var registered bool
+
 func TestProviderRegisteredAfterNew(t *testing.T) {
-	d, err := damper.New(damper.Policy{})
+	if registered {
+		t.Skip("a global tracer provider is registered already: this test runs once per process")
+	}
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	d, err := damper.New(damper.Policy{}, damper.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +48,7 @@ func TestProviderRegisteredAfterNew(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	otel.SetTracerProvider(tp)
+	registered = true
 	if _, err := client.Messages.New(context.Background(), params); err != nil {
 		t.Fatal(err)
 	}
