@@ -142,11 +142,13 @@ func BenchmarkSuccessfulCallPaired(b *testing.B) {
 	}
 }
 
-// BenchmarkSuccessfulCallFloor is BenchmarkSuccessfulCallPaired on
-// loopback against a middleware that does only what every Damper attempt
-// must: a context of its own with the attempt's deadline, and the answer
-// read whole before it is handed on. Its ratio is the floor under
-// Damper's.
+// BenchmarkSuccessfulCallFloor puts a third contender beside the two of
+// BenchmarkSuccessfulCallPaired, on loopback: a middleware that does only
+// what every Damper attempt must, a context of its own with the attempt's
+// deadline and the answer read whole before it is handed on. Its ratio to
+// the bare SDK is the floor under Damper's, and Damper's ratio to it
+// (damper/floor) is what Damper's own work costs, measured in the same
+// iterations.
 func BenchmarkSuccessfulCallFloor(b *testing.B) {
 	floor := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(damper.DefaultPerAttemptTimeout))
@@ -165,28 +167,47 @@ func BenchmarkSuccessfulCallFloor(b *testing.B) {
 			srv := httptest.NewServer(benchMessageHandler)
 			b.Cleanup(srv.Close)
 			base := []option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0), option.WithBaseURL(srv.URL)}
-			clients := [2]anthropic.Client{anthropic.NewClient(base...), anthropic.NewClient(append(base, floor)...)}
-			pairedCalls(b, "floor", clients, benchParams("claude-sonnet-4-5", size))
+			d, err := damper.New(damper.Policy{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rotatingCalls(b, benchParams("claude-sonnet-4-5", size),
+				contender{"sdk", anthropic.NewClient(base...)},
+				contender{"floor", anthropic.NewClient(append(base, floor)...)},
+				contender{"damper", anthropic.NewClient(append(base, d.Option())...)})
 		})
 	}
 }
 
-// pairedCalls makes one call through each client per iteration,
-// alternating which goes first, and reports both times and their ratio:
-// the bare SDK's, clients[0], and the contender's, clients[1], named name.
-// The ratio of the means counts every pause, the collector's among them;
-// the ratio of the medians (name+"/sdk-median") leaves out the pauses the
-// machine makes in one call of a thousand, which the means of two runs do
-// not share.
+// pairedCalls is rotatingCalls of the bare SDK, clients[0], and one
+// contender, clients[1], named name.
 func pairedCalls(b *testing.B, name string, clients [2]anthropic.Client, params anthropic.MessageNewParams) {
+	rotatingCalls(b, params, contender{"sdk", clients[0]}, contender{name, clients[1]})
+}
+
+// contender is a client a benchmark times, by name.
+type contender struct {
+	name   string
+	client anthropic.Client
+}
+
+// rotatingCalls makes one call through each contender per iteration, each
+// in turn going first, so that all see the same machine load, and reports
+// each one's mean time per call and, for each after the first, its ratio
+// to the first (the bare SDK) and, when there are three, the third's to
+// the second. The ratio of the means counts every pause, the collector's
+// among them; the ratio of the medians (suffix "-median") leaves out the
+// pauses the machine makes in one call of a thousand, which the means of
+// two runs do not share.
+func rotatingCalls(b *testing.B, params anthropic.MessageNewParams, cs ...contender) {
 	b.ReportAllocs()
-	var spent [2]time.Duration
-	var took [2][]time.Duration
+	spent := make([]time.Duration, len(cs))
+	took := make([][]time.Duration, len(cs))
 	for i := 0; b.Loop(); i++ {
-		for k := range 2 {
-			j := (i + k) % 2
+		for k := range cs {
+			j := (i + k) % len(cs)
 			start := time.Now()
-			if _, err := clients[j].Messages.New(context.Background(), params); err != nil {
+			if _, err := cs[j].client.Messages.New(context.Background(), params); err != nil {
 				b.Fatal(err)
 			}
 			d := time.Since(start)
@@ -195,10 +216,20 @@ func pairedCalls(b *testing.B, name string, clients [2]anthropic.Client, params 
 		}
 	}
 	n := float64(b.N)
-	b.ReportMetric(float64(spent[0].Nanoseconds())/n, "sdk-ns/call")
-	b.ReportMetric(float64(spent[1].Nanoseconds())/n, name+"-ns/call")
-	b.ReportMetric(float64(spent[1])/float64(spent[0]), name+"/sdk")
-	b.ReportMetric(float64(median(took[1]))/float64(median(took[0])), name+"/sdk-median")
+	ratio := func(j, base int) {
+		name := cs[j].name + "/" + cs[base].name
+		b.ReportMetric(float64(spent[j])/float64(spent[base]), name)
+		b.ReportMetric(float64(median(took[j]))/float64(median(took[base])), name+"-median")
+	}
+	for j, c := range cs {
+		b.ReportMetric(float64(spent[j].Nanoseconds())/n, c.name+"-ns/call")
+		if j > 0 {
+			ratio(j, 0)
+		}
+	}
+	if len(cs) == 3 {
+		ratio(2, 1)
+	}
 }
 
 // median returns the median of ds, which it sorts.
