@@ -3,7 +3,6 @@ package damper
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -24,14 +23,13 @@ type call struct {
 	req    *http.Request // every attempt sends a copy, its body from GetBody
 	start  time.Time
 
-	// The first attempt sends req's URL and headers themselves; the
-	// middlewares after Damper (a platform's signer) may change them in
-	// place, so a retry is rebuilt from these, taken before it: the
-	// headers only when one may (changes, from changesRequest), which
-	// also makes the first attempt send a copy.
-	firstURL    url.URL
-	firstHeader []headerValues
-	changes     bool
+	// The first attempt sends req's URL and headers themselves. A
+	// middleware after Damper's (a platform's signer) may change them in
+	// place (changes, from changesRequest, which also makes the first
+	// attempt send a copy), so a retry is then rebuilt from kept, taken
+	// before it.
+	changes bool
+	kept    *keptRequest
 
 	stream      bool
 	inputTokens int

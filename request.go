@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 
 	"github.com/tidwall/gjson"
@@ -15,52 +16,63 @@ import (
 // What a call reads of its request: the facts it needs from the body, and
 // copies of the request for each attempt.
 
+// keptRequest is what a retry needs of a request that the attempts may
+// change in place: its URL, by value, and its headers' keys and value
+// slices, which a change in place (Set, Del, Add) does not reach.
+type keptRequest struct {
+	url    *url.URL // nil when the request has none
+	header []headerValues
+}
+
 // headerValues is one header of a request.
 type headerValues struct {
 	key    string
 	values []string
 }
 
-// keepRequest keeps what a retry needs of the request as it is now, before
-// the first attempt: its URL, by value, and, when what sends the attempts
-// may change the request in place (c.changes), its headers' keys and value
-// slices, which a change in place (Set, Del, Add) does not reach.
+// keepRequest keeps, before the first attempt, what a retry needs of the
+// request as it is now, when what sends the attempts may change it in
+// place (c.changes). Else nothing changes it, and a retry copies it as the
+// first attempt left it.
 func (c *call) keepRequest() {
-	if c.req.URL != nil {
-		c.firstURL = *c.req.URL
-	}
 	if !c.changes {
 		return
 	}
-	c.firstHeader = make([]headerValues, 0, len(c.req.Header))
-	for k, v := range c.req.Header {
-		c.firstHeader = append(c.firstHeader, headerValues{k, v})
+	k := &keptRequest{header: make([]headerValues, 0, len(c.req.Header))}
+	if c.req.URL != nil {
+		u := *c.req.URL
+		k.url = &u
 	}
+	for key, v := range c.req.Header {
+		k.header = append(k.header, headerValues{key, v})
+	}
+	c.kept = k
 }
 
 // retryRequest returns a copy of the request for a retry, with ctx, the
-// URL and the headers kept before the first attempt, and no body.
+// URL and headers it had before the first attempt, and no body.
 func (c *call) retryRequest(ctx context.Context) *http.Request {
 	r := c.req.WithContext(ctx)
-	if c.req.URL != nil {
-		u := c.firstURL
-		r.URL = &u
-	}
-	if !c.changes {
-		// Nothing changed them: they are as the first attempt sent them.
+	k := c.kept
+	if k == nil {
+		// Nothing changed it: it is as the first attempt sent it.
 		r.Header = c.req.Header.Clone()
 		return r
 	}
+	if k.url != nil {
+		u := *k.url // a copy of its own: the attempt may change it too
+		r.URL = &u
+	}
 	n := 0
-	for _, h := range c.firstHeader {
+	for _, h := range k.header {
 		n += len(h.values)
 	}
 	values := make([]string, n) // one backing array, as http.Header.Clone does
-	r.Header = make(http.Header, len(c.firstHeader))
-	for _, h := range c.firstHeader {
-		k := copy(values, h.values)
-		r.Header[h.key] = values[:k:k]
-		values = values[k:]
+	r.Header = make(http.Header, len(k.header))
+	for _, h := range k.header {
+		m := copy(values, h.values)
+		r.Header[h.key] = values[:m:m]
+		values = values[m:]
 	}
 	return r
 }
