@@ -17,7 +17,7 @@ import (
 // copies of the request for each attempt.
 
 // keptRequest is what a retry needs of a request that the attempts may
-// change in place: its URL, by value, and its headers' keys and value
+// change in place: a copy of its URL, and its headers' keys and value
 // slices, which a change in place (Set, Del, Add) does not reach.
 type keptRequest struct {
 	url    *url.URL // nil when the request has none
