@@ -150,14 +150,16 @@ func call(ctx context.Context, srv *dampertest.Server, e entry, d *damper.Damper
 	}
 	client := anthropic.NewClient(opts...)
 
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
 	params := anthropic.MessageNewParams{
 		Model:     anthropic.Model("claude-sonnet-5-5"),
 		MaxTokens: 512,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Summarize the incident report."))},
 	}
+	// One reading of the clock for both, so that a call the deadline cuts
+	// measures at least the deadline.
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(deadline))
+	defer cancel()
 	var err error
 	truncated := false
 	if e.stream {

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/damper-ai/damper-go/dampertest"
 )
 
 // testDeadline is short enough to keep the test quick and long enough for
@@ -120,5 +124,34 @@ func TestScenariosBadFlags(t *testing.T) {
 		if code := run(append([]string{"scenarios"}, args...), &out, &errb); code != exitUsage {
 			t.Errorf("scenarios %q: exit %d, want %d (stderr %q)", args, code, exitUsage, errb.String())
 		}
+	}
+}
+
+// TestCallCutTakesItsDeadline: a call that its deadline cut took at least
+// that deadline, however busy the machine is between the deadline's
+// setting and the call's start.
+func TestCallCutTakesItsDeadline(t *testing.T) {
+	srv := dampertest.NewServer()
+	defer srv.Close()
+	e := entry{id: "slow", name: "slow", steps: []dampertest.Step{dampertest.OK().WithDelay(time.Hour)}}
+	srv.Script(e.id+"/bare", e.steps...)
+	const deadline = 20 * time.Millisecond
+	sides := make([]side, 200) // at once, for the machine to be busy
+	var wg sync.WaitGroup
+	for i := range sides {
+		wg.Go(func() { sides[i] = call(context.Background(), srv, e, nil, deadline) })
+	}
+	wg.Wait()
+	short := 0
+	for _, s := range sides {
+		if !s.CutByDeadline {
+			t.Fatalf("a call ended %q after %v, not cut by its %v deadline", s.Result, s.Total, deadline)
+		}
+		if s.Total < deadline {
+			short++
+		}
+	}
+	if short > 0 {
+		t.Errorf("%d of %d calls cut by their %v deadline measured shorter than it", short, len(sides), deadline)
 	}
 }
