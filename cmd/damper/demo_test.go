@@ -4,18 +4,31 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// The README's first command, exactly as a newcomer sees it.
-func TestDemoDefault(t *testing.T) {
+// defaultDemo runs the README's first command once for the tests that
+// read its output.
+var defaultDemo = sync.OnceValues(func() (string, error) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"demo"}, &out, &errb); code != exitOK {
-		t.Fatalf("exit %d, stderr %q", code, errb.String())
+		return "", fmt.Errorf("exit %d, stderr %q", code, errb.String())
 	}
+	return out.String(), nil
+})
+
+// The README's first command, exactly as a newcomer sees it.
+func TestDemoDefault(t *testing.T) {
+	demo, err := defaultDemo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := bytes.NewBufferString(demo)
 	naive, rest, ok := strings.Cut(out.String(), "Damper (")
 	dmp, brk, ok2 := strings.Cut(rest, "Damper with breaker and throttle (")
 	if !ok || !ok2 {
@@ -55,6 +68,35 @@ func TestDemoDefault(t *testing.T) {
 		if !strings.Contains(brk, want) {
 			t.Errorf("breaker section lacks %q:\n%s", want, brk)
 		}
+	}
+}
+
+// TestDemoInREADME: the README shows the demo's output as it is, line for
+// line.
+func TestDemoInREADME(t *testing.T) {
+	demo, err := defaultDemo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first block after the paragraph that introduces the demo.
+	const intro = "`go run ./cmd/damper demo` sends"
+	_, after, ok := strings.Cut(string(readme), "\n"+intro)
+	if !ok {
+		t.Fatalf("README.md has no paragraph starting %q", intro)
+	}
+	_, block, ok := strings.Cut(after, "\n```\n")
+	if ok {
+		block, _, ok = strings.Cut(block, "\n```\n")
+	}
+	if !ok {
+		t.Fatal("README.md has no block after the demo's paragraph")
+	}
+	if want := strings.TrimSuffix(demo, "\n"); block != want {
+		t.Errorf("README.md's demo block:\n%s\n\nthe demo prints:\n%s", block, want)
 	}
 }
 
