@@ -26,11 +26,10 @@ type demoFlags struct {
 	svg              string
 }
 
-func parseDemo(args []string, stderr io.Writer) (demoFlags, error) {
+func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, error) {
 	def := outage.DefaultConfig()
 	var f demoFlags
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&f.cfg.Requests, "requests", def.Requests, "logical requests to make")
 	fs.IntVar(&f.cfg.Failures, "failures", def.Failures, "attempts of each request that fail (529 overloaded) before one succeeds")
 	fs.IntVar(&f.cfg.Concurrency, "concurrency", def.Concurrency,
@@ -75,7 +74,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return f, err
 	}
 	if fs.NArg() > 0 {
@@ -131,7 +130,7 @@ func checkDemoFlags(f demoFlags, maxAttempts int, ratio float64, minTokens int, 
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	f, err := parseDemo(args, stderr)
+	f, err := parseDemo(args, stdout, stderr)
 	if code, stop := badFlags("demo", err, stderr); stop {
 		return code
 	}

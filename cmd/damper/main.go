@@ -15,6 +15,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,6 +71,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "damper: unknown command %q\n\n", name)
 	usage(stderr)
 	return exitUsage
+}
+
+// parseFlags parses a command's flags with fs. What the flag package
+// prints goes to stdout when help was asked for (-h, -help), which ends
+// the command with status 0, and to stderr otherwise, with the error
+// that ends it with status 2; fs writes to stderr afterwards.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var printed bytes.Buffer
+	fs.SetOutput(&printed)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		stdout.Write(printed.Bytes())
+	} else {
+		stderr.Write(printed.Bytes())
+	}
+	return err
 }
 
 // badFlags is how a command ends when parsing its flags failed with err:

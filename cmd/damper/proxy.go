@@ -87,10 +87,9 @@ func defaultProxySettings() proxySettings {
 	}
 }
 
-func parseProxy(args []string, stderr io.Writer) (proxySettings, error) {
+func parseProxy(args []string, stdout, stderr io.Writer) (proxySettings, error) {
 	s := defaultProxySettings()
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	config := fs.String("config", "", "read the settings and the Damper policy from this JSON or YAML `file`; flags given override it")
 	listen := fs.String("listen", s.listen, "address to listen on; a non-loopback address serves other hosts")
 	upstream := fs.String("upstream", s.upstream, "the API every request goes to, and nowhere else")
@@ -126,7 +125,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return s, err
 	}
 	if fs.NArg() > 0 {
@@ -268,7 +267,7 @@ func (s *proxySettings) loadFile(name string) error {
 }
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
-	s, err := parseProxy(args, stderr)
+	s, err := parseProxy(args, stdout, stderr)
 	if code, stop := badFlags("proxy", err, stderr); stop {
 		return code
 	}

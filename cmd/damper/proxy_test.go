@@ -519,7 +519,7 @@ policy:
   max_attempts: 2
   breaker: {}
 `)
-	s, err := parseProxy([]string{"-config", good, "-listen", "127.0.0.1:9100"}, io.Discard)
+	s, err := parseProxy([]string{"-config", good, "-listen", "127.0.0.1:9100"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ policy:
 		s.level != slog.LevelWarn || s.name != "edge" || s.policy.MaxAttempts != 2 || s.policy.Breaker == nil || s.listenIsNonLocal {
 		t.Errorf("settings %+v", s)
 	}
-	if s, err := parseProxy([]string{"-listen", "0.0.0.0:8787"}, io.Discard); err != nil || !s.listenIsNonLocal {
+	if s, err := parseProxy([]string{"-listen", "0.0.0.0:8787"}, io.Discard, io.Discard); err != nil || !s.listenIsNonLocal {
 		t.Errorf("0.0.0.0: %v, non-local %v", err, s.listenIsNonLocal)
 	}
 	for _, tc := range []struct {
@@ -548,7 +548,7 @@ policy:
 		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},
 		{[]string{"extra"}, "no arguments"},
 	} {
-		_, err := parseProxy(tc.args, io.Discard)
+		_, err := parseProxy(tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %s", tc.args, err, tc.want)
 		}

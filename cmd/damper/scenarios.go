@@ -26,7 +26,6 @@ const defaultDeadline = 10 * time.Second
 
 func runScenarios(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scenarios", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	deadline := fs.Duration("deadline", defaultDeadline, "context deadline of every call, bare SDK and Damper alike; it is what stops the\nbare SDK's sleeps of minutes, and the whole run takes about this long")
 	seed := fs.Uint64("seed", 1, "seed of Damper's backoff jitter (the bare SDK draws its own)")
 	fs.Usage = func() {
@@ -47,7 +46,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
