@@ -22,15 +22,16 @@ type BreakerPolicy struct {
 	// verdict in Window, at which the breaker opens. Default 0.5.
 	FailureRatio float64
 	// MinAttempts is the fewest attempts with a verdict in Window for the
-	// breaker to open. Default 20.
+	// breaker to open. Default 20; at most 1,000,000.
 	MinAttempts int
-	// Window is how far back the closed breaker counts. Default 30 s.
+	// Window is how far back the closed breaker counts. Default 30 s; at
+	// most 24 h.
 	Window time.Duration
 	// OpenFor is how long an open breaker refuses every attempt before it
-	// admits a probe. Default 30 s.
+	// admits a probe. Default 30 s; at most 24 h.
 	OpenFor time.Duration
 	// MaxOpenFor caps the open period, which each failed probe doubles.
-	// Default 300 s.
+	// Default 300 s; at most 24 h.
 	MaxOpenFor time.Duration
 	// OnStateChange, when set, hears every change of state, in order and
 	// one at a time, with no lock held: it may call back into the Damper.
@@ -94,6 +95,16 @@ func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) {
 		return nil, fieldError("Breaker.OpenFor", p.OpenFor, "must be positive (0 means the default, 30s)")
 	case p.MaxOpenFor < 0:
 		return nil, fieldError("Breaker.MaxOpenFor", p.MaxOpenFor, "must be positive (0 means the default, 5m0s)")
+	case p.MinAttempts > maxCount:
+		return nil, atMost("Breaker.MinAttempts", p.MinAttempts, maxCount)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Breaker.Window", p.Window}, {"Breaker.OpenFor", p.OpenFor}, {"Breaker.MaxOpenFor", p.MaxOpenFor}} {
+		if err := atMostDuration(f.name, f.d); err != nil {
+			return nil, err
+		}
 	}
 	p.FailureRatio = orDefault(p.FailureRatio, DefaultBreakerFailureRatio)
 	p.MinAttempts = orDefault(p.MinAttempts, DefaultBreakerMinAttempts)

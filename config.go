@@ -672,6 +672,9 @@ func (c PolicyConfig) Policy() (Policy, error) {
 			cv.fields["Fallback.Models"] = configField{path: "fallback.models", written: `""`}
 			for model, siblings := range f.Models {
 				written, _ := json.Marshal(siblings)
+				if len(siblings) > maxFallbackSiblings { // counted, not written out
+					written = fmt.Appendf(nil, "%d siblings", len(siblings))
+				}
 				cv.fields[fmt.Sprintf("Fallback.Models[%q]", model)] = configField{path: "fallback.models." + model, written: string(written)}
 				p.Fallback.Models[model] = slices.Clone(siblings)
 			}

@@ -43,7 +43,8 @@ type FallbackPolicy struct {
 	// Models lists, per model as the caller names it, the sibling models
 	// to fall back to, in order, once every backend has been tried with
 	// the model itself: {"claude-opus-4-5": {"claude-sonnet-4-5"}}. Each
-	// sibling is priced by Policy.PriceTable for the cost ceiling.
+	// sibling is priced by Policy.PriceTable for the cost ceiling. At most
+	// 16 siblings per model.
 	Models map[string][]string
 }
 
@@ -51,6 +52,9 @@ func (p *FallbackPolicy) check() error {
 	for model, siblings := range p.Models {
 		if model == "" {
 			return fieldError("Fallback.Models", model, "a model name is required")
+		}
+		if len(siblings) > maxFallbackSiblings { // each is a route on every backend
+			return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), fmt.Sprintf("%d siblings", len(siblings)), fmt.Sprintf("must be at most %d", maxFallbackSiblings))
 		}
 		for _, s := range siblings {
 			if s == "" || s == model {

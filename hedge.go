@@ -39,17 +39,18 @@ import (
 // The zero value hedges at the 95th percentile of recent attempts; a nil
 // *HedgePolicy in a Policy means no hedging.
 type HedgePolicy struct {
-	// Delay, when set, is a fixed delay before the hedge.
+	// Delay, when set, is a fixed delay before the hedge; at most 24 h.
 	Delay time.Duration
 	// Quantile is the quantile of recent attempts' time to answer (a plain
 	// call) or to first content (a stream) after which a hedge leaves, in
 	// (0, 1). Default 0.95. Not used with Delay.
 	Quantile float64
 	// MinDelay is the least delay a Quantile gives: at least this long is
-	// waited before a hedge. Default 0.
+	// waited before a hedge. Default 0; at most 24 h.
 	MinDelay time.Duration
 	// Window is the number of recent attempts kept per limit group, plain
-	// calls and streams apart, for the Quantile. Default 200.
+	// calls and streams apart, for the Quantile. Default 200; at most
+	// 10,000.
 	Window int
 	// MinSamples is the number of attempts a Quantile needs before it is
 	// used: until then no call is hedged. Default 20; at most Window.
@@ -92,6 +93,14 @@ func (p HedgePolicy) withDefaults() (*HedgePolicy, error) {
 		return nil, fieldError("Hedge.Window", p.Window, "must be at least 1 (0 means the default, 200)")
 	case p.MinSamples < 0:
 		return nil, fieldError("Hedge.MinSamples", p.MinSamples, "must be at least 1 (0 means the default, 20)")
+	case p.Window > maxHedgeWindow: // each window is allocated whole
+		return nil, atMost("Hedge.Window", p.Window, maxHedgeWindow)
+	}
+	if err := atMostDuration("Hedge.Delay", p.Delay); err != nil {
+		return nil, err
+	}
+	if err := atMostDuration("Hedge.MinDelay", p.MinDelay); err != nil {
+		return nil, err
 	}
 	p.Quantile = orDefault(p.Quantile, DefaultHedgeQuantile)
 	p.Window = orDefault(p.Window, DefaultHedgeWindow)

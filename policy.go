@@ -14,36 +14,38 @@ import (
 // Policy from a JSON or YAML file.
 type Policy struct {
 	// MaxAttempts is the number of provider attempts per logical request,
-	// the first one included. Default 3; 1 turns retries off.
+	// the first one included. Default 3; 1 turns retries off; at most 100.
 	MaxAttempts int
 
 	// PerAttemptTimeout bounds one attempt: for a plain call, the whole
-	// response; for a stream, the time to its first content. Default 60 s.
+	// response; for a stream, the time to its first content. Default 60 s;
+	// at most 24 h, as every duration of a Policy.
 	PerAttemptTimeout time.Duration
 
 	// MaxRetryCostUSD is a ceiling on the summed estimated cost of the retries
 	// of one logical request (see [EstimateInputTokens] for the estimate).
-	// Zero means no ceiling.
+	// Zero means no ceiling; at most 1,000,000.
 	MaxRetryCostUSD float64
 
 	// RetryBudgetRatio is the number of budget units that each successful
 	// first attempt adds to the current window. Default 0.1; [None] for 0,
-	// a budget that never grows beyond RetryBudgetMinTokens.
+	// a budget that never grows beyond RetryBudgetMinTokens; at most 1000.
 	RetryBudgetRatio float64
 
 	// RetryBudgetWindow is the length of the budget's fixed window; units
-	// left at its end do not carry over. Default 60 s.
+	// left at its end do not carry over. Default 60 s; at most 24 h.
 	RetryBudgetWindow time.Duration
 
 	// RetryBudgetMinTokens is the number of units every window starts with.
 	// Default 10; [None] for 0, a window that starts empty and allows only
 	// the retries its successful first attempts earn. With RetryBudgetRatio
-	// also None the budget refuses every retry.
+	// also None the budget refuses every retry. At most 1,000,000.
 	RetryBudgetMinTokens int
 
 	// BackoffBase and BackoffMax shape the full-jitter backoff used when the
 	// provider gives no delay: retry n waits a uniform random time in
-	// [0, min(BackoffMax, BackoffBase·2^(n-1))]. Defaults 1 s and 30 s.
+	// [0, min(BackoffMax, BackoffBase·2^(n-1))]. Defaults 1 s and 30 s;
+	// each at most 24 h.
 	// BackoffBase takes [None] for 0: a retry waits only for a provider
 	// delay, and that with no spread added (BackoffBase also caps the
 	// spread), so clients told the same delay come back together.
@@ -58,7 +60,7 @@ type Policy struct {
 	// fails the call at once with [ErrRetryAfterTooLong], and the error
 	// carries the delay so that a queue can reschedule. Default 60 s;
 	// [None] for 0: Damper waits for no provider delay, and every call
-	// given one fails at once, for a queue to reschedule.
+	// given one fails at once, for a queue to reschedule. At most 24 h.
 	MaxRetryAfter time.Duration
 
 	// OnBudgetExhausted says what a caller gets when the retry budget refuses
@@ -76,7 +78,8 @@ type Policy struct {
 	// MaxHoldBack is the most bytes of a stream Damper holds back before
 	// its first content (see Streams in the package documentation); a
 	// stream that sends more fails with [ErrHoldBackExceeded], not retried.
-	// Default 1 MiB, far above the few hundred bytes the API sends.
+	// Default 1 MiB, far above the few hundred bytes the API sends; at most
+	// 64 MiB.
 	MaxHoldBack int
 
 	// StreamIdleTimeout, when set, fails a stream after its first content
@@ -84,7 +87,7 @@ type Policy struct {
 	// next event: a stall becomes an [ErrAmbiguous] error instead of a
 	// hang. Zero means no limit (the caller's context still bounds the
 	// stream). Pings count as data: choose a limit well above the longest
-	// pause you expect between events, such as a minute.
+	// pause you expect between events, such as a minute. At most 24 h.
 	StreamIdleTimeout time.Duration
 
 	// Breaker, when set, stops sending to a provider that fails most
@@ -178,10 +181,29 @@ const (
 	DefaultMaxHoldBack          = 1 << 20
 )
 
+// The largest values of the Policy fields, and of its parts' fields. Each
+// is far beyond any use, and keeps every sum, doubling and allocation made
+// from the field in range: no value that New accepts can overflow a time
+// or a size.
+const (
+	maxPolicyDuration   = 24 * time.Hour // every duration
+	maxAttempts         = 100
+	maxRetryCostUSD     = 1e6
+	maxRetryBudgetRatio = 1000
+	maxCount            = 1_000_000 // RetryBudgetMinTokens, Breaker.MinAttempts
+	maxHoldBack         = 64 << 20
+	maxHedgeWindow      = 10_000
+	maxPerMinute        = 1_000_000_000 // each of RateLimits
+	maxFallbackSiblings = 16
+)
+
 // withDefaults returns p with every zero field set to its default and every
 // None set to 0, or an error naming the first field whose value cannot be
 // used.
 func (p Policy) withDefaults() (Policy, error) {
+	if err := p.checkBounds(); err != nil {
+		return p, err
+	}
 	if p.MaxAttempts < 0 {
 		return p, fieldError("MaxAttempts", p.MaxAttempts, "must be at least 1 (0 means the default, 3)")
 	}
@@ -270,6 +292,53 @@ func (p Policy) withDefaults() (Policy, error) {
 		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
 	}
 	return p, nil
+}
+
+// checkBounds returns an error naming the first field of p above its
+// largest value.
+func (p Policy) checkBounds() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PerAttemptTimeout", p.PerAttemptTimeout},
+		{"RetryBudgetWindow", p.RetryBudgetWindow},
+		{"BackoffBase", p.BackoffBase},
+		{"BackoffMax", p.BackoffMax},
+		{"MaxRetryAfter", p.MaxRetryAfter},
+		{"StreamIdleTimeout", p.StreamIdleTimeout},
+	} {
+		if err := atMostDuration(f.name, f.d); err != nil {
+			return err
+		}
+	}
+	switch {
+	case p.MaxAttempts > maxAttempts:
+		return atMost("MaxAttempts", p.MaxAttempts, maxAttempts)
+	case p.MaxRetryCostUSD > maxRetryCostUSD:
+		return atMost("MaxRetryCostUSD", p.MaxRetryCostUSD, maxRetryCostUSD)
+	case p.RetryBudgetRatio > maxRetryBudgetRatio:
+		return atMost("RetryBudgetRatio", p.RetryBudgetRatio, maxRetryBudgetRatio)
+	case p.RetryBudgetMinTokens > maxCount:
+		return atMost("RetryBudgetMinTokens", p.RetryBudgetMinTokens, maxCount)
+	case p.MaxHoldBack > maxHoldBack:
+		return atMost("MaxHoldBack", p.MaxHoldBack, maxHoldBack)
+	}
+	return nil
+}
+
+// atMost is the error of a field whose value v is above its largest, most.
+func atMost[T int | float64 | time.Duration](field string, v, most T) error {
+	return fieldError(field, v, fmt.Sprintf("must be at most %v", most))
+}
+
+// atMostDuration is the error of a duration field above
+// maxPolicyDuration, or nil.
+func atMostDuration(field string, d time.Duration) error {
+	if d > maxPolicyDuration {
+		return atMost(field, d, maxPolicyDuration)
+	}
+	return nil
 }
 
 func orDefault[T comparable](v, def T) T {

@@ -3,6 +3,7 @@ package damper_test
 import (
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,74 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 	if p := d.Policy(); p.Breaker != nil || p.Throttle != nil {
 		t.Fatalf("zero Policy: Breaker %+v, Throttle %+v; want neither", p.Breaker, p.Throttle)
 	}
+}
+
+// TestPolicyBounds: every sized field has an upper bound, and a value past
+// it is an error naming the field and the value, never a Damper whose
+// first call panics or allocates without limit.
+func TestPolicyBounds(t *testing.T) {
+	const day = 24 * time.Hour
+	tests := []struct {
+		p    damper.Policy
+		want string
+	}{
+		{damper.Policy{MaxAttempts: 101}, "Policy.MaxAttempts = 101: must be at most 100"},
+		{damper.Policy{PerAttemptTimeout: day + 1}, "Policy.PerAttemptTimeout = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{MaxRetryCostUSD: 1e6 + 1}, "Policy.MaxRetryCostUSD = 1.000001e+06: must be at most 1e+06"},
+		{damper.Policy{RetryBudgetRatio: 1000.5}, "Policy.RetryBudgetRatio = 1000.5: must be at most 1000"},
+		{damper.Policy{RetryBudgetWindow: day + time.Second}, "Policy.RetryBudgetWindow = 24h0m1s: must be at most 24h0m0s"},
+		{damper.Policy{RetryBudgetMinTokens: 1_000_001}, "Policy.RetryBudgetMinTokens = 1000001: must be at most 1000000"},
+		{damper.Policy{BackoffBase: 2 * day, BackoffMax: 3 * day}, "Policy.BackoffBase = 48h0m0s: must be at most 24h0m0s"},
+		{damper.Policy{BackoffMax: 3 * day}, "Policy.BackoffMax = 72h0m0s: must be at most 24h0m0s"},
+		{damper.Policy{MaxRetryAfter: math.MaxInt64}, "Policy.MaxRetryAfter = 2562047h47m16.854775807s: must be at most 24h0m0s"},
+		{damper.Policy{MaxHoldBack: 64<<20 + 1}, "Policy.MaxHoldBack = 67108865: must be at most 67108864"},
+		{damper.Policy{StreamIdleTimeout: day + 1}, "Policy.StreamIdleTimeout = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{Breaker: &damper.BreakerPolicy{MinAttempts: 1_000_001}}, "Policy.Breaker.MinAttempts = 1000001: must be at most 1000000"},
+		{damper.Policy{Breaker: &damper.BreakerPolicy{Window: day + 1}}, "Policy.Breaker.Window = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{Breaker: &damper.BreakerPolicy{OpenFor: math.MaxInt64, MaxOpenFor: math.MaxInt64}}, "Policy.Breaker.OpenFor = 2562047h47m16.854775807s: must be at most 24h0m0s"},
+		{damper.Policy{Breaker: &damper.BreakerPolicy{MaxOpenFor: day + 1}}, "Policy.Breaker.MaxOpenFor = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{Hedge: &damper.HedgePolicy{Delay: day + 1}}, "Policy.Hedge.Delay = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{Hedge: &damper.HedgePolicy{MinDelay: day + 1}}, "Policy.Hedge.MinDelay = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{Hedge: &damper.HedgePolicy{Window: 1e18}}, "Policy.Hedge.Window = 1000000000000000000: must be at most 10000"},
+		{damper.Policy{Hedge: &damper.HedgePolicy{Window: 10_001, MinSamples: 20}}, "Policy.Hedge.Window = 10001: must be at most 10000"},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: day + 1}}, "Policy.RateLimit.MaxWait = 24h0m0.000000001s: must be at most 24h0m0s"},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1e9 + 1}}}},
+			`Policy.RateLimit.Limits["claude-sonnet-4"].RequestsPerMinute = 1000000001: must be at most 1000000000`},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{"claude-sonnet-4": {InputTokensPerMinute: math.MaxInt}}}},
+			`Policy.RateLimit.Limits["claude-sonnet-4"].InputTokensPerMinute = 9223372036854775807: must be at most 1000000000`},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{"claude-sonnet-4": {OutputTokensPerMinute: 1e9 + 1}}}},
+			`Policy.RateLimit.Limits["claude-sonnet-4"].OutputTokensPerMinute = 1000000001: must be at most 1000000000`},
+		{damper.Policy{Fallback: &damper.FallbackPolicy{Models: map[string][]string{"claude-a": siblings(17)}}},
+			`Policy.Fallback.Models["claude-a"] = 17 siblings: must be at most 16`},
+	}
+	for _, tt := range tests {
+		d, err := damper.New(tt.p)
+		if err == nil || d != nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("error = %v, want one naming %q", err, tt.want)
+		}
+	}
+	// The bounds themselves are allowed.
+	for _, p := range []damper.Policy{
+		{MaxAttempts: 100, PerAttemptTimeout: day, MaxRetryCostUSD: 1e6, RetryBudgetRatio: 1000, RetryBudgetWindow: day,
+			RetryBudgetMinTokens: 1_000_000, BackoffBase: day, BackoffMax: day, MaxRetryAfter: day, MaxHoldBack: 64 << 20, StreamIdleTimeout: day,
+			Breaker:   &damper.BreakerPolicy{MinAttempts: 1_000_000, Window: day, OpenFor: day, MaxOpenFor: day},
+			Throttle:  &damper.ThrottlePolicy{MaxTokens: 1000},
+			Hedge:     &damper.HedgePolicy{MinDelay: day, Window: 10_000, MinSamples: 10_000},
+			RateLimit: &damper.RateLimitPolicy{MaxWait: day, Limits: map[string]damper.RateLimits{"claude-sonnet-4": {1e9, 1e9, 1e9}}},
+			Fallback:  &damper.FallbackPolicy{Models: map[string][]string{"claude-a": siblings(16)}}},
+		{Hedge: &damper.HedgePolicy{Delay: day}},
+	} {
+		if _, err := damper.New(p); err != nil {
+			t.Errorf("New(%+v): %v", p, err)
+		}
+	}
+}
+
+// siblings returns n distinct model names.
+func siblings(n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = "claude-sibling-" + strconv.Itoa(i)
+	}
+	return s
 }

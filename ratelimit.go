@@ -54,9 +54,9 @@ type RateLimitPolicy struct {
 	// limit may be lower than the API's, to leave room for other services:
 	// the headers then only lower the bucket's level, never its limit.
 	Limits map[string]RateLimits
-	// MaxWait is the longest an attempt waits in line. Default 30 s;
-	// [None] never waits: an attempt that finds no room fails at once
-	// with [ErrRateLimited].
+	// MaxWait is the longest an attempt waits in line. Default 30 s; at
+	// most 24 h; [None] never waits: an attempt that finds no room fails
+	// at once with [ErrRateLimited].
 	MaxWait time.Duration
 	// Priority is the priority of calls whose context does not give one
 	// (see [ContextWithPriority]). Default [Interactive].
@@ -67,7 +67,7 @@ type RateLimitPolicy struct {
 }
 
 // RateLimits are the per-minute limits of one limit group; zero means
-// learned from the API's headers.
+// learned from the API's headers. Each is at most 1,000,000,000.
 type RateLimits struct {
 	RequestsPerMinute     int
 	InputTokensPerMinute  int
@@ -118,6 +118,8 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	switch {
 	case p.MaxWait < 0 && p.MaxWait != None:
 		return nil, fieldError("RateLimit.MaxWait", p.MaxWait, "must be positive (0 means the default, 30s; None never waits)")
+	case p.MaxWait > maxPolicyDuration:
+		return nil, atMost("RateLimit.MaxWait", p.MaxWait, maxPolicyDuration)
 	case p.Priority != Interactive && p.Priority != Batch:
 		return nil, fieldError("RateLimit.Priority", p.Priority, "must be Interactive or Batch")
 	case math.IsNaN(p.BatchShare) || p.BatchShare < 0 || p.BatchShare > 1:
@@ -136,6 +138,12 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 			return nil, fieldError(field+".InputTokensPerMinute", l.InputTokensPerMinute, "must be at least 0 (0 means learned)")
 		case l.OutputTokensPerMinute < 0:
 			return nil, fieldError(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, "must be at least 0 (0 means learned)")
+		case l.RequestsPerMinute > maxPerMinute:
+			return nil, atMost(field+".RequestsPerMinute", l.RequestsPerMinute, maxPerMinute)
+		case l.InputTokensPerMinute > maxPerMinute:
+			return nil, atMost(field+".InputTokensPerMinute", l.InputTokensPerMinute, maxPerMinute)
+		case l.OutputTokensPerMinute > maxPerMinute:
+			return nil, atMost(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, maxPerMinute)
 		}
 		limits[group] = l
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/damper-ai/damper-go"
@@ -125,6 +126,22 @@ func checkDemoFlags(f demoFlags, maxAttempts int, ratio float64, minTokens int, 
 		return bad("budget-window", window, "must be above 0")
 	case !finite(f.maxAmplification) || f.maxAmplification <= 0:
 		return bad("max-amplification", f.maxAmplification, "must be a finite number above 0")
+	}
+	// The Policy's largest values, as New states them, named by the flag.
+	for _, c := range []struct {
+		flag  string
+		value any
+		p     damper.Policy
+	}{
+		{"max-attempts", maxAttempts, damper.Policy{MaxAttempts: maxAttempts}},
+		{"budget-ratio", ratio, damper.Policy{RetryBudgetRatio: ratio}},
+		{"budget-min", minTokens, damper.Policy{RetryBudgetMinTokens: minTokens}},
+		{"budget-window", window, damper.Policy{RetryBudgetWindow: window}},
+	} {
+		if _, err := damper.New(c.p); err != nil {
+			msg := err.Error() // "damper: Policy.Field = value: why"
+			return bad(c.flag, c.value, msg[strings.LastIndex(msg, ": ")+2:])
+		}
 	}
 	return nil
 }
