@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -248,6 +249,15 @@ func ParsePolicyJSON(data []byte) (Policy, error) {
 // which YAML does not allow. An empty document is the zero Policy. YAML
 // 1.1 reads an unquoted yes, no, on or off as a boolean.
 func ParsePolicyYAML(data []byte) (Policy, error) {
+	// The conversion to JSON finds a repeated key but not its path, and
+	// merges two keys that only YAML tells apart, such as 1 and "1": look
+	// for both first, in a decoding that keeps every key in order.
+	var doc yamlv2.MapSlice
+	if yamlv2.Unmarshal(data, &doc) == nil {
+		if path, ok := repeatedKey(doc, ""); ok {
+			return Policy{}, configError(path, "repeated key")
+		}
+	}
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		var unsupported *json.UnsupportedValueError
@@ -257,6 +267,33 @@ func ParsePolicyYAML(data []byte) (Policy, error) {
 		return Policy{}, &ConfigError{Err: err}
 	}
 	return ParsePolicyJSON(j)
+}
+
+// repeatedKey returns the path of the first key, in document order, that
+// a mapping of v repeats once written as JSON writes it.
+func repeatedKey(v any, path string) (string, bool) {
+	switch v := v.(type) {
+	case yamlv2.MapSlice:
+		seen := make(map[string]bool, len(v))
+		for _, item := range v {
+			key := fmt.Sprint(item.Key)
+			keyPath := joinPath(path, key)
+			if seen[key] {
+				return keyPath, true
+			}
+			seen[key] = true
+			if p, ok := repeatedKey(item.Value, keyPath); ok {
+				return p, true
+			}
+		}
+	case []any:
+		for i, elem := range v {
+			if p, ok := repeatedKey(elem, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 // LoadPolicyFile returns the Policy of the file name: JSON when its name

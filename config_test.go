@@ -385,7 +385,6 @@ func TestPolicyConfigDocumentErrors(t *testing.T) {
 		{damper.ParsePolicyJSON, ``, `unexpected end of JSON input`},
 		{damper.ParsePolicyJSON, `{"max_attempts": 1, "max_attempts": 2}`, `damper: policy config: max_attempts: repeated key`},
 		{damper.ParsePolicyJSON, `{"breaker": {"window": "1m", "window": "2m"}}`, `breaker.window: repeated key`},
-		{damper.ParsePolicyYAML, "max_attempts: 1\nmax_attempts: 2\n", `line 2: key "max_attempts" already set in map`},
 		{damper.ParsePolicyYAML, "breaker:\n  open_for: 2s\n open_for: 3s\n", `damper: policy config: yaml: line 2: did not find expected key`},
 		{damper.ParsePolicyYAML, "retry_budget_ratio: .nan\n", `NaN: no key takes a value that is not a finite number`},
 		{damper.ParsePolicyYAML, "max_retry_cost_usd: .inf\n", `+Inf: no key takes a value that is not a finite number`},
@@ -396,6 +395,28 @@ func TestPolicyConfigDocumentErrors(t *testing.T) {
 		var ce *damper.ConfigError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: error %v, want a *ConfigError with %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+// TestPolicyYAMLRepeatedKey: a key repeated in YAML is a ConfigError with
+// the key's path, as in JSON, wherever it is, and however it is written.
+func TestPolicyYAMLRepeatedKey(t *testing.T) {
+	tests := []struct{ doc, path string }{
+		{"max_attempts: 1\nmax_attempts: 2\n", "max_attempts"},
+		{"breaker:\n  open_for: 2s\n  window: 1m\n  open_for: 3s\n", "breaker.open_for"},
+		{"breaker: {open_for: 2s}\nthrottle: {}\nbreaker: {open_for: 3s}\n", "breaker"},
+		{"rate_limit:\n  limits:\n    claude-sonnet-4: {requests_per_minute: 1}\n    claude-sonnet-4: {requests_per_minute: 2}\n", "rate_limit.limits.claude-sonnet-4"},
+		{"rate_limit: {limits: {claude-sonnet-4: {requests_per_minute: 1, requests_per_minute: 2}}}", "rate_limit.limits.claude-sonnet-4.requests_per_minute"},
+		// Two keys that YAML tells apart and JSON does not.
+		{"fallback: {models: {1: [a], \"1\": [b]}}", "fallback.models.1"},
+		{"fallback: {models: {claude-a: [{x: 1, x: 2}]}}", "fallback.models.claude-a[0].x"},
+	}
+	for _, tt := range tests {
+		_, err := damper.ParsePolicyYAML([]byte(tt.doc))
+		var ce *damper.ConfigError
+		if !errors.As(err, &ce) || ce.Path != tt.path || !strings.HasSuffix(err.Error(), tt.path+": repeated key") {
+			t.Errorf("%q: error %v, want a *ConfigError for the repeated key %s", tt.doc, err, tt.path)
 		}
 	}
 }
