@@ -99,6 +99,12 @@ Flags:
 	return f, nil
 }
 
+// The largest --requests and --concurrency.
+const (
+	maxDemoRequests    = 1_000_000
+	maxDemoConcurrency = 1_000
+)
+
 // checkDemoFlags returns an error naming the first flag whose value the
 // demo cannot use, in the form "--flag value: what it must be". Policy
 // reads 0 as "the default", so 0 on the command line would silently mean
@@ -112,10 +118,14 @@ func checkDemoFlags(f demoFlags, maxAttempts int, ratio float64, minTokens int, 
 	switch {
 	case f.cfg.Requests < 1:
 		return bad("requests", f.cfg.Requests, "must be at least 1")
+	case f.cfg.Requests > maxDemoRequests: // a second of real time per 1,000
+		return bad("requests", f.cfg.Requests, fmt.Sprintf("must be at most %d", maxDemoRequests))
 	case f.cfg.Failures < 0:
 		return bad("failures", f.cfg.Failures, "must be at least 0")
 	case f.cfg.Concurrency < 1:
 		return bad("concurrency", f.cfg.Concurrency, "must be at least 1")
+	case f.cfg.Concurrency > maxDemoConcurrency: // a goroutine each
+		return bad("concurrency", f.cfg.Concurrency, fmt.Sprintf("must be at most %d", maxDemoConcurrency))
 	case maxAttempts < 1:
 		return bad("max-attempts", maxAttempts, "must be at least 1")
 	case !finite(ratio) || ratio <= 0:

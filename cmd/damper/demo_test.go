@@ -161,6 +161,8 @@ func TestDemoBadFlags(t *testing.T) {
 		{[]string{"--requests", "0"}, "--requests 0: must be at least 1"},
 		{[]string{"--failures", "-2"}, "--failures -2: must be at least 0"},
 		{[]string{"--concurrency", "0"}, "--concurrency 0: must be at least 1"},
+		{[]string{"--concurrency", "1000000000"}, "--concurrency 1000000000: must be at most 1000"},
+		{[]string{"--requests", "1000001"}, "--requests 1000001: must be at most 1000000"},
 		{[]string{"--budget-min", "0"}, "--budget-min 0: must be at least 1"},
 		{[]string{"--budget-ratio", "0"}, "--budget-ratio 0: must be a finite number above 0"},
 		{[]string{"--budget-ratio", "NaN"}, "--budget-ratio NaN: must be a finite number above 0"},
