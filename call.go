@@ -82,6 +82,9 @@ type call struct {
 // client that client stands for.
 func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error) {
 	c := &call{d: d, client: client, ctx: req.Context(), req: req, start: d.clock.Now()}
+	for _, cc := range d.callContexts {
+		c.ctx = cc.CallContext(c.ctx)
+	}
 	c.report.AttemptLog = c.firstLog[:0]
 	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
 		c.sink = sink

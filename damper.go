@@ -109,6 +109,10 @@ type Damper struct {
 	budget Budget  // WithBudget's, until New gives it to the primary
 	store  Store   // where the primary's gates keep their state
 	hedge  *hedger // nil without Policy.Hedge
+
+	// callContexts are the stores and budget that keep a note of each
+	// call, in its context.
+	callContexts []CallContexter
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -170,6 +174,8 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if d.store == nil {
 		d.store = MemoryStore{}
 	}
+	d.noteCalls(d.store)
+	d.noteCalls(d.budget)
 	if d.primary, err = d.newBackend(PrimaryBackend, d.store, d.budget); err != nil {
 		return nil, err
 	}
@@ -179,6 +185,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		if s == nil {
 			s = MemoryStore{}
 		}
+		d.noteCalls(s)
 		b, err := d.newBackend(spec.Name, s, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w (backend %q)", err, spec.Name)
@@ -228,6 +235,13 @@ func (d *Damper) Policy() Policy {
 		p.Fallback = p.Fallback.clone()
 	}
 	return p
+}
+
+// noteCalls keeps x if it keeps a note of each call.
+func (d *Damper) noteCalls(x any) {
+	if c, ok := x.(CallContexter); ok {
+		d.callContexts = append(d.callContexts, c)
+	}
 }
 
 // fromStore makes a part with the store's method made, or in memory when

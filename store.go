@@ -38,6 +38,17 @@ type Store interface {
 	LimitBuckets(LimitSettings) (LimitBuckets, error)
 }
 
+// CallContexter is implemented by a [Store], or a [Budget] given to
+// [WithBudget], that keeps a note of each call: Damper gives each call's
+// context to CallContext once, as the call begins, and the context it
+// returns (or one made from it) to every method of the parts for that
+// call. A store across a network uses it so that a call waits out at most
+// one of its timeouts: once one operation of the call has failed, the
+// call's others decide without asking.
+type CallContexter interface {
+	CallContext(ctx context.Context) context.Context
+}
+
 // WithStore keeps the Damper's budget, throttle, breaker and rate-limit
 // buckets in s, such as Redis shared by a fleet. [WithBudget] given as
 // well overrides s for the budget.

@@ -348,3 +348,190 @@ func TestStorePartErrorsAreCounted(t *testing.T) {
 		t.Errorf("damper.store.errors = %v, want the failed operations %v", got, want)
 	}
 }
+
+// callNotes keeps a note of each call, as a store across a network would,
+// and counts the operations of its parts under each note.
+type callNotes struct {
+	mu   sync.Mutex
+	made int          // notes made, one per call
+	ops  map[*int]int // operations per note
+	bare int          // operations without a note
+}
+
+type callNoteKey struct{ n *callNotes }
+
+func (n *callNotes) CallContext(ctx context.Context) context.Context {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.made++
+	return context.WithValue(ctx, callNoteKey{n}, new(int))
+}
+
+func (n *callNotes) op(ctx context.Context) {
+	note, _ := ctx.Value(callNoteKey{n}).(*int)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if note == nil {
+		n.bare++
+		return
+	}
+	if n.ops == nil {
+		n.ops = map[*int]int{}
+	}
+	n.ops[note]++
+}
+
+func (n *callNotes) check(t *testing.T, what string, calls int) {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.made != calls || len(n.ops) != calls || n.bare != 0 {
+		t.Errorf("%s: %d notes made, operations under %d of them, %d without one; want %d, %d and 0", what, n.made, len(n.ops), n.bare, calls, calls)
+	}
+}
+
+// notingStore is MemoryStore whose parts count their operations by call.
+type notingStore struct {
+	damper.MemoryStore
+	*callNotes
+}
+
+func (s notingStore) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+	br, err := s.MemoryStore.Breaker(b)
+	return notedBreaker{br, s.callNotes}, err
+}
+
+func (s notingStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+	t, err := s.MemoryStore.Throttle(p)
+	return notedThrottle{t, s.callNotes}, err
+}
+
+func (s notingStore) LimitBuckets(l damper.LimitSettings) (damper.LimitBuckets, error) {
+	b, err := s.MemoryStore.LimitBuckets(l)
+	return notedBuckets{b, s.callNotes}, err
+}
+
+type notedBudget struct {
+	damper.Budget
+	n *callNotes
+}
+
+func (b notedBudget) Observe(ctx context.Context, now time.Time, a damper.AttemptOutcome) error {
+	b.n.op(ctx)
+	return b.Budget.Observe(ctx, now, a)
+}
+
+func (b notedBudget) Acquire(ctx context.Context, now time.Time) (bool, error) {
+	b.n.op(ctx)
+	return b.Budget.Acquire(ctx, now)
+}
+
+func (b notedBudget) Available(ctx context.Context, now time.Time) (float64, error) {
+	b.n.op(ctx)
+	return b.Budget.Available(ctx, now)
+}
+
+type notedBreaker struct {
+	damper.Breaker
+	n *callNotes
+}
+
+func (b notedBreaker) Allow(ctx context.Context, now time.Time) (damper.CircuitAdmission, error) {
+	b.n.op(ctx)
+	return b.Breaker.Allow(ctx, now)
+}
+
+func (b notedBreaker) RefusesAt(ctx context.Context, now, at time.Time) (bool, time.Time, error) {
+	b.n.op(ctx)
+	return b.Breaker.RefusesAt(ctx, now, at)
+}
+
+func (b notedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now time.Time, v damper.CircuitVerdict) error {
+	b.n.op(ctx)
+	return b.Breaker.Done(ctx, t, now, v)
+}
+
+func (b notedBreaker) State(ctx context.Context, now time.Time) (damper.CircuitState, error) {
+	b.n.op(ctx)
+	return b.Breaker.State(ctx, now)
+}
+
+type notedThrottle struct {
+	damper.Throttle
+	n *callNotes
+}
+
+func (t notedThrottle) Add(ctx context.Context, delta int64) error {
+	t.n.op(ctx)
+	return t.Throttle.Add(ctx, delta)
+}
+
+func (t notedThrottle) Tokens(ctx context.Context) (int64, error) {
+	t.n.op(ctx)
+	return t.Throttle.Tokens(ctx)
+}
+
+type notedBuckets struct {
+	damper.LimitBuckets
+	n *callNotes
+}
+
+func (b notedBuckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+	b.n.op(ctx)
+	return b.LimitBuckets.Reserve(ctx, now, cost, p, latest, t)
+}
+
+func (b notedBuckets) Admits(ctx context.Context, now, at time.Time, cost damper.RateAmounts, p damper.Priority) (time.Time, error) {
+	b.n.op(ctx)
+	return b.LimitBuckets.Admits(ctx, now, at, cost, p)
+}
+
+func (b notedBuckets) Observe(ctx context.Context, now time.Time, r damper.RateReservation, o damper.RateObservation) error {
+	b.n.op(ctx)
+	return b.LimitBuckets.Observe(ctx, now, r, o)
+}
+
+func (b notedBuckets) Settle(ctx context.Context, now time.Time, r damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+	b.n.op(ctx)
+	return b.LimitBuckets.Settle(ctx, now, r, used, known)
+}
+
+func (b notedBuckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, error) {
+	b.n.op(ctx)
+	return b.LimitBuckets.PausedUntil(ctx, now)
+}
+
+func (b notedBuckets) Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error {
+	b.n.op(ctx)
+	return b.LimitBuckets.Pause(ctx, now, named, until)
+}
+
+// A store, or a budget given to WithBudget, that keeps a note of each call
+// gets every call's context once, and every operation of its parts in the
+// call gets the context it returned.
+func TestCallContexter(t *testing.T) {
+	s := notingStore{callNotes: &callNotes{}}
+	b := struct {
+		notedBudget
+		*callNotes
+	}{callNotes: &callNotes{}}
+	b.notedBudget = notedBudget{mustBudget(t, 0.1, time.Minute, 10), b.callNotes}
+	r := newRig(t, storePolicy(), damper.WithStore(s), damper.WithBudget(b))
+	// A retried call, a plain one with its report read, and a stream.
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("err %v, %d attempts; want a retried success", err, rep.Attempts)
+	}
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil {
+		t.Fatal(err)
+	}
+	stream := r.client.Messages.NewStreaming(context.Background(), params("claude-sonnet-4-6"))
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.check(t, "the store", 3)
+	b.check(t, "the budget", 3)
+}

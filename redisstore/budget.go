@@ -17,9 +17,9 @@ import (
 // [Options.Timeout] is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
-// ErrUnavailable marks an operation decided without asking Redis, because
-// Redis failed recently and the next probe is not due yet. The error also
-// wraps the failure that started the fallback.
+// ErrUnavailable marks an operation decided without asking Redis: Redis
+// failed recently and the operation is not the probe, or an earlier
+// operation of the same call failed. The error also wraps that failure.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, not asked")
 
 // Options configure a [Store] or a [Budget].
@@ -52,9 +52,11 @@ type Options struct {
 	// own timeouts (see the package documentation for ContextTimeoutEnabled).
 	// Default [DefaultTimeout].
 	Timeout time.Duration
-	// ProbeInterval is how often, while Redis fails, one operation asks it
-	// again; the others decide at once without it. Default: Timeout, so
-	// that shared decisions resume within a Timeout of Redis coming back.
+	// ProbeInterval is, while Redis fails, the least time between the end
+	// of one probe (the one operation that asks Redis again) and the start
+	// of the next; the others decide at once without it. Default: Timeout,
+	// so that shared decisions resume within a Timeout and a ProbeInterval
+	// of Redis coming back.
 	ProbeInterval time.Duration
 	// FailClosed makes the budget (and a Store's throttle) refuse every
 	// retry while Redis fails. By default a local damper.WindowBudget with
@@ -98,10 +100,11 @@ type Stats struct {
 	// Recoveries counts the switches back to Redis.
 	Recoveries uint64
 	// Failures counts the operations that Redis failed or did not answer
-	// within the timeout.
+	// within the timeout, whether or not they switched to the fallback.
 	Failures uint64
-	// Unasked counts the operations decided during a fallback without
-	// asking Redis, between probes.
+	// Unasked counts the operations decided without asking Redis: during
+	// a fallback, between probes, and after an earlier operation of the
+	// same call failed.
 	Unasked uint64
 }
 
@@ -127,7 +130,10 @@ type Budget struct {
 	local *damper.WindowBudget
 }
 
-var _ damper.Budget = (*Budget)(nil)
+var (
+	_ damper.Budget        = (*Budget)(nil)
+	_ damper.CallContexter = (*Budget)(nil)
+)
 
 // NewBudget returns a fleet-wide retry budget kept in Redis through client,
 // a *redis.Client, *redis.ClusterClient or *redis.Ring (in a Ring or a
@@ -269,6 +275,11 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 	capacity := b.minTokens + b.ratio*float64(r.successes) + 1e-9
 	return math.Max(0, math.Floor((capacity-float64(r.used))*1e6)/1e6), nil
 }
+
+// CallContext implements [damper.CallContexter], as [Store.CallContext]
+// does: once one operation of a call has failed or timed out, its others
+// decide without asking Redis.
+func (b *Budget) CallContext(ctx context.Context) context.Context { return b.link.callContext(ctx) }
 
 // State returns where the budget's decisions come from now.
 func (b *Budget) State() State { return b.link.state() }

@@ -63,9 +63,10 @@
 // by its ReadTimeout (seconds), so the round trip runs on a goroutine of
 // its own that the caller stops waiting for, which costs some tens of
 // microseconds per operation and leaves a stuck connection busy until the
-// ReadTimeout. An operation that fails or
-// times out switches the budget to fallback ([StateFallback]) and logs one
-// line; it then decides without Redis:
+// ReadTimeout. An operation that fails or times out decides without Redis;
+// unless Redis answered another one meanwhile (see below), it also switches
+// the budget to fallback ([StateFallback]), with one log line, and every
+// operation but the probes then decides so:
 //
 //   - by default, a local damper.WindowBudget with the same parameters
 //     decides. It has heard this process's successes, and the units it took,
@@ -78,12 +79,28 @@
 // Successes heard during a fallback are counted locally only. Either way the
 // error is returned too, for Damper to log and count (its damper.store.errors
 // metric, by part and operation); errors of operations decided
-// without asking Redis match [ErrUnavailable]. During a fallback one operation
-// every [Options.ProbeInterval] (the timeout, by default) asks Redis again, and
-// the others decide at once; the first that Redis answers switches the budget
-// back ([StateShared]) and logs one line. [Budget.State] and [Budget.Stats]
-// show the state and count the switches, failures and unasked operations, for
-// metrics.
+// without asking Redis match [ErrUnavailable].
+//
+// A switch needs news of Redis, so that one outage makes one fallback and
+// one return, not a flapping between them. An operation's failure switches
+// to the fallback only when Redis has answered nothing since the operation
+// began: when it answered another in between, the failure was that
+// operation's own (a connection the outage left stuck, a queue behind the
+// callers coming back), and the store stays on Redis. During a fallback one
+// operation at a time asks Redis again, the probe, and none sooner than
+// [Options.ProbeInterval] (the timeout, by default) after the last one
+// ended; the others decide at once. Only a probe that Redis answers
+// switches back ([StateShared]); an answer to an operation sent before the
+// fallback does not. Each switch logs one line. [Budget.State] and
+// [Budget.Stats] show the state and count the switches, failures and
+// unasked operations, for metrics.
+//
+// A call waits out at most one timeout: Damper gives each call's context to
+// [Store.CallContext] (or [Budget.CallContext], for a budget given to
+// damper.WithBudget), and once one operation of the call has failed or
+// timed out, the call's others decide without asking Redis, whatever the
+// state. Operations in flight at once, as a hedged call's, may each wait
+// theirs.
 //
 // A Redis that restarts without persistence has lost the window's books:
 // the fleet starts the window again from MinTokens. An operation that timed
@@ -92,5 +109,5 @@
 // towards fewer retries, never more. go-redis stops dialing a server after
 // PoolSize failed dials in a row and then tries once a second: after a
 // long outage the budget is back on Redis within about a second of Redis,
-// after a short one within a probe interval.
+// after a short one within a probe interval and a timeout.
 package redisstore

@@ -14,6 +14,16 @@ import (
 // link is the way to Redis of a budget or a store, and what is known of
 // Redis's health: every part made by one store shares it, so that they fall
 // back together, probe once and come back together.
+//
+// It is up (shared), down (in fallback), or down with a probe in flight:
+// one operation at a time, by compare-and-swap, and none sooner than
+// probeEvery after the last one ended. A switch needs news of Redis: a
+// failure switches to the fallback only when Redis has answered nothing
+// since the failed operation began (an answer in between says that
+// operation's connection or queue failed, not Redis), and only a probe,
+// sent after the fallback began, switches back. So an answer or a failure
+// that comes late from the state before moves nothing, and one outage
+// makes one fallback and one return.
 type link struct {
 	client     redis.UniversalClient
 	name       string // the namespace, for errors and logs
@@ -25,10 +35,12 @@ type link struct {
 	failClosed bool
 	log        *slog.Logger
 
-	start     time.Time    // the origin of nextProbe, with a monotonic reading
+	// Times are in nanoseconds since start, with its monotonic reading.
+	start     time.Time
 	down      atomic.Bool  // in fallback
 	probing   atomic.Bool  // a probe's round trip is in flight
-	nextProbe atomic.Int64 // when the next probe is due, in nanoseconds since start
+	nextProbe atomic.Int64 // when the next probe may start
+	answered  atomic.Int64 // when Redis last answered within the timeout
 
 	mu    sync.Mutex // orders the switches and their log lines
 	since time.Time  // when the current fallback began
@@ -59,9 +71,17 @@ type reply struct {
 }
 
 // run runs script s on keys with args: one round trip, bounded by the
-// timeout. During a fallback only the probe that is due asks Redis; the
-// others get an error that matches ErrUnavailable at once.
+// timeout. During a fallback only the probe asks Redis, and after one
+// operation of a call has failed, the call's others do not ask it; those
+// not asked get an error that matches ErrUnavailable at once.
 func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (any, error) {
+	call, _ := ctx.Value(callKey{l}).(*callNote)
+	if call != nil {
+		if err := call.failed.Load(); err != nil {
+			l.unasked.Add(1)
+			return nil, fmt.Errorf("%w: %s on %q, after an earlier operation of the call failed: %w", ErrUnavailable, op, l.name, *err)
+		}
+	}
 	probe := false
 	if l.down.Load() {
 		if !l.startProbe() {
@@ -70,13 +90,14 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 		}
 		probe = true
 	}
+	began := l.now()
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var r reply
 	if l.inline {
 		r.v, r.err = s.Run(tctx, l.client, keys, args...).Result()
 		if probe {
-			l.probing.Store(false)
+			l.endProbe(r.err)
 		}
 	} else {
 		// The round trip runs apart so that the timeout holds all the same:
@@ -86,7 +107,7 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 		go func() {
 			v, err := s.Run(tctx, l.client, keys, args...).Result()
 			if probe {
-				l.probing.Store(false) // only now: one stuck probe at a time
+				l.endProbe(err) // only now: one stuck probe at a time
 			}
 			done <- reply{v, err}
 		}()
@@ -100,13 +121,47 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 		}
 	}
 	if r.err != nil {
-		if ctx.Err() == nil {
-			l.fail(op, r.err) // the caller's own end says nothing of Redis
+		err := fmt.Errorf("redisstore: %s on %q: %w", op, l.name, r.err)
+		if ctx.Err() == nil { // the caller's own end says nothing of Redis
+			l.failSince(op, r.err, began)
+			if call != nil {
+				call.failed.CompareAndSwap(nil, &err)
+			}
 		}
-		return nil, fmt.Errorf("redisstore: %s on %q: %w", op, l.name, r.err)
+		return nil, err
 	}
-	l.recover()
+	l.answer()
+	if probe {
+		l.recover()
+	}
 	return r.v, nil
+}
+
+// now returns the time since the link was made.
+func (l *link) now() int64 { return int64(time.Since(l.start)) }
+
+// answer records that Redis answered now.
+func (l *link) answer() {
+	now := l.now()
+	for {
+		last := l.answered.Load()
+		if last >= now || l.answered.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
+
+// callKey is the context key of a call's note on link l.
+type callKey struct{ l *link }
+
+// callNote is what a link knows of one call.
+type callNote struct {
+	failed atomic.Pointer[error] // the first failure of one of its operations
+}
+
+// callContext returns ctx with a note of its own for l, for one call.
+func (l *link) callContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callKey{l}, &callNote{})
 }
 
 // ints reads a script's reply of n integers.
@@ -143,14 +198,27 @@ func boundsItself(client redis.UniversalClient) bool {
 	return false
 }
 
-// startProbe reports whether this operation is the probe that is due.
+// startProbe reports whether this operation is the probe: no other is in
+// flight, and the last one ended at least probeEvery ago.
 func (l *link) startProbe() bool {
-	elapsed := int64(time.Since(l.start))
-	if elapsed < l.nextProbe.Load() || !l.probing.CompareAndSwap(false, true) {
+	now := l.now()
+	if now < l.nextProbe.Load() || !l.probing.CompareAndSwap(false, true) {
 		return false
 	}
-	l.nextProbe.Store(elapsed + int64(l.probeEvery))
+	if now < l.nextProbe.Load() { // another probe ended in between
+		l.probing.Store(false)
+		return false
+	}
 	return true
+}
+
+// endProbe ends the probe in flight, whose round trip ended with err; the
+// next may start probeEvery after a failed one.
+func (l *link) endProbe(err error) {
+	if err != nil {
+		l.nextProbe.Store(l.now() + int64(l.probeEvery))
+	}
+	l.probing.Store(false)
 }
 
 func (l *link) unavailable(op string) error {
@@ -162,18 +230,23 @@ func (l *link) unavailable(op string) error {
 
 // fail records a failed operation, switching to the fallback if the link
 // was up.
-func (l *link) fail(op string, err error) {
+func (l *link) fail(op string, err error) { l.failSince(op, err, l.now()) }
+
+// failSince records a failed operation that began at began (see now),
+// switching to the fallback if the link was up and Redis has answered
+// nothing since.
+func (l *link) failSince(op string, err error, began int64) {
 	l.failures.Add(1)
 	if l.down.Load() {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.down.Load() {
+	if l.down.Load() || l.answered.Load() >= began {
 		return
 	}
 	l.since, l.cause = time.Now(), err
-	l.nextProbe.Store(int64(time.Since(l.start) + l.probeEvery))
+	l.nextProbe.Store(l.now() + int64(l.probeEvery))
 	l.down.Store(true)
 	l.fallbacks.Add(1)
 	if l.log != nil {
@@ -191,7 +264,7 @@ func (l *link) fail(op string, err error) {
 	}
 }
 
-// recover switches back to Redis after a fallback.
+// recover switches back to Redis after a fallback: a probe was answered.
 func (l *link) recover() {
 	if !l.down.Load() {
 		return

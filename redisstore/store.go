@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 
 	"github.com/damper-ai/damper-go"
@@ -42,6 +43,14 @@ func (s *Store) Budget(settings damper.BudgetSettings) (damper.Budget, error) {
 	return newBudget(s.link, settings)
 }
 
+// CallContext implements [damper.CallContexter]: it returns ctx with a note
+// of its own, for one call. Once one operation given that context (or one
+// made from it) has failed or timed out, the call's other operations
+// decide without asking Redis, so that a call waits out at most one
+// timeout. Damper gives it every call's context; a caller of the parts
+// themselves may give one for each unit of work.
+func (s *Store) CallContext(ctx context.Context) context.Context { return s.link.callContext(ctx) }
+
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }
 
@@ -49,4 +58,7 @@ func (s *Store) State() State { return s.link.state() }
 // together.
 func (s *Store) Stats() Stats { return s.link.stats() }
 
-var _ damper.Store = (*Store)(nil)
+var (
+	_ damper.Store         = (*Store)(nil)
+	_ damper.CallContexter = (*Store)(nil)
+)
