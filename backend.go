@@ -55,7 +55,10 @@ type Backend struct {
 	Options []option.RequestOption
 	// Models maps a model, as the caller names it, to this backend's ID
 	// for it, ahead of [DefaultModelID]. A call whose model has no ID
-	// here or there does not fall back to this backend.
+	// here or there does not fall back to this backend, and says so: a
+	// [Skip] in its Report.Skipped, the damper.fallback.skipped counter,
+	// and a Warn line once per backend and model. A first-party backend
+	// needs no entry: it takes the model as the caller names it.
 	Models map[string]string
 	// Store keeps this backend's budget, throttle, breaker and rate-limit
 	// buckets; nil keeps them in memory. Give each backend a store of its
@@ -99,7 +102,8 @@ type backend struct {
 	provider string // "" for the primary: the request's own (providerOf)
 	client   *anthropic.Client
 	models   map[string]string
-	store    Store // where its parts keep their state
+	store    Store   // where its parts keep their state
+	skips    skipLog // the models logged as having no ID here
 
 	budget       Budget
 	attemptGates []attemptGate // the limiter, then the breaker

@@ -2,11 +2,17 @@ package damper
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/tidwall/sjson"
 )
@@ -90,6 +96,22 @@ type Fallback struct {
 	Reason string
 }
 
+// A Skip is a backend a call cannot fall back to with one of its models.
+type Skip struct {
+	// Backend is the backend's name.
+	Backend string
+	// Model is the model, as the caller, or Policy.Fallback for a sibling,
+	// names it.
+	Model string
+	// Reason is why: SkipNoModelID.
+	Reason string
+}
+
+// SkipNoModelID is the Reason of a [Skip] whose backend has no ID for the
+// model: neither the backend's Models nor [DefaultModelID] for its
+// Provider gives one. Backend.Models is the cure.
+const SkipNoModelID = "no_model_id"
+
 // route is one place a call's attempts can go: a backend, and the model
 // sent there.
 type route struct {
@@ -134,9 +156,100 @@ func (c *call) planRoutes() {
 		for _, b := range d.fallbacks {
 			if id, ok := b.modelID(model); ok {
 				c.addRoute(b, model, id)
+			} else {
+				c.skip(b, model, SkipNoModelID)
 			}
 		}
 	}
+}
+
+// skip records that the call cannot move to backend b with model, for
+// reason: in its report, in damper.fallback.skipped, and in a Warn line
+// the first time b meets model.
+func (c *call) skip(b *backend, model, reason string) {
+	c.report.Skipped = append(c.report.Skipped, Skip{Backend: b.name, Model: model, Reason: reason})
+	t := c.d.tel
+	t.m.skipped(c.ctx, b.name, reason)
+	if t.log == nil || !t.log.Enabled(c.ctx, slog.LevelWarn) {
+		return
+	}
+	shown := boundedModel(model)
+	switch b.skips.first(shown) {
+	case skipFirst:
+		t.log.LogAttrs(c.ctx, slog.LevelWarn, "damper: cannot fall back to a backend with this model",
+			slog.String("backend", b.name), slog.String("provider", b.provider),
+			slog.String("model", shown), slog.String("reason", reason),
+			slog.String("fix", "give the backend's ID for the model in Backend.Models"))
+	case skipFull:
+		t.log.LogAttrs(c.ctx, slog.LevelWarn, "damper: more models cannot fall back to a backend; no longer logged one by one",
+			slog.String("backend", b.name), slog.String("provider", b.provider),
+			slog.Int("models_logged", maxSkipsLogged), slog.String("reason", reason))
+	}
+}
+
+// skipped counts a backend left out of a call's routes, by its name and
+// the reason.
+func (m *metrics) skipped(ctx context.Context, backend, reason string) {
+	if m.fallbackSkips.Enabled(ctx) {
+		m.fallbackSkips.Add(ctx, 1, m.attrs(keyBackend.String(backend), keyFallbackReason.String(reason)))
+	}
+}
+
+// maxSkipsLogged bounds the models a backend logs a Skip for, one line
+// each: callers name any model they like.
+const maxSkipsLogged = 64
+
+// maxModelShown bounds the length of a model's name in a log line and in
+// the set of those logged.
+const maxModelShown = 128
+
+// boundedModel is model cut to maxModelShown bytes, and to valid UTF-8.
+func boundedModel(model string) string {
+	if len(model) <= maxModelShown && utf8.ValidString(model) {
+		return model
+	}
+	if len(model) > maxModelShown {
+		model = model[:maxModelShown]
+	}
+	return strings.ToValidUTF8(model, "")
+}
+
+// skipLog is the set of the models a backend has logged a Skip for: a Warn
+// once per model, for at most maxSkipsLogged models, then one line saying
+// that the rest go unlogged.
+type skipLog struct {
+	seen sync.Map // model (bounded) → struct{}, read without the lock
+	full atomic.Bool
+	mu   sync.Mutex
+	n    int // models in seen, under mu
+}
+
+// skipNews is what skipLog.first says of a model.
+type skipNews uint8
+
+const (
+	skipSeen  skipNews = iota // logged before, or the set is full
+	skipFirst                 // new: log it
+	skipFull                  // new, and the set has just run out of room
+)
+
+// first enters model in the set, and says whether it is new.
+func (l *skipLog) first(model string) skipNews {
+	if _, ok := l.seen.Load(model); ok || l.full.Load() {
+		return skipSeen
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen.Load(model); ok || l.full.Load() {
+		return skipSeen
+	}
+	if l.n == maxSkipsLogged {
+		l.full.Store(true)
+		return skipFull
+	}
+	l.seen.Store(model, struct{}{})
+	l.n++
+	return skipFirst
 }
 
 func (c *call) addRoute(b *backend, model, sendAs string) {
@@ -198,7 +311,11 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 		return false
 	}
 	if r.b.client != nil || r.sendAs != "" {
-		body, err := c.routeBody(r.sendAs)
+		sendAs := r.sendAs
+		if sendAs == c.report.Model {
+			sendAs = "" // the body names it already
+		}
+		body, err := c.routeBody(sendAs)
 		if err != nil {
 			return false
 		}

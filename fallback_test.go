@@ -279,15 +279,22 @@ func TestFallbackKeepsTheDeadline(t *testing.T) {
 	}
 }
 
-// A model the second backend has no ID for does not move to it.
+// A model the second backend has no ID for does not move to it, and the
+// report says why; Backend.Models gives one.
 func TestFallbackNeedsAModelID(t *testing.T) {
 	r := newFallbackRig(t, damper.Policy{MaxAttempts: 1}, func(opts []option.RequestOption) damper.Backend {
 		return damper.Backend{Name: "second", Provider: damper.ProviderBedrock, Options: opts,
 			Models: map[string]string{"claude-sonnet-4-6": "anthropic.claude-sonnet-4-6"}}
 	})
 	r.primary.Script("", dampertest.Status(529))
-	if _, err := r.call(t, "claude-unknown-9"); err == nil || r.second.Count("") != 0 {
-		t.Fatalf("err %v, second got %d: want the primary's 529 and no move", err, r.second.Count(""))
+	rep, err := r.call(t, "claude-unknown-9")
+	wantSkip := []damper.Skip{{Backend: "second", Model: "claude-unknown-9", Reason: damper.SkipNoModelID}}
+	if err == nil || r.second.Count("") != 0 || !slices.Equal(rep.Skipped, wantSkip) {
+		t.Fatalf("err %v, second got %d, skipped %+v: want the primary's 529, no move, skipped %+v", err, r.second.Count(""), rep.Skipped, wantSkip)
+	}
+	rep, err = r.call(t, "claude-sonnet-4-6")
+	if err != nil || backends(rep) != "primary,second" || rep.AttemptLog[1].Model != "anthropic.claude-sonnet-4-6" || rep.Skipped != nil {
+		t.Fatalf("err %v, attempts on %s, skipped %+v: want an answer from second under Models' ID", err, backends(rep), rep.Skipped)
 	}
 }
 
@@ -332,7 +339,18 @@ func TestDefaultModelID(t *testing.T) {
 		{damper.ProviderVertex, "claude-haiku-4-5", "claude-haiku-4-5@20251001"},
 		{damper.ProviderVertex, "anthropic.claude-3-5-haiku-20241022-v1:0", "claude-3-5-haiku@20241022"},
 		{damper.ProviderVertex, "claude-sonnet-4-6", ""},
+		{damper.ProviderBedrock, "claude-opus-5-5", ""},
 		{"openai", "claude-sonnet-4-5", ""},
+		// The first-party API takes a model as it is named, unless it is
+		// in a platform's form.
+		{damper.ProviderAnthropic, "claude-sonnet-4-6", "claude-sonnet-4-6"},
+		{damper.ProviderAnthropic, "claude-opus-5-5", "claude-opus-5-5"},
+		{damper.ProviderAnthropic, "claude-sonnet-4-6-20260101", "claude-sonnet-4-6-20260101"},
+		{damper.ProviderAnthropic, "global.anthropic.claude-sonnet-4-6", ""},
+		{damper.ProviderAnthropic, "anthropic.claude-opus-4-6-v1", ""},
+		{damper.ProviderAnthropic, "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc", ""},
+		{damper.ProviderAnthropic, "claude-sonnet-4-6@20260101", ""},
+		{damper.ProviderAnthropic, "", ""},
 	}
 	for _, tt := range tests {
 		got, ok := damper.DefaultModelID(tt.provider, tt.model)

@@ -17,8 +17,8 @@ type platformModel struct {
 }
 
 // platformModels is the default table, for models that every platform
-// serves under a published ID. Models missing from it need
-// Backend.Models.
+// serves under a published ID. Models missing from it need Backend.Models
+// on Bedrock and Vertex; a first-party backend takes them as named.
 var platformModels = []platformModel{
 	{"claude-opus-4-5", "claude-opus-4-5-20251101", "global.anthropic.claude-opus-4-5-20251101-v1:0", "claude-opus-4-5@20251101"},
 	{"claude-opus-4-1", "claude-opus-4-1-20250805", "us.anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4-1@20250805"},
@@ -54,8 +54,18 @@ func bedrockBase(id string) string {
 
 // DefaultModelID returns the ID that the platform provider (ProviderAnthropic,
 // ProviderBedrock, ProviderVertex) gives model, which may be named as any
-// platform names it, or false when the default table has no entry for
-// it. The table:
+// platform names it, or false when it has none for it.
+//
+// The first-party API takes a model as the caller names it: a model of
+// the table below named as Bedrock or Vertex names it becomes its
+// first-party ID, and any other model passes as it is, unless it is in a
+// platform's own form (Bedrock's anthropic. prefix or an ARN, Vertex's
+// @date), which the first-party API does not serve.
+//
+// Bedrock and Vertex IDs come from the table alone, never guessed from the
+// first-party ID: a guess the platform does not serve would end the call
+// there with a 4xx, which no backend after it gets. A model the table
+// lacks has no default ID on them, and needs Backend.Models. The table:
 //
 //	first-party                 Bedrock                                             Vertex
 //	claude-opus-4-5-20251101    global.anthropic.claude-opus-4-5-20251101-v1:0      claude-opus-4-5@20251101
@@ -71,13 +81,19 @@ func bedrockBase(id string) string {
 // Bedrock the IDs are those of the cross-region inference profiles the
 // models are served on demand through: global where there is one, else
 // the United States'. Give Backend.Models for another geography (eu.,
-// apac.), a provisioned model's ARN, or a model the table lacks.
+// apac.), a provisioned model's ARN, or a model the table lacks: the
+// models newer than the table (claude-sonnet-4-6, claude-opus-4-6 and
+// after) among them.
 func DefaultModelID(provider, model string) (string, bool) {
 	p, ok := modelIndex[model]
 	if !ok {
-		if p, ok = modelIndex[bedrockBase(model)]; !ok {
-			return "", false
-		}
+		p, ok = modelIndex[bedrockBase(model)]
+	}
+	switch {
+	case !ok && provider == ProviderAnthropic && firstPartyForm(model):
+		return model, true
+	case !ok:
+		return "", false
 	}
 	switch provider {
 	case ProviderAnthropic:
@@ -94,4 +110,12 @@ func DefaultModelID(provider, model string) (string, bool) {
 		return p.vertex, true
 	}
 	return "", false
+}
+
+// firstPartyForm reports whether model may be a first-party model ID: not
+// empty, and in neither Bedrock's form (anthropic., an ARN) nor Vertex's
+// (@date).
+func firstPartyForm(model string) bool {
+	return model != "" && !strings.Contains(model, "anthropic.") &&
+		!strings.HasPrefix(model, "arn:") && !strings.Contains(model, "@")
 }

@@ -35,6 +35,12 @@ type Report struct {
 	// Fallbacks lists the call's moves from a backend or a model to the
 	// next, in order (see [FallbackPolicy]).
 	Fallbacks []Fallback
+	// Skipped lists the backends of [WithBackends] the call cannot move
+	// to with its model, or with a sibling of [FallbackPolicy].Models, and
+	// why: it falls back to the others alone, or not at all. It is known
+	// when the call starts, so it is filled in whether or not the call
+	// needed to move.
+	Skipped []Skip
 
 	Attempts int
 	// Outcome is how the call ended; empty while a stream is still open.

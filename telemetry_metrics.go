@@ -27,6 +27,7 @@ const (
 	metricHedges          = "damper.hedges"
 	metricStoreErrors     = "damper.store.errors"
 	metricFallbacks       = "damper.fallbacks"
+	metricFallbackSkips   = "damper.fallback.skipped"
 )
 
 // The results of a hedge, in damper.hedges.
@@ -56,6 +57,8 @@ type metrics struct {
 	hedges    metric.Int64Counter
 	storeErrs metric.Int64Counter
 	fallbacks metric.Int64Counter
+	// fallbackSkips counts the backends a call cannot move to (fallback.go).
+	fallbackSkips metric.Int64Counter
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool
@@ -95,6 +98,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget 
 			metric.WithDescription("Operations of a Store's part (budget, throttle, breaker, limiter) that failed, such as Redis being unreachable: the part decided without it.")))(none.Int64Counter(metricStoreErrors)),
 		fallbacks: instrument(meter.Int64Counter(metricFallbacks, metric.WithUnit("{fallback}"),
 			metric.WithDescription("Moves of Messages calls from a backend or model to the next, by the backends left and entered and the reason.")))(none.Int64Counter(metricFallbacks)),
+		fallbackSkips: instrument(meter.Int64Counter(metricFallbackSkips, metric.WithUnit("{skip}"),
+			metric.WithDescription("Backends a Messages call cannot fall back to with its model, once per call, backend and model, by backend and reason (no_model_id: give Backend.Models).")))(none.Int64Counter(metricFallbackSkips)),
 	}
 	m.gen = newGenAIMetrics(meter)
 	if lim != nil {
