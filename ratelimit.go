@@ -379,16 +379,16 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 			c.storeError(partLimiter, "paused_until", err)
 		}
 		if r.Taken() && !due.After(now) {
-			return admission{pass: &limitPass{group: g, r: r, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
+			return admission{pass: &limitPass{group: g, r: r, ticket: ticket, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
 		}
 		if due.After(latest) {
-			g.cancel(c, r, now)
+			g.cancel(c, r, ticket, now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := c.waitUntil(l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
-			g.cancel(c, r, now)
+			g.cancel(c, r, ticket, now)
 			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
 	}
@@ -403,11 +403,21 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// cancel gives back all that r took: its attempt was never sent.
-func (g *limitGroup) cancel(c *call, r RateReservation, now time.Time) {
+// cancel gives back all that r took, and t's place in the batch line: its
+// attempt was never sent.
+func (g *limitGroup) cancel(c *call, r RateReservation, t *RateTicket, now time.Time) {
 	if r.Taken() {
 		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, RateAmounts{}, [3]bool{true, true, true}))
 	}
+	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
+}
+
+// leave takes t out of the batch line, if it holds a place there.
+func (g *limitGroup) leave(ctx context.Context, t *RateTicket, now time.Time) error {
+	if t == nil || t.Slot.IsZero() {
+		return nil
+	}
+	return g.g.Leave(ctx, now, t)
 }
 
 func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
@@ -455,8 +465,9 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
-	group *limitGroup
-	r     RateReservation
+	group  *limitGroup
+	r      RateReservation
+	ticket *RateTicket // a batch attempt's place in the batch line
 	cost  RateAmounts     // what it asked for
 	sent  time.Time       // when the line let it go
 	ctx   context.Context // the call's, without its cancellation when the store outlives the call
@@ -470,6 +481,7 @@ type limitPass struct {
 func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	if !e.outcome.Success && e.failure == nil {
 		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
+		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
 		return
 	}
 	if o, ok := rateHeaders(e.header); ok {
