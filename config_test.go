@@ -303,6 +303,12 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{`{"backoff_base": "1m"}`, "backoff_base", `backoff_base: "1m0s": must not exceed backoff_max (30s)`},
 		{`{"breaker": {"open_for": "10m"}}`, "breaker.max_open_for", `breaker.max_open_for: "5m0s" (the default): must not be shorter than open_for (10m0s)`},
 		{`{"rate_limit": {"limits": {"": {}}}}`, "rate_limit.limits", `rate_limit.limits: "": a limit group needs a name`},
+		{`{"rate_limit": {"limits": {"claude-sonnet-4-5": {}, "claude-sonnet-4-6-20260101": {}}}}`, "rate_limit.limits.claude-sonnet-4-6-20260101",
+			`rate_limit.limits.claude-sonnet-4-6-20260101: "claude-sonnet-4-6-20260101": names the limit group "claude-sonnet-4", as "claude-sonnet-4-5" does`},
+		{`{"rate_limit": {"limits": {"claude-opus-4": {}, "Claude-Opus-4-1": {}}}}`, "rate_limit.limits.claude-opus-4",
+			`rate_limit.limits.claude-opus-4: "claude-opus-4": names the limit group "claude-opus-4", as "Claude-Opus-4-1" does`},
+		{`{"rate_limit": {"limits": {"` + strings.Repeat("m", 300) + `": {}}}}`, "rate_limit.limits",
+			`rate_limit.limits: "` + strings.Repeat("m", 64) + `"...: a key is a model ID or a limit group's name, at most 256 bytes of UTF-8`},
 		// Names.
 		{`{"on_budget_exhausted": "retry"}`, "on_budget_exhausted", `on_budget_exhausted: "retry": want "raise" or "passthrough"`},
 		{`{"on_budget_exhausted": "Raise"}`, "on_budget_exhausted", `on_budget_exhausted: "Raise": want "raise" or "passthrough"`},

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
@@ -49,10 +50,14 @@ import (
 // The zero value learns every limit and has the defaults written beside
 // each field; a nil *RateLimitPolicy in a Policy means no limiter.
 type RateLimitPolicy struct {
-	// Limits configures the limits of the groups named (keys as
-	// [LimitGroup] returns them); a zero field is learned. A configured
-	// limit may be lower than the API's, to leave room for other services:
-	// the headers then only lower the bucket's level, never its limit.
+	// Limits configures the limits of limit groups, each key a model ID
+	// or a group's name and applying to its group, LimitGroup(key):
+	// "claude-sonnet-4-5" configures "claude-sonnet-4". Two keys of one
+	// group are an error, and a key is at most 256 bytes of UTF-8; the
+	// Policy a Damper reports has the groups' names as keys. A zero field
+	// is learned. A configured limit may be lower than the API's, to leave
+	// room for other services: the headers then only lower the bucket's
+	// level, never its limit.
 	Limits map[string]RateLimits
 	// MaxWait is the longest an attempt waits in line. Default 30 s;
 	// [None] never waits: an attempt that finds no room fails at once
@@ -124,12 +129,18 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
 	}
 	limits := make(map[string]RateLimits, len(p.Limits))
-	for _, group := range slices.Sorted(maps.Keys(p.Limits)) {
-		l := p.Limits[group]
-		field := fmt.Sprintf("RateLimit.Limits[%q]", group)
+	keyOf := make(map[string]string, len(p.Limits)) // the key that named each group
+	for _, key := range slices.Sorted(maps.Keys(p.Limits)) {
+		l := p.Limits[key]
+		field := fmt.Sprintf("RateLimit.Limits[%q]", key)
+		group := LimitGroup(key)
 		switch {
-		case group == "":
+		case key == "":
 			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
+		case len(key) > maxLimitKey || !utf8.ValidString(key):
+			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxLimitKey))
+		case keyOf[group] != "":
+			return nil, fieldError(field, strconv.Quote(key), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
 		case l.RequestsPerMinute < 0:
 			return nil, fieldError(field+".RequestsPerMinute", l.RequestsPerMinute, "must be at least 0 (0 means learned)")
 		case l.InputTokensPerMinute < 0:
@@ -137,6 +148,7 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		case l.OutputTokensPerMinute < 0:
 			return nil, fieldError(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, "must be at least 0 (0 means learned)")
 		}
+		keyOf[group] = key
 		limits[group] = l
 	}
 	p.Limits = limits
@@ -149,8 +161,19 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	return &p, nil
 }
 
-// LimitGroup returns the rate-limit group of a model ID, the key of
-// [RateLimitPolicy.Limits]: the API limits a model family as a whole, so
+// maxLimitKey bounds a key of RateLimitPolicy.Limits.
+const maxLimitKey = 256
+
+// quoteKey quotes the start of a key too long or not UTF-8, for an error.
+func quoteKey(key string) string {
+	if len(key) <= 64 {
+		return strconv.Quote(key)
+	}
+	return strconv.Quote(key[:64]) + "..."
+}
+
+// LimitGroup returns the rate-limit group of a model ID, which a key of
+// [RateLimitPolicy.Limits] configures: the API limits a model family as a whole, so
 // every dated, platform and minor version of one family and major version
 // shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
 // "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
@@ -467,10 +490,10 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 type limitPass struct {
 	group  *limitGroup
 	r      RateReservation
-	ticket *RateTicket // a batch attempt's place in the batch line
-	cost  RateAmounts     // what it asked for
-	sent  time.Time       // when the line let it go
-	ctx   context.Context // the call's, without its cancellation when the store outlives the call
+	ticket *RateTicket     // a batch attempt's place in the batch line
+	cost   RateAmounts     // what it asked for
+	sent   time.Time       // when the line let it go
+	ctx    context.Context // the call's, without its cancellation when the store outlives the call
 }
 
 // settle corrects the buckets from the response's headers, pauses them

@@ -738,3 +738,39 @@ func TestRateLimitBatchCallersThatGiveUpLeaveTheLine(t *testing.T) {
 		}
 	})
 }
+
+// A key of Limits that is a model ID configures its limit group, in a
+// policy file as in Go: "claude-sonnet-4-5" limits every model of
+// claude-sonnet-4, and two keys of one group are refused, naming both.
+func TestRateLimitLimitsKeyedByModel(t *testing.T) {
+	fromFile, err := damper.ParsePolicyYAML([]byte("rate_limit:\n  max_wait: 0\n  limits:\n    claude-sonnet-4-5: {requests_per_minute: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromGo := damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None,
+		Limits: map[string]damper.RateLimits{"claude-sonnet-4-5-20250929": {RequestsPerMinute: 1}}}}
+	for name, p := range map[string]damper.Policy{"file": fromFile, "go": fromGo} {
+		synctest.Test(t, func(t *testing.T) {
+			r := newRLRig(t, p, func(_ int, w http.ResponseWriter, _ *http.Request) { answerPlain(w, 1, 0, 0, 1) })
+			if got := r.d.Policy().RateLimit.Limits; len(got) != 1 || got["claude-sonnet-4"].RequestsPerMinute != 1 {
+				t.Fatalf("%s: the Damper's limits %v, want claude-sonnet-4's", name, got)
+			}
+			// claude-sonnet-4-6 is of the same group: its second call
+			// finds the bucket empty.
+			if _, err := r.call(context.Background(), 16); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if _, err := r.call(context.Background(), 16); !errors.Is(err, damper.ErrRateLimited) {
+				t.Fatalf("%s: second call: %v, want ErrRateLimited", name, err)
+			}
+			if s := r.bucketState(t, "requests"); s.Limit != 1 || s.Learned {
+				t.Fatalf("%s: requests bucket %+v, want the configured limit", name, s)
+			}
+		})
+	}
+	_, err = damper.New(damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{
+		"claude-sonnet-4": {RequestsPerMinute: 5}, "claude-sonnet-4-6": {RequestsPerMinute: 9}}}})
+	if err == nil || !strings.Contains(err.Error(), `RateLimit.Limits["claude-sonnet-4-6"] = "claude-sonnet-4-6": names the limit group "claude-sonnet-4", as "claude-sonnet-4" does`) {
+		t.Fatalf("two keys of one group: %v", err)
+	}
+}
