@@ -177,16 +177,51 @@ func quoteKey(key string) string {
 // every dated, platform and minor version of one family and major version
 // shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
 // "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
-// ID of another shape is its own group, without its date.
+// ID of another shape is its own group, without its date, in lower case;
+// but one whose group would be empty, longer than 128 bytes or hold bytes
+// other than the letters, digits and . _ : @ / - of model IDs is in the
+// group "(other)", so that a group's name is always short and printable.
 func LimitGroup(model string) string {
+	if len(model) > 2*maxGroupName {
+		return otherGroup
+	}
 	fam := ModelFamily(model)
 	parts := strings.Split(fam, "-")
 	// claude-<name>-<major>[-<minor>]: one group per name and major version.
 	if len(parts) >= 3 && parts[0] == "claude" && !isNumber(parts[1]) && isNumber(parts[2]) {
-		return strings.Join(parts[:3], "-")
+		fam = strings.Join(parts[:3], "-")
+	}
+	if fam == "" || len(fam) > maxGroupName {
+		return otherGroup
+	}
+	for i := 0; i < len(fam); i++ {
+		switch c := fam[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', strings.IndexByte("._:@/-", c) >= 0:
+		default:
+			return otherGroup
+		}
 	}
 	return fam
 }
+
+const (
+	// otherGroup is the group of the model IDs LimitGroup does not give
+	// a group of their own, and of the models whose group would be new
+	// while the limiter holds maxLimitGroups.
+	otherGroup   = "(other)"
+	maxGroupName = 128
+
+	// maxLimitGroups bounds the groups a limiter holds, besides the
+	// configured ones and otherGroup: every model a client names may be
+	// a group of its own.
+	maxLimitGroups = 256
+	// groupIdle is how long a group is kept after its last attempt:
+	// longer than a bucket takes to refill, so that a group dropped is
+	// one whose buckets are full and which no attempt holds.
+	groupIdle = 10 * time.Minute
+	// sweepEvery is how often the limiter looks for idle groups.
+	sweepEvery = time.Minute
+)
 
 func isNumber(s string) bool {
 	_, err := strconv.Atoi(s)
@@ -244,9 +279,12 @@ type limiter struct {
 	mu     sync.Mutex
 	groups map[string]*limitGroup // by group name; requires mu
 
-	// byModel remembers each model ID's group, up to maxResolved IDs.
+	// byModel remembers each model ID's group, up to maxResolved IDs of
+	// at most maxLimitKey bytes; a dropped group's IDs are forgotten.
 	byModel      sync.Map // string → *limitGroup
 	byModelCount atomic.Int32
+
+	nextSweep atomic.Int64 // when to look for idle groups, in Unix nanoseconds
 }
 
 // limitGroup is one group's buckets, and how long its attempts take.
@@ -257,6 +295,47 @@ type limitGroup struct {
 	tel        *telemetry // for its store's errors
 	cacheAware bool
 	took       attemptTimes
+
+	// users counts the attempts between their admission (a wait in line
+	// included) and their settling; -1 once the group is dropped, after
+	// which no attempt may use it.
+	users   atomic.Int64
+	lastUse atomic.Int64 // the last admission or settling, in Unix nanoseconds
+}
+
+// acquire counts an attempt in, unless g was dropped.
+func (g *limitGroup) acquire(now time.Time) bool {
+	for {
+		n := g.users.Load()
+		if n < 0 {
+			return false
+		}
+		if g.users.CompareAndSwap(n, n+1) {
+			g.lastUse.Store(now.UnixNano())
+			return true
+		}
+	}
+}
+
+// release counts an attempt out.
+func (g *limitGroup) release(now time.Time) {
+	g.lastUse.Store(now.UnixNano())
+	g.users.Add(-1)
+}
+
+// atRest reports whether dropping g loses nothing but its learned limits:
+// its store keeps its state, or its buckets are full and not paused.
+func (g *limitGroup) atRest(now time.Time) bool {
+	if g.kept {
+		return true
+	}
+	st, _ := g.g.State(context.Background(), now)
+	for _, b := range st {
+		if !b.PausedUntil.IsZero() || b.Limit > 0 && b.Remaining < b.Limit {
+			return false
+		}
+	}
+	return true
 }
 
 // attemptTimes follows how long a group's answered attempts take (to the
@@ -296,27 +375,92 @@ func newLimiter(p *RateLimitPolicy, clock Clock, store Store) *limiter {
 	return &limiter{p: p, clock: clock, store: store, groups: map[string]*limitGroup{}}
 }
 
-// group returns the group of model, made on first use.
+// group returns the group of model, made on first use: while the limiter
+// holds maxLimitGroups groups (idle ones dropped first), a model of a new
+// group that is not configured goes to otherGroup.
 func (l *limiter) group(model string) *limitGroup {
-	if g, ok := l.byModel.Load(model); ok {
+	if g, ok := l.byModel.Load(model); ok && g.(*limitGroup).users.Load() >= 0 {
 		return g.(*limitGroup)
 	}
 	name := LimitGroup(model)
 	l.mu.Lock()
 	g, ok := l.groups[name]
 	if !ok {
-		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
-		_, inMemory := g.g.(memoryBuckets)
-		g.kept = !inMemory
-		l.groups[name] = g
+		now := l.clock.Now()
+		if _, configured := l.p.Limits[name]; !configured && name != otherGroup && l.unconfigured() >= maxLimitGroups {
+			l.sweep(now)
+			if l.unconfigured() >= maxLimitGroups {
+				name = otherGroup
+				g, ok = l.groups[name]
+			}
+		}
+		if !ok {
+			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
+			_, inMemory := g.g.(memoryBuckets)
+			g.kept = !inMemory
+			g.lastUse.Store(now.UnixNano())
+			l.groups[name] = g
+		}
 	}
 	l.mu.Unlock()
-	if l.byModelCount.Load() < maxResolved {
-		if _, loaded := l.byModel.LoadOrStore(model, g); !loaded {
-			l.byModelCount.Add(1)
+	if len(model) <= maxLimitKey {
+		if _, ok := l.byModel.Load(model); ok {
+			l.byModel.Store(model, g) // in place of a dropped group
+		} else if l.byModelCount.Load() < maxResolved {
+			if _, loaded := l.byModel.LoadOrStore(model, g); !loaded {
+				l.byModelCount.Add(1)
+			}
 		}
 	}
 	return g
+}
+
+// unconfigured counts the groups that maxLimitGroups bounds; it requires
+// l.mu.
+func (l *limiter) unconfigured() int {
+	n := len(l.groups)
+	for name := range l.p.Limits {
+		if _, ok := l.groups[name]; ok {
+			n--
+		}
+	}
+	if _, ok := l.groups[otherGroup]; ok {
+		n--
+	}
+	return n
+}
+
+// sweep drops the groups unused for groupIdle that no attempt holds and
+// whose buckets are at rest: one that comes back is new, its configured
+// limits full and its learned ones learned again from the next response.
+// It requires l.mu.
+func (l *limiter) sweep(now time.Time) {
+	l.nextSweep.Store(now.Add(sweepEvery).UnixNano())
+	idleSince := now.Add(-groupIdle).UnixNano()
+	dropped := false
+	for name, g := range l.groups {
+		if g.lastUse.Load() > idleSince || g.users.Load() != 0 || !g.atRest(now) || !g.users.CompareAndSwap(0, -1) {
+			continue
+		}
+		delete(l.groups, name)
+		dropped = true
+	}
+	if dropped {
+		l.byModel.Range(func(model, g any) bool {
+			if g.(*limitGroup).users.Load() < 0 && l.byModel.CompareAndDelete(model, g) {
+				l.byModelCount.Add(-1)
+			}
+			return true
+		})
+	}
+}
+
+// maybeSweep sweeps when it is time, unless another goroutine holds l.mu.
+func (l *limiter) maybeSweep(now time.Time) {
+	if now.UnixNano() >= l.nextSweep.Load() && l.mu.TryLock() {
+		l.sweep(now)
+		l.mu.Unlock()
+	}
 }
 
 // buckets makes the buckets of group: the store's, or, when it keeps none
@@ -378,6 +522,10 @@ func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 // reservation back when it refuses, or the wait is cut short.
 func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	cr := l.forCall(c)
+	l.maybeSweep(now)
+	for !cr.group.acquire(now) { // dropped while the call was between attempts
+		cr.group = l.group(c.route.model)
+	}
 	g := cr.group
 	latest := now
 	if !a.hedge {
@@ -406,12 +554,14 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 		}
 		if due.After(latest) {
 			g.cancel(c, r, ticket, now)
+			g.release(now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := c.waitUntil(l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
 			g.cancel(c, r, ticket, now)
+			g.release(now)
 			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
 	}
@@ -494,6 +644,14 @@ type limitPass struct {
 	cost   RateAmounts     // what it asked for
 	sent   time.Time       // when the line let it go
 	ctx    context.Context // the call's, without its cancellation when the store outlives the call
+	done   atomic.Bool     // settled: the group is no longer held
+}
+
+// release lets the group go, once, when the reservation is settled.
+func (p *limitPass) release(now time.Time) {
+	if p.done.CompareAndSwap(false, true) {
+		p.group.release(now)
+	}
 }
 
 // settle corrects the buckets from the response's headers, pauses them
@@ -505,6 +663,7 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	if !e.outcome.Success && e.failure == nil {
 		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
 		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
+		p.release(now)
 		return
 	}
 	if o, ok := rateHeaders(e.header); ok {
@@ -520,14 +679,17 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 		}
 		p.settleBy(now, RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
 	case e.streamOpen:
+		return // settled at the stream's end
 	default:
 		p.settleUsage(now, e.usage)
 	}
+	p.release(now)
 }
 
 // settleEnd settles a stream's reservation at the stream's end.
 func (p *limitPass) settleEnd(now time.Time, u usage) {
 	p.settleUsage(now, u)
+	p.release(now)
 }
 
 // settleUsage settles the reservation by u; without usage the reservation

@@ -482,6 +482,15 @@ func TestLimitGroup(t *testing.T) {
 		"claude-haiku-4-5@20251001":                  "claude-haiku-4",
 		"claude-3-5-haiku-20241022":                  "claude-3-5-haiku",
 		"my-model":                                   "my-model",
+		"My-Model@20250101":                          "my-model",
+		"":                                           "(other)",
+		"bad\xff\xfe":                                "(other)",
+		"a model":                                    "(other)",
+		"claude-\xff-4-5":                            "(other)",
+		strings.Repeat("m", 128):                     strings.Repeat("m", 128),
+		strings.Repeat("m", 129):                     "(other)",
+		strings.Repeat("m", 1<<20):                   "(other)",
+		"claude-sonnet-4-" + strings.Repeat("9", 300): "(other)",
 	} {
 		if got := damper.LimitGroup(model); got != want {
 			t.Errorf("LimitGroup(%q) = %q, want %q", model, got, want)
