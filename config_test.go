@@ -156,7 +156,7 @@ throttle: {}                 # a throttle with its defaults
 rate_limit:
   max_wait: 1m30s
   priority: batch            # or interactive
-  limits:
+  limits:                    # by limit group, or by a model ID of the group
     claude-sonnet-4: {requests_per_minute: 4000}
 hedge: {quantile: 0.9, min_delay: 250ms}
 `

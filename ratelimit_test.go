@@ -495,6 +495,10 @@ func TestLimitGroup(t *testing.T) {
 		if got := damper.LimitGroup(model); got != want {
 			t.Errorf("LimitGroup(%q) = %q, want %q", model, got, want)
 		}
+		// A group's name is its own group: a key of Limits may be either.
+		if got := damper.LimitGroup(want); got != want {
+			t.Errorf("LimitGroup(%q) = %q, want it unchanged", want, got)
+		}
 	}
 }
 
