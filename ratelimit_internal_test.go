@@ -295,3 +295,37 @@ func TestRateLimitGroupsBounded(t *testing.T) {
 		}
 	})
 }
+
+// A call whose group was dropped while it was between attempts finds the
+// group anew at its next attempt, and takes from that one.
+func TestRateLimitCallOutlivesItsGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Policy{RateLimit: &RateLimitPolicy{
+			Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 10}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := d.primary.limiter
+		c := limiterCall(d, context.Background())
+		answered := attemptEvent{outcome: AttemptOutcome{Success: true}}
+		l.admitAttempt(c, &attempt{n: 1}, time.Now()).pass.settle(time.Now(), answered)
+		old := c.route.rate.group
+		time.Sleep(groupIdle) // its backoff, say
+		l.maybeSweep(time.Now())
+		if old.users.Load() >= 0 {
+			t.Fatal("the idle group was not dropped")
+		}
+		adm := l.admitAttempt(c, &attempt{n: 2}, time.Now())
+		g := c.route.rate.group
+		if adm.pass == nil || g == old || g.users.Load() != 1 {
+			t.Fatalf("second attempt: pass %v, same group %v, users %d", adm.pass != nil, g == old, g.users.Load())
+		}
+		if s := d.RateLimits(); len(s) != 3 || s[0].Group != "claude-sonnet-4" || s[0].Remaining != 9 {
+			t.Fatalf("buckets %+v, want the new group's, its first request taken", s)
+		}
+		adm.pass.settle(time.Now(), answered)
+		if g.users.Load() != 0 {
+			t.Fatalf("users %d after settling", g.users.Load())
+		}
+	})
+}
