@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
@@ -119,7 +120,8 @@ type ThrottleConfig struct {
 
 // RateLimitConfig is a [RateLimitPolicy] in a [PolicyConfig].
 type RateLimitConfig struct {
-	// Limits is keyed by limit group, as [LimitGroup] names them.
+	// Limits is keyed by model ID or limit group, each key applying to its
+	// group, as [LimitGroup] names them (see [RateLimitPolicy.Limits]).
 	Limits     map[string]RateLimitsConfig `json:"limits,omitempty"`
 	MaxWait    *Duration                   `json:"max_wait,omitempty"`
 	Priority   *string                     `json:"priority,omitempty"` // "interactive" or "batch"
@@ -677,8 +679,12 @@ func (c PolicyConfig) Policy() (Policy, error) {
 			p.RateLimit.Limits = make(map[string]RateLimits, len(r.Limits))
 			cv.fields["RateLimit.Limits"] = configField{path: "rate_limit.limits", written: `""`}
 			for _, group := range slices.Sorted(maps.Keys(r.Limits)) {
+				if len(group) > maxLimitKey || !utf8.ValidString(group) {
+					return Policy{}, configError("rate_limit.limits", "%s: a key is a model ID or a limit group's name, at most %d bytes of UTF-8", quoteKey(group), maxLimitKey)
+				}
 				l, in := r.Limits[group], RateLimits{}
 				field, path := fmt.Sprintf("RateLimit.Limits[%q].", group), "rate_limit.limits."+group+"."
+				cv.fields[strings.TrimSuffix(field, ".")] = configField{path: strings.TrimSuffix(path, "."), written: strconv.Quote(group)}
 				cv.int(&in.RequestsPerMinute, l.RequestsPerMinute, field+"RequestsPerMinute", path+"requests_per_minute", zeroIsZero)
 				cv.int(&in.InputTokensPerMinute, l.InputTokensPerMinute, field+"InputTokensPerMinute", path+"input_tokens_per_minute", zeroIsZero)
 				cv.int(&in.OutputTokensPerMinute, l.OutputTokensPerMinute, field+"OutputTokensPerMinute", path+"output_tokens_per_minute", zeroIsZero)

@@ -156,7 +156,7 @@ throttle: {}                 # a throttle with its defaults
 rate_limit:
   max_wait: 1m30s
   priority: batch            # or interactive
-  limits:
+  limits:                    # by limit group, or by a model ID of the group
     claude-sonnet-4: {requests_per_minute: 4000}
 hedge: {quantile: 0.9, min_delay: 250ms}
 `
@@ -325,6 +325,12 @@ func TestPolicyConfigErrors(t *testing.T) {
 			`rate_limit.limits.claude-sonnet-4.output_tokens_per_minute: 10000000000: must be at most 1000000000`},
 		{`{"fallback": {"models": {"claude-a": ["b1","b2","b3","b4","b5","b6","b7","b8","b9","b10","b11","b12","b13","b14","b15","b16","b17"]}}}`,
 			"fallback.models.claude-a", `fallback.models.claude-a: 17 siblings: must be at most 16`},
+		{`{"rate_limit": {"limits": {"claude-sonnet-4-5": {}, "claude-sonnet-4-6-20260101": {}}}}`, "rate_limit.limits.claude-sonnet-4-6-20260101",
+			`rate_limit.limits.claude-sonnet-4-6-20260101: "claude-sonnet-4-6-20260101": names the limit group "claude-sonnet-4", as "claude-sonnet-4-5" does`},
+		{`{"rate_limit": {"limits": {"claude-opus-4": {}, "Claude-Opus-4-1": {}}}}`, "rate_limit.limits.claude-opus-4",
+			`rate_limit.limits.claude-opus-4: "claude-opus-4": names the limit group "claude-opus-4", as "Claude-Opus-4-1" does`},
+		{`{"rate_limit": {"limits": {"` + strings.Repeat("m", 300) + `": {}}}}`, "rate_limit.limits",
+			`rate_limit.limits: "` + strings.Repeat("m", 64) + `"...: a key is a model ID or a limit group's name, at most 256 bytes of UTF-8`},
 		// Names.
 		{`{"on_budget_exhausted": "retry"}`, "on_budget_exhausted", `on_budget_exhausted: "retry": want "raise" or "passthrough"`},
 		{`{"on_budget_exhausted": "Raise"}`, "on_budget_exhausted", `on_budget_exhausted: "Raise": want "raise" or "passthrough"`},

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
@@ -49,10 +50,14 @@ import (
 // The zero value learns every limit and has the defaults written beside
 // each field; a nil *RateLimitPolicy in a Policy means no limiter.
 type RateLimitPolicy struct {
-	// Limits configures the limits of the groups named (keys as
-	// [LimitGroup] returns them); a zero field is learned. A configured
-	// limit may be lower than the API's, to leave room for other services:
-	// the headers then only lower the bucket's level, never its limit.
+	// Limits configures the limits of limit groups, each key a model ID
+	// or a group's name and applying to its group, LimitGroup(key):
+	// "claude-sonnet-4-5" configures "claude-sonnet-4". Two keys of one
+	// group are an error, and a key is at most 256 bytes of UTF-8; the
+	// Policy a Damper reports has the groups' names as keys. A zero field
+	// is learned. A configured limit may be lower than the API's, to leave
+	// room for other services: the headers then only lower the bucket's
+	// level, never its limit.
 	Limits map[string]RateLimits
 	// MaxWait is the longest an attempt waits in line. Default 30 s; at
 	// most 24 h; [None] never waits: an attempt that finds no room fails
@@ -126,12 +131,18 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
 	}
 	limits := make(map[string]RateLimits, len(p.Limits))
-	for _, group := range slices.Sorted(maps.Keys(p.Limits)) {
-		l := p.Limits[group]
-		field := fmt.Sprintf("RateLimit.Limits[%q]", group)
+	keyOf := make(map[string]string, len(p.Limits)) // the key that named each group
+	for _, key := range slices.Sorted(maps.Keys(p.Limits)) {
+		l := p.Limits[key]
+		field := fmt.Sprintf("RateLimit.Limits[%q]", key)
+		group := LimitGroup(key)
 		switch {
-		case group == "":
+		case key == "":
 			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
+		case len(key) > maxLimitKey || !utf8.ValidString(key):
+			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxLimitKey))
+		case keyOf[group] != "":
+			return nil, fieldError(field, strconv.Quote(key), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
 		case l.RequestsPerMinute < 0:
 			return nil, fieldError(field+".RequestsPerMinute", l.RequestsPerMinute, "must be at least 0 (0 means learned)")
 		case l.InputTokensPerMinute < 0:
@@ -145,6 +156,7 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		case l.OutputTokensPerMinute > maxPerMinute:
 			return nil, atMost(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, maxPerMinute)
 		}
+		keyOf[group] = key
 		limits[group] = l
 	}
 	p.Limits = limits
@@ -157,21 +169,67 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	return &p, nil
 }
 
-// LimitGroup returns the rate-limit group of a model ID, the key of
-// [RateLimitPolicy.Limits]: the API limits a model family as a whole, so
+// maxLimitKey bounds a key of RateLimitPolicy.Limits.
+const maxLimitKey = 256
+
+// quoteKey quotes the start of a key too long or not UTF-8, for an error.
+func quoteKey(key string) string {
+	if len(key) <= 64 {
+		return strconv.Quote(key)
+	}
+	return strconv.Quote(key[:64]) + "..."
+}
+
+// LimitGroup returns the rate-limit group of a model ID, which a key of
+// [RateLimitPolicy.Limits] configures: the API limits a model family as a whole, so
 // every dated, platform and minor version of one family and major version
 // shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
 // "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
-// ID of another shape is its own group, without its date.
+// ID of another shape is its own group, without its date, in lower case;
+// but one whose group would be empty, longer than 128 bytes or hold bytes
+// other than the letters, digits and . _ : @ / - of model IDs is in the
+// group "(other)", so that a group's name is always short and printable.
 func LimitGroup(model string) string {
+	if len(model) > 2*maxGroupName {
+		return otherGroup
+	}
 	fam := ModelFamily(model)
 	parts := strings.Split(fam, "-")
 	// claude-<name>-<major>[-<minor>]: one group per name and major version.
 	if len(parts) >= 3 && parts[0] == "claude" && !isNumber(parts[1]) && isNumber(parts[2]) {
-		return strings.Join(parts[:3], "-")
+		fam = strings.Join(parts[:3], "-")
+	}
+	if fam == "" || len(fam) > maxGroupName {
+		return otherGroup
+	}
+	for i := 0; i < len(fam); i++ {
+		switch c := fam[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', strings.IndexByte("._:@/-", c) >= 0:
+		default:
+			return otherGroup
+		}
 	}
 	return fam
 }
+
+const (
+	// otherGroup is the group of the model IDs LimitGroup does not give
+	// a group of their own, and of the models whose group would be new
+	// while the limiter holds maxLimitGroups.
+	otherGroup   = "(other)"
+	maxGroupName = 128
+
+	// maxLimitGroups bounds the groups a limiter holds, besides the
+	// configured ones and otherGroup: every model a client names may be
+	// a group of its own.
+	maxLimitGroups = 256
+	// groupIdle is how long a group is kept after its last attempt:
+	// longer than a bucket takes to refill, so that a group dropped is
+	// one whose buckets are full and which no attempt holds.
+	groupIdle = 10 * time.Minute
+	// sweepEvery is how often the limiter looks for idle groups.
+	sweepEvery = time.Minute
+)
 
 func isNumber(s string) bool {
 	_, err := strconv.Atoi(s)
@@ -229,9 +287,12 @@ type limiter struct {
 	mu     sync.Mutex
 	groups map[string]*limitGroup // by group name; requires mu
 
-	// byModel remembers each model ID's group, up to maxResolved IDs.
+	// byModel remembers each model ID's group, up to maxResolved IDs of
+	// at most maxLimitKey bytes; a dropped group's IDs are forgotten.
 	byModel      sync.Map // string → *limitGroup
 	byModelCount atomic.Int32
+
+	nextSweep atomic.Int64 // when to look for idle groups, in Unix nanoseconds
 }
 
 // limitGroup is one group's buckets, and how long its attempts take.
@@ -242,6 +303,47 @@ type limitGroup struct {
 	tel        *telemetry // for its store's errors
 	cacheAware bool
 	took       attemptTimes
+
+	// users counts the attempts between their admission (a wait in line
+	// included) and their settling; -1 once the group is dropped, after
+	// which no attempt may use it.
+	users   atomic.Int64
+	lastUse atomic.Int64 // the last admission or settling, in Unix nanoseconds
+}
+
+// acquire counts an attempt in, unless g was dropped.
+func (g *limitGroup) acquire(now time.Time) bool {
+	for {
+		n := g.users.Load()
+		if n < 0 {
+			return false
+		}
+		if g.users.CompareAndSwap(n, n+1) {
+			g.lastUse.Store(now.UnixNano())
+			return true
+		}
+	}
+}
+
+// release counts an attempt out.
+func (g *limitGroup) release(now time.Time) {
+	g.lastUse.Store(now.UnixNano())
+	g.users.Add(-1)
+}
+
+// atRest reports whether dropping g loses nothing but its learned limits:
+// its store keeps its state, or its buckets are full and not paused.
+func (g *limitGroup) atRest(now time.Time) bool {
+	if g.kept {
+		return true
+	}
+	st, _ := g.g.State(context.Background(), now)
+	for _, b := range st {
+		if !b.PausedUntil.IsZero() || b.Limit > 0 && b.Remaining < b.Limit {
+			return false
+		}
+	}
+	return true
 }
 
 // attemptTimes follows how long a group's answered attempts take (to the
@@ -281,27 +383,92 @@ func newLimiter(p *RateLimitPolicy, clock Clock, store Store) *limiter {
 	return &limiter{p: p, clock: clock, store: store, groups: map[string]*limitGroup{}}
 }
 
-// group returns the group of model, made on first use.
+// group returns the group of model, made on first use: while the limiter
+// holds maxLimitGroups groups (idle ones dropped first), a model of a new
+// group that is not configured goes to otherGroup.
 func (l *limiter) group(model string) *limitGroup {
-	if g, ok := l.byModel.Load(model); ok {
+	if g, ok := l.byModel.Load(model); ok && g.(*limitGroup).users.Load() >= 0 {
 		return g.(*limitGroup)
 	}
 	name := LimitGroup(model)
 	l.mu.Lock()
 	g, ok := l.groups[name]
 	if !ok {
-		g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
-		_, inMemory := g.g.(memoryBuckets)
-		g.kept = !inMemory
-		l.groups[name] = g
+		now := l.clock.Now()
+		if _, configured := l.p.Limits[name]; !configured && name != otherGroup && l.unconfigured() >= maxLimitGroups {
+			l.sweep(now)
+			if l.unconfigured() >= maxLimitGroups {
+				name = otherGroup
+				g, ok = l.groups[name]
+			}
+		}
+		if !ok {
+			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
+			_, inMemory := g.g.(memoryBuckets)
+			g.kept = !inMemory
+			g.lastUse.Store(now.UnixNano())
+			l.groups[name] = g
+		}
 	}
 	l.mu.Unlock()
-	if l.byModelCount.Load() < maxResolved {
-		if _, loaded := l.byModel.LoadOrStore(model, g); !loaded {
-			l.byModelCount.Add(1)
+	if len(model) <= maxLimitKey {
+		if _, ok := l.byModel.Load(model); ok {
+			l.byModel.Store(model, g) // in place of a dropped group
+		} else if l.byModelCount.Load() < maxResolved {
+			if _, loaded := l.byModel.LoadOrStore(model, g); !loaded {
+				l.byModelCount.Add(1)
+			}
 		}
 	}
 	return g
+}
+
+// unconfigured counts the groups that maxLimitGroups bounds; it requires
+// l.mu.
+func (l *limiter) unconfigured() int {
+	n := len(l.groups)
+	for name := range l.p.Limits {
+		if _, ok := l.groups[name]; ok {
+			n--
+		}
+	}
+	if _, ok := l.groups[otherGroup]; ok {
+		n--
+	}
+	return n
+}
+
+// sweep drops the groups unused for groupIdle that no attempt holds and
+// whose buckets are at rest: one that comes back is new, its configured
+// limits full and its learned ones learned again from the next response.
+// It requires l.mu.
+func (l *limiter) sweep(now time.Time) {
+	l.nextSweep.Store(now.Add(sweepEvery).UnixNano())
+	idleSince := now.Add(-groupIdle).UnixNano()
+	dropped := false
+	for name, g := range l.groups {
+		if g.lastUse.Load() > idleSince || g.users.Load() != 0 || !g.atRest(now) || !g.users.CompareAndSwap(0, -1) {
+			continue
+		}
+		delete(l.groups, name)
+		dropped = true
+	}
+	if dropped {
+		l.byModel.Range(func(model, g any) bool {
+			if g.(*limitGroup).users.Load() < 0 && l.byModel.CompareAndDelete(model, g) {
+				l.byModelCount.Add(-1)
+			}
+			return true
+		})
+	}
+}
+
+// maybeSweep sweeps when it is time, unless another goroutine holds l.mu.
+func (l *limiter) maybeSweep(now time.Time) {
+	if now.UnixNano() >= l.nextSweep.Load() && l.mu.TryLock() {
+		l.sweep(now)
+		l.mu.Unlock()
+	}
 }
 
 // buckets makes the buckets of group: the store's, or, when it keeps none
@@ -363,6 +530,10 @@ func (l *limiter) latest(c *call, cr *callRate, now time.Time) time.Time {
 // reservation back when it refuses, or the wait is cut short.
 func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	cr := l.forCall(c)
+	l.maybeSweep(now)
+	for !cr.group.acquire(now) { // dropped while the call was between attempts
+		cr.group = l.group(c.route.model)
+	}
 	g := cr.group
 	latest := now
 	if !a.hedge {
@@ -387,16 +558,18 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 			c.storeError(partLimiter, "paused_until", err)
 		}
 		if r.Taken() && !due.After(now) {
-			return admission{pass: &limitPass{group: g, r: r, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
+			return admission{pass: &limitPass{group: g, r: r, ticket: ticket, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
 		}
 		if due.After(latest) {
-			g.cancel(c, r, now)
+			g.cancel(c, r, ticket, now)
+			g.release(now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := c.waitUntil(l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
-			g.cancel(c, r, now)
+			g.cancel(c, r, ticket, now)
+			g.release(now)
 			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
 	}
@@ -411,11 +584,21 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// cancel gives back all that r took: its attempt was never sent.
-func (g *limitGroup) cancel(c *call, r RateReservation, now time.Time) {
+// cancel gives back all that r took, and t's place in the batch line: its
+// attempt was never sent.
+func (g *limitGroup) cancel(c *call, r RateReservation, t *RateTicket, now time.Time) {
 	if r.Taken() {
 		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, RateAmounts{}, [3]bool{true, true, true}))
 	}
+	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
+}
+
+// leave takes t out of the batch line, if it holds a place there.
+func (g *limitGroup) leave(ctx context.Context, t *RateTicket, now time.Time) error {
+	if t == nil || t.Slot.IsZero() {
+		return nil
+	}
+	return g.g.Leave(ctx, now, t)
 }
 
 func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
@@ -463,11 +646,20 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
-	group *limitGroup
-	r     RateReservation
-	cost  RateAmounts     // what it asked for
-	sent  time.Time       // when the line let it go
-	ctx   context.Context // the call's, without its cancellation when the store outlives the call
+	group  *limitGroup
+	r      RateReservation
+	ticket *RateTicket     // a batch attempt's place in the batch line
+	cost   RateAmounts     // what it asked for
+	sent   time.Time       // when the line let it go
+	ctx    context.Context // the call's, without its cancellation when the store outlives the call
+	done   atomic.Bool     // settled: the group is no longer held
+}
+
+// release lets the group go, once, when the reservation is settled.
+func (p *limitPass) release(now time.Time) {
+	if p.done.CompareAndSwap(false, true) {
+		p.group.release(now)
+	}
 }
 
 // settle corrects the buckets from the response's headers, pauses them
@@ -478,6 +670,8 @@ type limitPass struct {
 func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	if !e.outcome.Success && e.failure == nil {
 		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
+		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
+		p.release(now)
 		return
 	}
 	if o, ok := rateHeaders(e.header); ok {
@@ -493,14 +687,17 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 		}
 		p.settleBy(now, RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
 	case e.streamOpen:
+		return // settled at the stream's end
 	default:
 		p.settleUsage(now, e.usage)
 	}
+	p.release(now)
 }
 
 // settleEnd settles a stream's reservation at the stream's end.
 func (p *limitPass) settleEnd(now time.Time, u usage) {
 	p.settleUsage(now, u)
+	p.release(now)
 }
 
 // settleUsage settles the reservation by u; without usage the reservation

@@ -2,8 +2,11 @@ package damper
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,6 +212,120 @@ func TestRateLimitWaiterHeldByPause(t *testing.T) {
 		adm := <-done
 		if adm.pass == nil || time.Since(start) != 20*time.Second || adm.queued != 20*time.Second {
 			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.pass != nil, time.Since(start), adm.queued)
+		}
+	})
+}
+
+// modelCall is a call of model through d, as newCall would make it,
+// without a request.
+func modelCall(d *Damper, ctx context.Context, model string) *call {
+	c := limiterCall(d, ctx)
+	c.report.Model, c.first.model = model, model
+	return c
+}
+
+// The limiter holds a bounded number of groups, however many models its
+// callers name, and drops the groups no attempt has used for groupIdle on
+// the Damper's clock, but not one an attempt still holds: 5,000 distinct
+// models leave 256 groups and the shared one, and once idle, none but the
+// group of a call still open.
+func TestRateLimitGroupsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Policy{RateLimit: &RateLimitPolicy{
+			Limits: map[string]RateLimits{"claude-opus-4": {RequestsPerMinute: 1000}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := d.primary.limiter
+		ctx := context.Background()
+		admit := func(model string) *limitPass {
+			t.Helper()
+			adm := l.admitAttempt(modelCall(d, ctx, model), &attempt{n: 1}, time.Now())
+			if adm.pass == nil {
+				t.Fatalf("%s refused: %+v", model, adm.refused)
+			}
+			return adm.pass.(*limitPass)
+		}
+		answered := attemptEvent{outcome: AttemptOutcome{Success: true}}
+		groups := func() []string {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Sorted(maps.Keys(l.groups))
+		}
+		held := admit("held-model") // its answer has not come
+		for i := range 5000 {
+			admit(fmt.Sprintf("model-%d", i)).settle(time.Now(), answered)
+		}
+		if got := groups(); len(got) != maxLimitGroups+1 || !slices.Contains(got, otherGroup) || !slices.Contains(got, "held-model") {
+			t.Fatalf("%d groups after 5000 models, want %d and %q", len(got), maxLimitGroups+1, otherGroup)
+		}
+		if n := l.byModelCount.Load(); n > maxResolved {
+			t.Fatalf("%d models remembered, want at most %d", n, maxResolved)
+		}
+		// A configured group has its own group beyond the bound.
+		admit("claude-opus-4-1").settle(time.Now(), answered)
+		if got := groups(); len(got) != maxLimitGroups+2 || !slices.Contains(got, "claude-opus-4") {
+			t.Fatalf("configured group: %d groups, want %d with claude-opus-4", len(got), maxLimitGroups+2)
+		}
+
+		// A minute short of groupIdle, nothing is dropped.
+		time.Sleep(groupIdle - time.Minute)
+		admit("model-0").settle(time.Now(), answered)
+		if n := len(groups()); n != maxLimitGroups+2 {
+			t.Fatalf("%d groups before groupIdle, want %d", n, maxLimitGroups+2)
+		}
+		time.Sleep(time.Minute)
+		admit("late-model").settle(time.Now(), answered)
+		if got := groups(); !slices.Equal(got, []string{"held-model", "late-model", "model-0"}) {
+			t.Fatalf("groups after groupIdle: %v, want the one held, the one just used and the new one", got)
+		}
+		if n := l.byModelCount.Load(); n != 3 {
+			t.Fatalf("%d models remembered, want the three of the groups left", n)
+		}
+		if n := len(d.RateLimits()); n != 3*3 {
+			t.Fatalf("RateLimits: %d buckets, want 3 groups' worth", n)
+		}
+		// Once answered, the held group goes too; one used again comes
+		// back as a new group.
+		held.settle(time.Now(), answered)
+		time.Sleep(groupIdle)
+		admit("held-model").settle(time.Now(), answered)
+		if got := groups(); !slices.Equal(got, []string{"held-model"}) {
+			t.Fatalf("groups: %v, want held-model alone, new", got)
+		}
+	})
+}
+
+// A call whose group was dropped while it was between attempts finds the
+// group anew at its next attempt, and takes from that one.
+func TestRateLimitCallOutlivesItsGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Policy{RateLimit: &RateLimitPolicy{
+			Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 10}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := d.primary.limiter
+		c := limiterCall(d, context.Background())
+		answered := attemptEvent{outcome: AttemptOutcome{Success: true}}
+		l.admitAttempt(c, &attempt{n: 1}, time.Now()).pass.settle(time.Now(), answered)
+		old := c.route.rate.group
+		time.Sleep(groupIdle) // its backoff, say
+		l.maybeSweep(time.Now())
+		if old.users.Load() >= 0 {
+			t.Fatal("the idle group was not dropped")
+		}
+		adm := l.admitAttempt(c, &attempt{n: 2}, time.Now())
+		g := c.route.rate.group
+		if adm.pass == nil || g == old || g.users.Load() != 1 {
+			t.Fatalf("second attempt: pass %v, same group %v, users %d", adm.pass != nil, g == old, g.users.Load())
+		}
+		if s := d.RateLimits(); len(s) != 3 || s[0].Group != "claude-sonnet-4" || s[0].Remaining != 9 {
+			t.Fatalf("buckets %+v, want the new group's, its first request taken", s)
+		}
+		adm.pass.settle(time.Now(), answered)
+		if g.users.Load() != 0 {
+			t.Fatalf("users %d after settling", g.users.Load())
 		}
 	})
 }

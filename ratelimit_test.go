@@ -482,9 +482,22 @@ func TestLimitGroup(t *testing.T) {
 		"claude-haiku-4-5@20251001":                  "claude-haiku-4",
 		"claude-3-5-haiku-20241022":                  "claude-3-5-haiku",
 		"my-model":                                   "my-model",
+		"My-Model@20250101":                          "my-model",
+		"":                                           "(other)",
+		"bad\xff\xfe":                                "(other)",
+		"a model":                                    "(other)",
+		"claude-\xff-4-5":                            "(other)",
+		strings.Repeat("m", 128):                     strings.Repeat("m", 128),
+		strings.Repeat("m", 129):                     "(other)",
+		strings.Repeat("m", 1<<20):                   "(other)",
+		"claude-sonnet-4-" + strings.Repeat("9", 300): "(other)",
 	} {
 		if got := damper.LimitGroup(model); got != want {
 			t.Errorf("LimitGroup(%q) = %q, want %q", model, got, want)
+		}
+		// A group's name is its own group: a key of Limits may be either.
+		if got := damper.LimitGroup(want); got != want {
+			t.Errorf("LimitGroup(%q) = %q, want it unchanged", want, got)
 		}
 	}
 }
@@ -641,4 +654,136 @@ func TestRateLimitNeverWait(t *testing.T) {
 			t.Fatalf("err %v after %v, want ErrRateLimited at once", err, time.Since(start))
 		}
 	})
+}
+
+// One call whose max_tokens is far beyond the output bucket (1e12) takes
+// no more than the bucket while it is in flight: ten ordinary calls made
+// meanwhile wait only for their own tokens, 16 each at 8000 a minute,
+// 120 ms apart, instead of being refused for years.
+func TestRateLimitHugeMaxTokensHoldsOneBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRLRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{
+			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {OutputTokensPerMinute: 8000}},
+		}}, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 1 {
+				time.Sleep(30 * time.Second) // the huge call, in flight
+				answerPlain(w, 1, 0, 0, 100)
+				return
+			}
+			answerPlain(w, 1, 0, 0, 1)
+		})
+		start := time.Now()
+		huge := make(chan error, 1)
+		go func() {
+			_, err := r.call(context.Background(), 1e12)
+			huge <- err
+		}()
+		synctest.Wait()
+		var mu sync.Mutex
+		var waits []time.Duration
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				rep, err := r.call(context.Background(), 16)
+				if err != nil {
+					t.Errorf("ordinary call: %v", err)
+					return
+				}
+				mu.Lock()
+				waits = append(waits, rep.RateLimitWait)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if err := <-huge; err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(waits)
+		var want []time.Duration
+		for i := range 10 {
+			want = append(want, time.Duration(i+1)*120*time.Millisecond)
+		}
+		if !slices.Equal(waits, want) {
+			t.Fatalf("waits %v, want %v", waits, want)
+		}
+		// Settled by its usage: the bucket is full a minute after it
+		// answered, less nothing.
+		if s := r.bucketState(t, "output_tokens"); time.Since(start) != 30*time.Second || s.Remaining < 8000-100-10 {
+			t.Fatalf("at +%v output bucket %+v", time.Since(start), s)
+		}
+	})
+}
+
+// Batch calls that give up waiting leave the batch line: after twenty of
+// them are cancelled, the next batch call waits for its own request to
+// refill, one second, not behind twenty empty slots.
+func TestRateLimitBatchCallersThatGiveUpLeaveTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRLRig(t, damper.Policy{RateLimit: &damper.RateLimitPolicy{
+			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 60}},
+		}}, func(_ int, w http.ResponseWriter, _ *http.Request) { answerPlain(w, 1, 0, 0, 1) })
+		batch := damper.ContextWithPriority(context.Background(), damper.Batch)
+		for i := range 48 { // down to the interactive reserve
+			if _, err := r.call(batch, 16); err != nil {
+				t.Fatalf("batch call %d: %v", i, err)
+			}
+		}
+		start := time.Now()
+		var cancels []context.CancelFunc
+		var wg sync.WaitGroup
+		for range 20 {
+			ctx, cancel := context.WithCancel(batch)
+			cancels = append(cancels, cancel)
+			wg.Go(func() {
+				if _, err := r.call(ctx, 16); !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled batch call: %v", err)
+				}
+			})
+			synctest.Wait() // it waits in line
+		}
+		for _, cancel := range cancels {
+			cancel()
+		}
+		wg.Wait()
+		rep, err := r.call(batch, 16)
+		if err != nil || rep.RateLimitWait != time.Second || time.Since(start) != time.Second {
+			t.Fatalf("err %v, waited %v (at +%v); want one second in line", err, rep.RateLimitWait, time.Since(start))
+		}
+	})
+}
+
+// A key of Limits that is a model ID configures its limit group, in a
+// policy file as in Go: "claude-sonnet-4-5" limits every model of
+// claude-sonnet-4, and two keys of one group are refused, naming both.
+func TestRateLimitLimitsKeyedByModel(t *testing.T) {
+	fromFile, err := damper.ParsePolicyYAML([]byte("rate_limit:\n  max_wait: 0\n  limits:\n    claude-sonnet-4-5: {requests_per_minute: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromGo := damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None,
+		Limits: map[string]damper.RateLimits{"claude-sonnet-4-5-20250929": {RequestsPerMinute: 1}}}}
+	for name, p := range map[string]damper.Policy{"file": fromFile, "go": fromGo} {
+		synctest.Test(t, func(t *testing.T) {
+			r := newRLRig(t, p, func(_ int, w http.ResponseWriter, _ *http.Request) { answerPlain(w, 1, 0, 0, 1) })
+			if got := r.d.Policy().RateLimit.Limits; len(got) != 1 || got["claude-sonnet-4"].RequestsPerMinute != 1 {
+				t.Fatalf("%s: the Damper's limits %v, want claude-sonnet-4's", name, got)
+			}
+			// claude-sonnet-4-6 is of the same group: its second call
+			// finds the bucket empty.
+			if _, err := r.call(context.Background(), 16); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if _, err := r.call(context.Background(), 16); !errors.Is(err, damper.ErrRateLimited) {
+				t.Fatalf("%s: second call: %v, want ErrRateLimited", name, err)
+			}
+			if s := r.bucketState(t, "requests"); s.Limit != 1 || s.Learned {
+				t.Fatalf("%s: requests bucket %+v, want the configured limit", name, s)
+			}
+		})
+	}
+	_, err = damper.New(damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{
+		"claude-sonnet-4": {RequestsPerMinute: 5}, "claude-sonnet-4-6": {RequestsPerMinute: 9}}}})
+	if err == nil || !strings.Contains(err.Error(), `RateLimit.Limits["claude-sonnet-4-6"] = "claude-sonnet-4-6": names the limit group "claude-sonnet-4", as "claude-sonnet-4" does`) {
+		t.Fatalf("two keys of one group: %v", err)
+	}
 }

@@ -150,7 +150,10 @@ const (
 	CircuitFailure
 )
 
-// LimitSettings are one limit group's values.
+// LimitSettings are one limit group's values. A Damper drops a group it
+// has not used for a while (see [RateLimitPolicy]) and asks for its
+// buckets again at its next call: a store that keeps a group's state
+// apart from the LimitBuckets it returned must let it expire on its own.
 type LimitSettings struct {
 	// Group is the group's name (see [LimitGroup]).
 	Group string
@@ -203,6 +206,12 @@ type LimitBuckets interface {
 	Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error
 	// State returns the three buckets at now, Group left empty.
 	State(ctx context.Context, now time.Time) ([3]RateLimitState, error)
+	// Leave takes a batch request that gives up (refused, cancelled, past
+	// its deadline, or its reservation given back) out of the batch line,
+	// so that no request behind it waits for its turn; it leaves t as a
+	// request that has not joined the line. A ticket with no slot changes
+	// nothing.
+	Leave(ctx context.Context, now time.Time, t *RateTicket) error
 }
 
 // RateReservation is what one request took from a group's buckets: a value

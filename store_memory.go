@@ -169,6 +169,15 @@ func (m memoryBuckets) State(_ context.Context, now time.Time) ([3]RateLimitStat
 	return out, nil
 }
 
+func (m memoryBuckets) Leave(_ context.Context, _ time.Time, t *RateTicket) error {
+	if t != nil && !t.Slot.IsZero() {
+		tk := ratelimit.Ticket{Slot: t.Slot}
+		m.g.Leave(&tk)
+		t.Slot = tk.Slot
+	}
+	return nil
+}
+
 // noReservation is a request that took nothing.
 type noReservation struct{}
 

@@ -52,7 +52,10 @@ func escapeGroup(g string) string {
 // Keys. A group is one hash, damper:{<Name>}:ratelimit:<group> (see
 // [BucketsKey]): per bucket its limit, whether the limit is configured,
 // its level, the time the level held, the fleet's net take (taken) and the
-// end of its pause; and the batch line's next slot. Times are the now
+// end of its pause; the batch line's next slot; and one field per batch
+// request waiting in line (its slot and the end of its turn, in absolute
+// time), dropped once the end of its turn has passed, or when it leaves
+// ([damper.LimitBuckets] Leave). Times are the now
 // Damper passes in (its clock's, never Redis's TIME), kept as nanoseconds
 // since an epoch of the group's, a whole second set when the hash is made
 // and moved up every 30 days, so that a double holds them exactly; levels
@@ -66,8 +69,9 @@ func escapeGroup(g string) string {
 // Scripts and round trips. Each method is one Lua script, one round trip
 // bounded by [Options.Timeout], with the arithmetic of the in-memory
 // buckets (damper.MemoryStore): continuous refill, interactive debt, the
-// batch share kept for interactive requests, the batch line, a request
-// larger than a bucket waiting for a full one, a refusal's rounding slack.
+// batch share kept for interactive requests, the batch line and leaving
+// it, a request larger than a bucket waiting for a full one and taking no
+// more than the bucket's limit, a refusal's rounding slack.
 // An attempt that finds room costs three round trips: Reserve, Observe
 // (when the response carries rate-limit headers) and Settle; one that
 // waits in line asks again at its due time (Reserve, or PausedUntil once
@@ -94,7 +98,11 @@ func escapeGroup(g string) string {
 //     unanswered took, which only the in-memory buckets track: a response
 //     to a request overtaken by older ones may teach a level a little
 //     higher than the least the count allows, corrected by the next
-//     response.
+//     response. What the fleet took after the request counts for one
+//     limit at most (the in-memory buckets count each request taken before
+//     the limit was known for one limit at most): a request of a huge
+//     max_tokens taken meanwhile does not leave the bucket in debt for
+//     ages.
 //
 // When Redis fails. Any error of a round trip (a failure, the timeout, an
 // unexpected reply) makes the buckets of damper.MemoryStore decide instead
@@ -198,7 +206,7 @@ func (b *buckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAm
 	}
 	// The local twin always takes, whatever its own view: it only follows.
 	lr, _, _ := b.local.Reserve(context.WithoutCancel(ctx), now, cost, damper.Interactive, now.Add(farFuture), nil)
-	return &reservation{cost: cost, mark: rep.mark, taken: true, shared: true, local: lr}, rep.due, nil
+	return &reservation{cost: rep.held, mark: rep.mark, taken: true, shared: true, local: lr}, rep.due, nil
 }
 
 // reserveReply is bkReserveScript's reply.
@@ -206,12 +214,13 @@ type reserveReply struct {
 	taken     bool
 	due, slot time.Time
 	mark      damper.RateAmounts
+	held      damper.RateAmounts // what it took: no more than a known limit
 }
 
 func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 	var r reserveReply
 	vs, ok := v.([]any)
-	if ok && len(vs) == 8 {
+	if ok && len(vs) == 11 {
 		var taken int64
 		taken, ok = asInt(vs[0])
 		r.taken = taken == 1
@@ -219,6 +228,7 @@ func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 		r.slot, ok = asTime(vs[3:5], now, ok)
 		for k := range r.mark {
 			r.mark[k], ok = asFloatOK(vs[5+k], ok)
+			r.held[k], ok = asFloatOK(vs[8+k], ok)
 		}
 		if ok {
 			return r, nil
@@ -310,6 +320,20 @@ func (b *buckets) Settle(ctx context.Context, now time.Time, rr damper.RateReser
 		}
 	}
 	_, err := b.run(ctx, "settle", bkSettleScript, now, args...)
+	return err
+}
+
+// Leave implements [damper.LimitBuckets]: the request leaves the shared
+// line, and the local one, where a fallback may have given it its slot.
+func (b *buckets) Leave(ctx context.Context, now time.Time, t *damper.RateTicket) error {
+	if t == nil || t.Slot.IsZero() {
+		return nil
+	}
+	slot := t.Slot
+	_ = b.local.Leave(ctx, now, t)
+	t.Slot = time.Time{}
+	ss, sn := timeArgs(slot)
+	_, err := b.run(ctx, "leave", bkLeaveScript, now, ss, sn)
 	return err
 }
 

@@ -14,7 +14,13 @@ import "github.com/redis/go-redis/v9"
 //	p<k>  when the bucket's pause ends ("": none)
 //
 // and bn, when the next batch request to join the batch line may take its
-// turn ("": none), and e, the group's epoch. Times are nanoseconds since
+// turn ("": none), and e, the group's epoch; and for each batch request
+// waiting in line, w<s>:<n> (its slot, seconds and nanoseconds since the
+// Unix epoch) = "<s>:<n>", the end of its turn, when the next may take
+// theirs. The line's fields are written in absolute time, so that a slot
+// names its holder across epochs; bn is the last end, worked out again
+// when a request leaves the line, and a slot whose end has passed is
+// dropped when the line is scanned. Times are nanoseconds since
 // the epoch e, a whole second since the Unix epoch set when the hash is
 // made: a double holds them exactly for 104 days either side, and e moves
 // up to now, the times with it, once now is 30 days past it. Levels,
@@ -150,6 +156,39 @@ local function groupDue(from, cost, batch)
   return due
 end
 
+-- wfield is the line's field of a slot given as seconds and nanoseconds.
+local function wfield(s, n)
+  return string.format('w%d:%d', tonumber(s), tonumber(n))
+end
+
+-- lineScan drops the slots whose turn has ended and returns the last end
+-- of those left (NONE for none).
+local function lineScan()
+  local all = redis.call('HGETALL', key)
+  local last = NONE
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) == 'w' then
+      local s, n = string.match(all[i + 1], '^(-?%d+):(%d+)$')
+      local t = NONE
+      if s then t = (tonumber(s) - e) * 1e9 + tonumber(n) end
+      if t <= now then
+        redis.call('HDEL', key, all[i])
+      elseif t > last then
+        last = t
+      end
+    end
+  end
+  return last
+end
+
+-- leaveLine takes the slot given as seconds and nanoseconds out of the
+-- line; it returns true when it was there, bn then the new last end.
+local function leaveLine(s, n)
+  if redis.call('HDEL', key, wfield(s, n)) == 0 then return false end
+  bn = lineScan()
+  return true
+end
+
 local function save()
   local ttl = tonumber(ARGV[3])
   local longest = 0
@@ -181,32 +220,53 @@ end
 // bkReserveScript asks for a request's cost. ARGV[8..10] is the cost,
 // ARGV[11] 1 for a batch request, ARGV[12..13] latest, ARGV[14..15] the
 // ticket's slot ("z": it has not joined the line). It returns {taken,
-// due (2), slot (2; 0, -1 for none), mark0, mark1, mark2}.
+// due (2), slot (2; 0, -1 for none), mark0, mark1, mark2, held0, held1,
+// held2}, held being what the request took: no more than a known limit.
+// A batch request asking before its slot gives its place up and joins the
+// line again at its end.
 var bkReserveScript = redis.NewScript(bucketsPrelude + `
 local cost = {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
 local batch = ARGV[11] == '1'
 local latest = T(12)
 local slot = T(14)
 local due = groupDue(now, cost, batch)
+local held = {}
+for k = 1, 3 do
+  held[k] = cost[k]
+  if B[k].limit > 0 then held[k] = math.min(cost[k], B[k].limit) end
+end
 local function reply(taken, m1, m2, m3)
   local ds, dn = out(due)
   local ss, sn = 0, -1
   if slot > NONE then ss, sn = out(slot) end
-  return {taken, ds, dn, ss, sn, m1, m2, m3}
+  return {taken, ds, dn, ss, sn, m1, m2, m3, fmt(held[1]), fmt(held[2]), fmt(held[3])}
 end
 if batch then
   local inLine = slot <= NONE or now < slot
-  if inLine and bn > due then due = bn end
+  local left = false
+  if inLine then
+    if slot > NONE then
+      left = leaveLine(ARGV[14], ARGV[15])
+      slot = NONE
+    end
+    if bn > due then due = bn end
+  end
   if due > now then
     if due <= latest and inLine then
       slot = due
-      local longest = 0
+      local longest = 1
       for k = 1, 3 do
         if B[k].limit > 0 then
-          longest = math.max(longest, nanos(cost[k] * 60 / B[k].limit))
+          longest = math.max(longest, nanos(held[k] * 60 / B[k].limit))
         end
       end
       bn = due + longest
+      lineScan()
+      local ss, sn = out(slot)
+      local es, en = out(bn)
+      redis.call('HSET', key, wfield(ss, sn), string.format('%d:%d', es, en))
+      save()
+    elseif left then
       save()
     end
     return reply(0, '0', '0', '0')
@@ -217,12 +277,19 @@ end
 local marks = {}
 for k = 1, 3 do
   local b = B[k]
-  b.level = b.level - cost[k]
-  b.taken = b.taken + cost[k]
+  b.level = b.level - held[k]
+  b.taken = b.taken + held[k]
   marks[k] = fmt(b.taken)
 end
 save()
 return reply(1, marks[1], marks[2], marks[3])
+`)
+
+// bkLeaveScript takes the batch request whose slot is ARGV[8..9] out of the
+// line. It returns 1.
+var bkLeaveScript = redis.NewScript(bucketsPrelude + `
+if leaveLine(ARGV[8], ARGV[9]) then save() end
+return 1
 `)
 
 // bkAdmitsScript reports when a request could take, taking nothing.
@@ -254,7 +321,9 @@ for k = 1, 3 do
     local level = b.level
     if not b.conf and limit > 0 and limit ~= b.limit then
       if b.limit == 0 then
-        level = rem - math.max(b.taken - mark, 0)
+        -- What the fleet took after the request counts for one limit at
+        -- most: no request takes more, once the limit is known.
+        level = rem - math.min(math.max(b.taken - mark, 0), limit)
       elseif not (b.paused > now) then
         level = level + limit - b.limit
       end

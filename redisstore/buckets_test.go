@@ -56,8 +56,8 @@ type eqRun struct {
 	api  damper.RateAmounts
 	step int
 	// counts of what happened, to check the sequence exercised each path
-	taken, waited, refused, observed, paused, batchTaken, slots, debt int
-	maxDiff                                                           time.Duration // the largest difference of times seen
+	taken, waited, refused, observed, paused, batchTaken, slots, debt, gaveUp int
+	maxDiff                                                                   time.Duration // the largest difference of times seen
 }
 
 // timeTol is how far apart the two sides' times may be: the Redis buckets
@@ -126,6 +126,9 @@ func (e *eqRun) cost() damper.RateAmounts {
 	if e.rng.IntN(20) == 0 {
 		c[1] *= 10 // larger than a bucket: it waits for a full one
 	}
+	if e.rng.IntN(40) == 0 {
+		c[2] = 1e12 // far larger: it takes one bucket at most
+	}
 	if e.rng.IntN(10) == 0 {
 		c[1] += 0.5 // costs need not be whole
 	}
@@ -190,16 +193,37 @@ func (e *eqRun) request(p damper.Priority) {
 		}
 		if mdue.After(latest) {
 			e.refused++
+			e.leave(mt, rt)
 			return
 		}
 		if p == damper.Batch {
 			e.slots++
+			if e.rng.IntN(5) == 0 { // it gives up
+				e.gaveUp++
+				e.leave(mt, rt)
+				return
+			}
 		}
 		e.waited++
 		e.now = later(mdue, rdue)
 		e.checkState()
 	}
 	e.fatalf("a %v request still waits after 20 asks", p)
+}
+
+// leave takes a batch request out of the line on both sides.
+func (e *eqRun) leave(mt *ratelimit.Ticket, rt *damper.RateTicket) {
+	e.t.Helper()
+	if mt == nil {
+		return
+	}
+	e.mem.Leave(mt)
+	if err := e.rb.Leave(e.ctx, e.now, rt); err != nil {
+		e.fatalf("Leave: %v", err)
+	}
+	if !mt.Slot.IsZero() || !rt.Slot.IsZero() {
+		e.fatalf("slots after Leave: memory %v, redis %v", mt.Slot, rt.Slot)
+	}
 }
 
 func later(a, b time.Time) time.Time {
@@ -325,13 +349,14 @@ func TestBucketsMatchInMemory(t *testing.T) {
 				total.batchTaken += e.batchTaken
 				total.slots += e.slots
 				total.debt += e.debt
+				total.gaveUp += e.gaveUp
 				total.maxDiff = max(total.maxDiff, e.maxDiff)
 			})
 		}
 	}
-	t.Logf("%d taken (%d batch, %d into debt), %d waits (%d batch slots), %d refused, %d observed, %d pauses; times at most %v apart",
-		total.taken, total.batchTaken, total.debt, total.waited, total.slots, total.refused, total.observed, total.paused, total.maxDiff)
-	if !t.Failed() && (total.taken < 500 || total.batchTaken < 100 || total.waited < 100 || total.slots < 50 || total.debt < 50 || total.refused < 50 || total.paused < 50) {
+	t.Logf("%d taken (%d batch, %d into debt), %d waits (%d batch slots, %d given up), %d refused, %d observed, %d pauses; times at most %v apart",
+		total.taken, total.batchTaken, total.debt, total.waited, total.slots, total.gaveUp, total.refused, total.observed, total.paused, total.maxDiff)
+	if !t.Failed() && (total.taken < 500 || total.batchTaken < 100 || total.waited < 100 || total.slots < 50 || total.gaveUp < 10 || total.debt < 50 || total.refused < 50 || total.paused < 50) {
 		t.Fatalf("the sequences left a path little exercised")
 	}
 }
@@ -479,4 +504,98 @@ func TestBucketsKeys(t *testing.T) {
 	if err != nil || ttl <= 5*time.Minute || ttl > 5*time.Minute+25*time.Second {
 		t.Fatalf("the key expires in %v (%v), want about 5m20s", ttl, err)
 	}
+}
+
+// TestBucketsHugeRequestHoldsOneLimit checks that a request asking for far
+// more than a shared bucket (a max_tokens of 1e12) takes the bucket's limit
+// and no more: the fleet's ordinary requests after it wait for their own
+// tokens, and settling it by what it used leaves exactly that taken. A
+// limit learned while such a request is open counts it for one limit.
+func TestBucketsHugeRequestHoldsOneLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newStore(t, newClient1(t, srv.Addr), "huge")
+	ctx, now := context.Background(), base
+	b := newBuckets(t, store, damper.LimitSettings{Group: "g", Limits: damper.RateLimits{OutputTokensPerMinute: 12000}})
+	huge, due, err := b.Reserve(ctx, now, damper.RateAmounts{1, 100, 1e12}, damper.Interactive, now, nil)
+	if err != nil || !huge.Taken() || !due.Equal(now) {
+		t.Fatalf("huge Reserve = %v at %v, %v", huge.Taken(), due.Sub(now), err)
+	}
+	small := damper.RateAmounts{1, 100, 200}
+	var rs []damper.RateReservation
+	for i := range 10 {
+		r, due, err := b.Reserve(ctx, now, small, damper.Interactive, now.Add(30*time.Second), nil)
+		if want := now.Add(time.Duration(i+1) * time.Second); err != nil || !r.Taken() || !due.Equal(want) {
+			t.Fatalf("request %d: taken %v due +%v, %v; want due +%v", i, r.Taken(), due.Sub(now), err, want.Sub(now))
+		}
+		rs = append(rs, r)
+	}
+	// It used 500: of the 12000 it held, all but those go back.
+	now = now.Add(5 * time.Second)
+	mustNil(t, b.Settle(ctx, now, huge, damper.RateAmounts{1, 100, 500}, [3]bool{true, true, true}))
+	for _, r := range rs {
+		mustNil(t, b.Settle(ctx, now, r, small, [3]bool{true, true, true}))
+	}
+	st, err := b.State(ctx, now)
+	if err != nil || st[2].Remaining != 12000-2000+1000-500 {
+		t.Fatalf("output bucket %+v, %v; want 10500", st[2], err)
+	}
+
+	// Learning: r's response counts nothing taken after it; the huge one
+	// taken after it, while the limit was unknown, counts for 20000.
+	l := newBuckets(t, store, damper.LimitSettings{Group: "learn"})
+	r, _, err := l.Reserve(ctx, now, damper.RateAmounts{1, 100, 1000}, damper.Interactive, now, nil)
+	mustNil(t, err)
+	_, _, err = l.Reserve(ctx, now, damper.RateAmounts{1, 100, 1e12}, damper.Interactive, now, nil)
+	mustNil(t, err)
+	mustNil(t, l.Observe(ctx, now, r, damper.RateObservation{Has: [3]bool{true, true, true},
+		Limit: damper.RateAmounts{50, 10000, 20000}, Remaining: damper.RateAmounts{40, 9000, 15000}}))
+	due, err = l.Admits(ctx, now, now, damper.RateAmounts{1, 100, 200}, damper.Interactive)
+	// 15000 less 20000 leaves -5000: 5200 refill in 15.6 s.
+	if err != nil || !due.Equal(now.Add(15600*time.Millisecond)) {
+		t.Fatalf("Admits after learning = +%v, %v; want +15.6s", due.Sub(now), err)
+	}
+}
+
+// TestBucketsBatchLeave checks that batch requests that give up leave the
+// shared batch line: after twenty waiting requests leave, first to last,
+// the next waits for its own tokens only; one leaving from the middle
+// keeps the slots behind it.
+func TestBucketsBatchLeave(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newStore(t, newClient1(t, srv.Addr), "leave")
+	ctx, now := context.Background(), base
+	b := newBuckets(t, store, damper.LimitSettings{Group: "g", Limits: damper.RateLimits{RequestsPerMinute: 60}})
+	cost := damper.RateAmounts{1, 0, 0}
+	for range 48 { // down to the interactive reserve, 12
+		r, _, err := b.Reserve(ctx, now, cost, damper.Batch, now, new(damper.RateTicket))
+		if err != nil || !r.Taken() {
+			t.Fatalf("Reserve = %v, %v", r.Taken(), err)
+		}
+	}
+	wait := func(want time.Duration) *damper.RateTicket {
+		t.Helper()
+		tk := new(damper.RateTicket)
+		r, due, err := b.Reserve(ctx, now, cost, damper.Batch, now.Add(time.Hour), tk)
+		if err != nil || r.Taken() || !due.Equal(now.Add(want)) || !tk.Slot.Equal(due) {
+			t.Fatalf("Reserve = taken %v due +%v slot %v, %v; want a slot at +%v", r.Taken(), due.Sub(now), tk.Slot, err, want)
+		}
+		return tk
+	}
+	var tks []*damper.RateTicket
+	for i := range 20 {
+		tks = append(tks, wait(time.Duration(i+1)*time.Second))
+	}
+	for _, tk := range tks {
+		mustNil(t, b.Leave(ctx, now, tk))
+		if !tk.Slot.IsZero() {
+			t.Fatalf("slot after Leave: %v", tk.Slot)
+		}
+	}
+	first := wait(time.Second)
+	mid := wait(2 * time.Second)
+	last := wait(3 * time.Second)
+	mustNil(t, b.Leave(ctx, now, mid))
+	wait(4 * time.Second)
+	_ = first
+	_ = last
 }

@@ -13,14 +13,19 @@
 // zero, and is due when the bucket has refilled. Later requests queue
 // behind its debt, so interactive requests go first come, first served. A
 // request that would be due after the latest time its caller can wait takes
-// nothing and learns when it could be admitted.
+// nothing and learns when it could be admitted. No request takes more than
+// a bucket's limit from it (a larger one waits for a full bucket and takes
+// it whole), so none puts a bucket more than one limit further in debt;
+// settling it by what it used corrects the difference.
 //
 // A batch request takes only while every bucket keeps a share of its limit
 // for interactive requests, and runs into no debt but that of a request
 // larger than its share (which waits for a full bucket): it waits for its
-// slot in the batch line, then asks again. Interactive debt holds every
-// batch request back, so interactive requests get through while batch
-// requests fill the bucket.
+// slot in the batch line, then asks again. A batch request that gives up
+// (refused, cancelled, past its deadline) leaves the line (Leave), and the
+// line ends again where the last one still in it ends. Interactive debt
+// holds every batch request back, so interactive requests get through while
+// batch requests fill the bucket.
 //
 // A group's own accounting is exact for its own traffic; a response's count
 // of what remains lowers a bucket that holds more (other traffic on the same
@@ -103,16 +108,22 @@ type Group struct {
 	b            [NumKinds]bucket
 	batchShare   float64
 	followOthers bool
-	// batchNext is when the next batch request to join the line may take
-	// its turn: each waiting batch request holds a slot, spaced by the
-	// time its cost takes to refill.
-	batchNext time.Time
+	// line is the batch line, by slot: each batch request that waits
+	// holds a slot, spaced from the one before by the time its cost takes
+	// to refill (its end), and keeps it until that end has passed or it
+	// leaves. The next to join takes its turn at the last end. Slots
+	// are distinct, so a slot names its holder.
+	line []lineSlot
 	// open holds, in order, the reservations taken and neither answered
 	// nor settled: a response to a request taken after one of them may
 	// not count it yet (see Observe).
 	seq  uint64
 	open []openReservation
 }
+
+// lineSlot is one place in the batch line: when its holder may take, and
+// when the next may.
+type lineSlot struct{ slot, end time.Time }
 
 // openReservation is a reservation on the open list: its number and what
 // it took.
@@ -224,8 +235,8 @@ type Reservation struct {
 // Taken reports whether r took from the buckets and is not settled yet.
 func (r Reservation) Taken() bool { return r.taken }
 
-// Cost is what r holds: what it asked for until it is settled, then what
-// its request used.
+// Cost is what r holds: what it asked for, no more than each bucket's limit
+// when it took, until it is settled; then what its request used.
 func (r Reservation) Cost() Amounts { return r.cost }
 
 // Ticket is a batch request's place in the batch line, kept between its
@@ -239,7 +250,9 @@ type Ticket struct {
 // earlier than now; or takes nothing and can be admitted no sooner than
 // due: when due is after latest, it is refused, else its caller waits
 // until due and asks again with the same ticket (nil for an interactive
-// request, which holds no place in the batch line).
+// request, which holds no place in the batch line). A batch request that
+// asks before its slot gives its place up and joins the line again at its
+// end. A batch request that gives up waiting must Leave.
 func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Time, t *Ticket) (r Reservation, due time.Time, taken bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -249,13 +262,15 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 			t = new(Ticket)
 		}
 		inLine := t.Slot.IsZero() || now.Before(t.Slot)
-		if inLine && g.batchNext.After(due) {
-			due = g.batchNext
+		if inLine {
+			g.leave(t)
+			if end := g.lineEnd(); end.After(due) {
+				due = end
+			}
 		}
 		if due.After(now) {
 			if !due.After(latest) && inLine {
-				t.Slot = due
-				g.batchNext = due.Add(g.refillTime(cost))
+				g.join(t, now, due, g.refillTime(cost))
 			}
 			return Reservation{}, due, false
 		}
@@ -263,26 +278,89 @@ func (g *Group) Reserve(now time.Time, cost Amounts, p Priority, latest time.Tim
 		return Reservation{}, due, false
 	}
 	g.seq++
-	r = Reservation{cost: cost, taken: true, seq: g.seq, open: true}
-	g.open = append(g.open, openReservation{g.seq, cost, due})
+	held := g.held(cost)
+	r = Reservation{cost: held, taken: true, seq: g.seq, open: true}
+	g.open = append(g.open, openReservation{g.seq, held, due})
 	for k := range g.b {
 		b := &g.b[k]
-		b.level -= cost[k]
-		b.taken += cost[k]
+		b.level -= held[k]
+		b.taken += held[k]
 		r.mark[k] = b.taken
 	}
 	return r, due, true
 }
 
-// refillTime is how long cost takes to refill in its slowest known bucket.
-func (g *Group) refillTime(cost Amounts) time.Duration {
-	var longest time.Duration
+// held is what a request of cost takes: no more than a known bucket's
+// limit from it, so that no request puts a bucket more than one limit
+// further in debt.
+func (g *Group) held(cost Amounts) Amounts {
 	for k, b := range g.b {
 		if b.limit > 0 {
-			longest = max(longest, seconds(cost[k]*60/b.limit))
+			cost[k] = min(cost[k], b.limit)
+		}
+	}
+	return cost
+}
+
+// refillTime is how long what a request of cost takes refills in its
+// slowest known bucket, at least a nanosecond, so that slots are distinct.
+func (g *Group) refillTime(cost Amounts) time.Duration {
+	longest := time.Duration(1)
+	for k, b := range g.b {
+		if b.limit > 0 {
+			longest = max(longest, seconds(min(cost[k], b.limit)*60/b.limit))
 		}
 	}
 	return longest
+}
+
+// lineEnd is when the next batch request to join the line may take its
+// turn: the end of the last slot; it requires g.mu.
+func (g *Group) lineEnd() time.Time {
+	if n := len(g.line); n > 0 {
+		return g.line[n-1].end
+	}
+	return time.Time{}
+}
+
+// join gives t the slot at due, the line's last, held for refill; slots
+// whose end has passed at now are dropped first. It requires g.mu.
+func (g *Group) join(t *Ticket, now, due time.Time, refill time.Duration) {
+	i := 0
+	for i < len(g.line) && !g.line[i].end.After(now) {
+		i++
+	}
+	g.line = append(g.line[:0], g.line[i:]...)
+	g.line = append(g.line, lineSlot{due, due.Add(refill)})
+	t.Slot = due
+}
+
+// leave takes t's slot out of the line, if it is still there; it requires
+// g.mu.
+func (g *Group) leave(t *Ticket) {
+	if t.Slot.IsZero() {
+		return
+	}
+	if i, found := slices.BinarySearchFunc(g.line, t.Slot, func(s lineSlot, at time.Time) int {
+		return s.slot.Compare(at)
+	}); found {
+		g.line = slices.Delete(g.line, i, i+1)
+	}
+	t.Slot = time.Time{}
+}
+
+// Leave takes a batch request that gives up waiting (refused, cancelled,
+// past its deadline, or its reservation given back) out of the batch line:
+// the requests behind it keep their slots, and when it held the last the
+// line ends where the one before it ends. t is left as a request that has
+// not joined the line; Leave with such a ticket changes nothing.
+func (g *Group) Leave(t *Ticket) {
+	if t == nil || t.Slot.IsZero() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leave(t)
 }
 
 // Admits reports, taking nothing, when a request of cost at priority p
@@ -291,8 +369,8 @@ func (g *Group) Admits(now, at time.Time, cost Amounts, p Priority) time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	due := g.due(now, at, cost, p)
-	if p == Batch && g.batchNext.After(due) {
-		due = g.batchNext
+	if end := g.lineEnd(); p == Batch && end.After(due) {
+		due = end
 	}
 	return due
 }
@@ -415,7 +493,7 @@ func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 			learning = b.limit == 0
 			switch {
 			case learning:
-				level = o.Remaining[k] - (b.taken - r.mark[k]) - older[k]
+				level = o.Remaining[k] - g.mayLack(k, r, limit)
 			case !b.pausedUntil.After(now):
 				level += limit - b.limit // a pause holds its level
 			}
@@ -445,6 +523,24 @@ func (g *Group) Observe(now time.Time, r *Reservation, o Observation) {
 		}
 		b.level = level
 	}
+}
+
+// mayLack is what a count of bucket k of limit in the response to r may
+// lack: what was taken after r, and what requests taken before it and not
+// answered took, each request counted for no more than the limit (one
+// taken before the limit was known may hold more: its settling gives the
+// rest back). It requires g.mu, and r off the open list.
+func (g *Group) mayLack(k int, r *Reservation, limit float64) float64 {
+	lack := g.b[k].taken - r.mark[k]
+	for _, o := range g.open {
+		held := min(o.cost[k], limit)
+		if o.seq < r.seq {
+			lack += held
+		} else {
+			lack -= o.cost[k] - held
+		}
+	}
+	return lack
 }
 
 // Pause empties the buckets named and admits nothing from them before

@@ -99,8 +99,8 @@ func wantReserve(t *testing.T, g *Group, now time.Time, cost Amounts, p Priority
 	if !taken && r != (Reservation{}) {
 		t.Fatalf("a request that took nothing returned %+v", r)
 	}
-	if taken && r.Cost() != cost {
-		t.Fatalf("Cost() = %v, want %v", r.Cost(), cost)
+	if want := g.held(cost); taken && r.Cost() != want {
+		t.Fatalf("Cost() = %v, want %v", r.Cost(), want)
 	}
 	return r
 }
@@ -119,20 +119,21 @@ func take(t *testing.T, g *Group, now time.Time, cost Amounts) Reservation {
 func clone(g *Group) *Group {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return &Group{b: g.b, batchShare: g.batchShare, batchNext: g.batchNext}
+	return &Group{b: g.b, batchShare: g.batchShare, line: slices.Clone(g.line)}
 }
 
 // raw is g's whole state, to compare before and after a call that must
 // change nothing.
 type raw struct {
 	b         [NumKinds]bucket
-	batchNext time.Time
+	batchNext time.Time // the line's end
+	inLine    int       // slots in the line
 }
 
 func rawState(g *Group) raw {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return raw{g.b, g.batchNext}
+	return raw{g.b, g.lineEnd(), len(g.line)}
 }
 
 func TestKindString(t *testing.T) {
@@ -213,7 +214,10 @@ func TestDueWhenBucketRefills(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := New(Settings{Limits: std, BatchShare: 0.8})
 			if c.pre != (Amounts{}) {
-				take(t, g, t0, c.pre)
+				// In two requests: one takes no more than a bucket.
+				for range 2 {
+					take(t, g, t0, Amounts{c.pre[0] / 2, c.pre[1] / 2, c.pre[2] / 2})
+				}
 			}
 			now, due := at(c.ask), at(c.due)
 			wantLevels(t, g, now, c.before)
@@ -297,20 +301,23 @@ func TestAllOrNone(t *testing.T) {
 }
 
 // TestOversize checks that a request larger than the whole bucket waits
-// for a full bucket, then takes it all and more, and is never refused for
-// good.
+// for a full bucket, then takes it whole and no more, so that no request
+// puts a bucket more than one limit in debt, and is never refused for good.
 func TestOversize(t *testing.T) {
 	big := Amounts{1, 9000, 0}
 	t.Run("full bucket", func(t *testing.T) {
 		g := New(Settings{Limits: std})
-		wantReserve(t, g, t0, big, Interactive, t0, nil, t0, true)
-		wantLevels(t, g, t0, Amounts{59, -3000, 12000})
-		// The next waits for a full bucket again: 9000 to refill, 90 s.
-		wantReserve(t, g, at(10*sec), big, Interactive, at(90*sec-1), nil, at(90*sec), false)
-		wantReserve(t, g, at(10*sec), big, Interactive, far, nil, at(90*sec), true)
-		// And the next, 90 s later; never refused when it can wait.
-		wantReserve(t, g, at(10*sec), big, Interactive, far, nil, at(180*sec), true)
-		wantLevels(t, g, at(180*sec), Amounts{60, -3000, 12000})
+		r := wantReserve(t, g, t0, big, Interactive, t0, nil, t0, true)
+		if r.Cost() != (Amounts{1, 6000, 0}) {
+			t.Fatalf("Cost = %v, want the input bucket's limit", r.Cost())
+		}
+		wantLevels(t, g, t0, Amounts{59, 0, 12000})
+		// The next waits for a full bucket again: 6000 to refill, 60 s.
+		wantReserve(t, g, at(10*sec), big, Interactive, at(60*sec-1), nil, at(60*sec), false)
+		wantReserve(t, g, at(10*sec), big, Interactive, far, nil, at(60*sec), true)
+		// And the next, 60 s later; never refused when it can wait.
+		wantReserve(t, g, at(10*sec), big, Interactive, far, nil, at(120*sec), true)
+		wantLevels(t, g, at(120*sec), Amounts{60, 0, 12000})
 	})
 	t.Run("partly full bucket", func(t *testing.T) {
 		g := New(Settings{Limits: std})
@@ -319,16 +326,69 @@ func TestOversize(t *testing.T) {
 			t.Fatalf("Admits = %s", fmtTime(got))
 		}
 		wantReserve(t, g, t0, big, Interactive, far, nil, at(30*sec), true)
-		wantLevels(t, g, at(30*sec), Amounts{60, -3000, 12000})
+		wantLevels(t, g, at(30*sec), Amounts{60, 0, 12000})
 	})
 	t.Run("every bucket oversize", func(t *testing.T) {
 		g := New(Settings{Limits: std})
 		wantReserve(t, g, t0, Amounts{100, 1e5, 1e5}, Interactive, t0, nil, t0, true)
-		wantLevels(t, g, t0, Amounts{-40, -94000, -88000})
-		// Requests refill 100 in 140 s; input 100000 in 1000 s; output
-		// 100000 in 500 s.
-		wantReserve(t, g, t0, Amounts{100, 1e5, 1e5}, Interactive, far, nil, at(1000*sec), true)
+		wantLevels(t, g, t0, Amounts{0, 0, 0})
+		// Each bucket refills whole in a minute.
+		wantReserve(t, g, t0, Amounts{100, 1e5, 1e5}, Interactive, far, nil, at(60*sec), true)
+		wantLevels(t, g, at(60*sec), Amounts{0, 0, 0})
 	})
+}
+
+// TestHugeRequestHoldsOneLimit checks that one request asking for far more
+// than a bucket (a max_tokens of 1e12) leaves its group usable: it takes
+// one limit, the requests after it wait at most a minute for that, and
+// settling it by what it used puts exactly that in the bucket.
+func TestHugeRequestHoldsOneLimit(t *testing.T) {
+	g := New(Settings{Limits: std})
+	huge := wantReserve(t, g, t0, Amounts{1, 100, 1e12}, Interactive, t0, nil, t0, true)
+	wantLevels(t, g, t0, Amounts{59, 5900, 0})
+	// Ten ordinary requests: each waits for its 200 output tokens, a
+	// second apart, not for 1e12 tokens to refill.
+	small := Amounts{1, 100, 200}
+	var rs []Reservation
+	for i := range 10 {
+		rs = append(rs, wantReserve(t, g, t0, small, Interactive, at(30*sec), nil, at(time.Duration(i+1)*sec), true))
+	}
+	wantLevels(t, g, t0, Amounts{49, 4900, -2000})
+	// The huge one used 500 output tokens: of the limit it held, the
+	// bucket gets back all but those (at 5 s, when it had refilled 1000).
+	g.Settle(&huge, at(5*sec), Amounts{1, 100, 500}, allKinds)
+	wantLevels(t, g, at(5*sec), Amounts{54, 5400, 10500})
+	for i := range rs {
+		g.Settle(&rs[i], at(5*sec), small, allKinds)
+	}
+	wantLevels(t, g, at(5*sec), Amounts{54, 5400, 10500})
+	if got := takenCounts(g); got != (Amounts{11, 1100, 2500}) {
+		t.Fatalf("taken %v, want what the requests used", got)
+	}
+	// Batch too: its slot is spaced by the refill of one limit at most.
+	g = New(Settings{Limits: std, BatchShare: 0.5})
+	take(t, g, t0, Amounts{0, 0, 6000})
+	var a, b Ticket
+	wantReserve(t, g, t0, Amounts{1, 100, 1e12}, Batch, far, &a, at(30*sec), false)
+	wantReserve(t, g, t0, small, Batch, far, &b, at(90*sec), false)
+}
+
+// TestLearningCountsOneLimitPerRequest checks that a request taken while a
+// limit was unknown counts for at most the limit when a response teaches
+// it: a huge request in flight does not leave the bucket in debt for ages.
+func TestLearningCountsOneLimitPerRequest(t *testing.T) {
+	g := New(Settings{})
+	take(t, g, t0, Amounts{1, 100, 1000})
+	take(t, g, t0, Amounts{1, 100, 1e12})
+	r := take(t, g, at(sec), Amounts{1, 100, 1000})
+	take(t, g, at(sec), Amounts{1, 100, 1e12})
+	g.Observe(at(2*sec), &r, obs(Amounts{40, 9000, 15000}))
+	// r's count may lack the two requests before it, still open, and the
+	// one after it; each huge one counts as the limit, 20000.
+	wantLevels(t, g, at(2*sec), Amounts{37, 8700, 15000 - 1000 - 20000 - 20000})
+	// A request of 200 output tokens waits for 26200 to refill at 20000
+	// a minute: 78.6 s, not the years that 1e12 would take.
+	wantReserve(t, g, at(2*sec), Amounts{1, 100, 200}, Interactive, far, nil, at(80600*ms), true)
 }
 
 // TestUnknownLimits checks that buckets whose limit is not known admit
@@ -390,7 +450,8 @@ func TestObserveLearns(t *testing.T) {
 	wantLevels(t, g, at(8*sec), Amounts{49, 10000, 14000})
 	// And hold requests back: 51 requests leave -2, and one more waits
 	// for 3 to refill at 50 a minute, 3.6 s.
-	take(t, g, at(8*sec), Amounts{51, 0, 0})
+	take(t, g, at(8*sec), Amounts{50, 0, 0})
+	take(t, g, at(8*sec), Amounts{1, 0, 0})
 	wantReserve(t, g, at(8*sec), Amounts{1, 0, 0}, Interactive, far, nil, at(11600*ms), true)
 }
 
@@ -703,7 +764,8 @@ func TestPause(t *testing.T) {
 
 	t.Run("debt stays", func(t *testing.T) {
 		g := New(Settings{Limits: std})
-		take(t, g, t0, Amounts{0, 0, 14000})
+		take(t, g, t0, Amounts{0, 0, 7000})
+		take(t, g, t0, Amounts{0, 0, 7000})
 		g.Pause(t0, [NumKinds]bool{false, false, true}, at(5*sec))
 		wantLevels(t, g, t0, Amounts{60, 6000, -2000})
 		// 2200 output tokens refill in 11 s, from the pause's start.
@@ -917,6 +979,59 @@ func TestBatchAskingEarlyRejoins(t *testing.T) {
 	wantReserve(t, g, at(1800*ms), batchCost, Batch, far, &a, at(1800*ms), true)
 }
 
+// TestBatchLeave checks that a batch request that gives up leaves the
+// line: twenty that wait and give up, first to last, leave the next one the
+// wait of its own cost, 0.6 s, not 21 s; one that leaves from the middle
+// keeps the slots behind it; the last to leave takes the line's end back
+// to the end of the one before it.
+func TestBatchLeave(t *testing.T) {
+	g := New(batchSettings)
+	drainBatch(t, g)
+	var tks []*Ticket
+	for i := range 20 {
+		tk := new(Ticket)
+		wantReserve(t, g, t0, batchCost, Batch, far, tk, at(time.Duration(i+1)*600*ms), false)
+		tks = append(tks, tk)
+	}
+	for _, tk := range tks {
+		g.Leave(tk)
+		if *tk != (Ticket{}) {
+			t.Fatalf("ticket after Leave: %+v", *tk)
+		}
+	}
+	g.Leave(tks[0]) // twice changes nothing
+	var next Ticket
+	wantReserve(t, g, t0, batchCost, Batch, far, &next, at(600*ms), false)
+
+	// From the middle: the slot behind keeps its place, and so does the
+	// line's end.
+	var b, c Ticket
+	wantReserve(t, g, t0, batchCost, Batch, far, &b, at(1200*ms), false)
+	wantReserve(t, g, t0, batchCost, Batch, far, &c, at(1800*ms), false)
+	g.Leave(&b)
+	var d Ticket
+	wantReserve(t, g, t0, batchCost, Batch, far, &d, at(2400*ms), false)
+	// The last two leave: the line ends at next's end again.
+	g.Leave(&d)
+	g.Leave(&c)
+	var e Ticket
+	wantReserve(t, g, t0, batchCost, Batch, far, &e, at(1200*ms), false)
+	// One refused when it asks at its slot leaves too.
+	var f Ticket
+	wantReserve(t, g, t0, batchCost, Batch, far, &f, at(1800*ms), false)
+	for range 10 {
+		take(t, g, at(1800*ms), batchCost) // interactive traffic
+	}
+	wantReserve(t, g, at(1800*ms), batchCost, Batch, at(2*sec), &f, at(6600*ms), false)
+	g.Leave(&f)
+	var h Ticket
+	wantReserve(t, g, at(1800*ms), batchCost, Batch, far, &h, at(6600*ms), false)
+	// The slots whose end has passed are gone: h's alone is left.
+	if got := rawState(g).inLine; got != 1 {
+		t.Fatalf("%d slots in line, want h's alone", got)
+	}
+}
+
 // TestInteractiveBeforeBatch checks that interactive requests get through
 // at once while batch requests wait and the buckets sit at the reserve,
 // that a batch request whose Slot came while an interactive one took asks
@@ -959,7 +1074,7 @@ func TestBatchOversize(t *testing.T) {
 	tk = Ticket{}
 	wantReserve(t, g, t0, Amounts{1, 9000, 0}, Batch, far, &tk, at(54*sec), false)
 	wantReserve(t, g, at(54*sec), Amounts{1, 15000, 0}, Batch, far, &tk, at(54*sec), true)
-	wantLevels(t, g, at(54*sec), Amounts{99, -5000, 20000})
+	wantLevels(t, g, at(54*sec), Amounts{99, 0, 20000})
 }
 
 // TestBatchShareOne checks that with a share of 1 batch requests may use
@@ -984,7 +1099,8 @@ func TestDueFindsItsTokens(t *testing.T) {
 	// A bucket of 50 at -5 needs 34 to hold 29: 40.8 s, where the sum of
 	// the refill rounds below 29.
 	g := New(Settings{Limits: Amounts{50, 0, 0}, BatchShare: 1})
-	take(t, g, t0, Amounts{55, 0, 0})
+	take(t, g, t0, Amounts{50, 0, 0})
+	take(t, g, t0, Amounts{5, 0, 0})
 	var tk Ticket
 	wantReserve(t, g, t0, Amounts{29, 0, 0}, Batch, far, &tk, at(40800*ms), false)
 	wantReserve(t, g, at(40800*ms), Amounts{29, 0, 0}, Batch, far, &tk, at(40800*ms), true)
@@ -995,7 +1111,9 @@ func TestDueFindsItsTokens(t *testing.T) {
 		l := limits[rng.IntN(len(limits))]
 		g := New(Settings{Limits: Amounts{l, 0, 0}, BatchShare: 1})
 		start := at(time.Duration(rng.Int64N(int64(time.Hour))))
-		take(t, g, start, Amounts{float64(rng.IntN(int(2*l) + 1)), 0, 0})
+		pre := float64(rng.IntN(int(2*l) + 1))
+		take(t, g, start, Amounts{pre / 2, 0, 0})
+		take(t, g, start, Amounts{pre / 2, 0, 0})
 		cost := Amounts{float64(rng.IntN(int(l)) + 1), 0, 0}
 		var tk Ticket
 		_, due, taken := g.Reserve(start, cost, Batch, far, &tk)
@@ -1319,10 +1437,36 @@ type mTicket struct {
 }
 
 type model struct {
-	b         [NumKinds]mBucket
-	share     float64
-	batchNext time.Time
-	res       []*mRes // every reservation taken, in order
+	b     [NumKinds]mBucket
+	share float64
+	line  []lineSlot // the batch line, by slot
+	res   []*mRes    // every reservation taken, in order
+}
+
+func (m *model) lineEnd() time.Time {
+	if n := len(m.line); n > 0 {
+		return m.line[n-1].end
+	}
+	return time.Time{}
+}
+
+func (m *model) leave(slot time.Time) {
+	m.line = slices.DeleteFunc(m.line, func(s lineSlot) bool { return s.slot.Equal(slot) })
+}
+
+func (m *model) join(now, slot, end time.Time) {
+	m.line = slices.DeleteFunc(m.line, func(s lineSlot) bool { return !s.end.After(now) })
+	m.line = append(m.line, lineSlot{slot, end})
+}
+
+// held is what a request of cost takes: at most each known limit.
+func (m *model) held(cost [NumKinds]int64) [NumKinds]int64 {
+	for k, b := range m.b {
+		if b.limit > 0 {
+			cost[k] = min(cost[k], b.limit)
+		}
+	}
+	return cost
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -1375,10 +1519,10 @@ func (m *model) due(now time.Time, cost [NumKinds]int64, p Priority) time.Time {
 }
 
 func (m *model) refillTime(cost [NumKinds]int64) time.Duration {
-	var longest time.Duration
+	longest := time.Duration(1)
 	for k, b := range m.b {
 		if b.limit > 0 {
-			longest = max(longest, time.Duration(ceilDiv(cost[k]*scale, b.limit)))
+			longest = max(longest, time.Duration(ceilDiv(min(cost[k], b.limit)*scale, b.limit)))
 		}
 	}
 	return longest
@@ -1426,7 +1570,20 @@ func (m *model) observe(now time.Time, r *mRes, has [NumKinds]bool, limit, remai
 		if !b.configured && limit[k] > 0 && limit[k] != b.limit {
 			switch {
 			case b.limit == 0:
-				level = (remaining[k] - (b.taken - r.mark[k]) - older[k]) * scale
+				// Each open request counts for at most the limit.
+				lack := b.taken - r.mark[k]
+				for _, o := range m.res {
+					if !o.open {
+						continue
+					}
+					held := min(o.taken0[k], limit[k])
+					if o.seq < r.seq {
+						lack += held
+					} else {
+						lack -= o.taken0[k] - held
+					}
+				}
+				level = (remaining[k] - lack) * scale
 			case !b.pausedUntil.After(now):
 				level += (limit[k] - b.limit) * scale
 			}
@@ -1477,6 +1634,7 @@ const (
 	fzState              // State
 	fzAdmits             // Admits, asked later by a: cost b, c; priority a
 	fzJump               // jump to a waiting request's Slot, a pause's end or the line's end, or 1 ns off
+	fzLeave              // a waiting batch request gives up: ticket a
 	fzNumOps
 )
 
@@ -1541,6 +1699,12 @@ func FuzzGroup(f *testing.F) {
 		op(fzBatch, 3, 10, 5), op(fzObserve, 0, 0xff, 1), op(fzState, 0, 0, 0), op(fzJump, 0, 1, 0),
 		op(fzInteractive, 3, 1, 0), op(fzJump, 0, 0, 0), op(fzInteractive, 3, 1, 0), op(fzBatchAgain, 0, 0, 5),
 		op(fzPause, 2, 0, 0), op(fzPause, 1, 5, 0), op(fzAdvance, 30, 3, 0), op(fzState, 0, 0, 0))
+	// Batch requests that wait in line, some giving up, first, last and
+	// in the middle, others asking again.
+	seed([]byte{3, 4, 5, 1}, rep(6, op(fzBatch, 3, 250, 5)), rep(4, op(fzBatch, 3, 250, 4)), op(fzLeave, 1, 0, 0),
+		op(fzLeave, 8, 0, 0), op(fzBatch, 3, 250, 4), op(fzLeave, 0, 0, 0), op(fzJump, 0, 1, 0), op(fzBatchAgain, 0, 0, 5),
+		op(fzLeave, 2, 0, 0), op(fzLeave, 3, 0, 0), op(fzBatch, 3, 250, 4), op(fzAdmits, 1, 3, 3), op(fzJump, 1, 1, 0),
+		op(fzBatchAgain, 1, 0, 5), op(fzLeave, 1, 0, 0), op(fzBatch, 3, 250, 5))
 	// Oversize requests, interactive and batch.
 	seed([]byte{1, 1, 1, 0}, op(fzInteractive, 200, 255, 5), op(fzInteractive, 200, 255, 4), op(fzBatch, 200, 255, 5),
 		op(fzJump, 0, 0, 0), op(fzBatchAgain, 0, 0, 5), op(fzAdmits, 9, 255, 200))
@@ -1600,8 +1764,12 @@ func FuzzGroup(f *testing.F) {
 				icost := toInts(cost)
 				mdue := m.due(now, icost, p)
 				inLine := p == Batch && (Slot.IsZero() || now.Before(Slot))
-				if inLine && m.batchNext.After(mdue) {
-					mdue = m.batchNext
+				if inLine {
+					// Asking before its slot, it gives its place up.
+					m.leave(Slot)
+					if end := m.lineEnd(); end.After(mdue) {
+						mdue = end
+					}
 				}
 				closeTo("Reserve's due", due, mdue)
 				if due.Before(now) {
@@ -1624,17 +1792,23 @@ func FuzzGroup(f *testing.F) {
 					}
 					if p == Batch {
 						joined := inLine && !due.After(latest)
-						if want := map[bool]time.Time{true: due, false: Slot}[joined]; !it.Slot.Equal(want) {
+						want := Slot // not in line: it keeps its slot
+						if joined {
+							want = due
+						} else if inLine {
+							want = time.Time{} // it gave its place up and was refused
+						}
+						if !it.Slot.Equal(want) {
 							t.Fatalf("%s: Slot %s, was %s, due %s, in line %v", what(), fmtTime(it.Slot), fmtTime(Slot), fmtTime(due), inLine)
 						}
 						if joined {
-							closeTo("batchNext", after.batchNext, due.Add(m.refillTime(icost)))
-							m.batchNext = after.batchNext
+							closeTo("the line's end", after.batchNext, due.Add(m.refillTime(icost)))
+							m.join(now, due, after.batchNext)
 							if o == fzBatch && len(tickets) < 16 {
 								tickets = append(tickets, tk)
 							}
-						} else if after.batchNext != before.batchNext {
-							t.Fatalf("%s: batchNext moved to %s without a Slot", what(), fmtTime(after.batchNext))
+						} else if !inLine && after.batchNext != before.batchNext {
+							t.Fatalf("%s: the line's end moved to %s without a Slot", what(), fmtTime(after.batchNext))
 						}
 					}
 					if o == fzBatchAgain && due.After(latest) {
@@ -1645,8 +1819,9 @@ func FuzzGroup(f *testing.F) {
 				if o == fzBatchAgain {
 					tickets = slices.DeleteFunc(tickets, func(x *mTicket) bool { return x == tk })
 				}
-				if r.Cost() != cost {
-					t.Fatalf("%s: Cost = %v", what(), r.Cost())
+				icost = m.held(icost)
+				if toInts(r.Cost()) != icost {
+					t.Fatalf("%s: Cost = %v, model %v", what(), r.Cost(), icost)
 				}
 				mr := &mRes{r: &r, cost: icost, taken: true, seq: len(m.res), open: true, taken0: icost}
 				m.res = append(m.res, mr)
@@ -1752,7 +1927,7 @@ func FuzzGroup(f *testing.F) {
 				}
 				want := later(asked, m.due(now, toInts(cost), p))
 				if p == Batch {
-					want = later(want, m.batchNext)
+					want = later(want, m.lineEnd())
 				}
 				closeTo("Admits", got, want)
 			case fzJump:
@@ -1763,14 +1938,29 @@ func FuzzGroup(f *testing.F) {
 				for _, b := range m.b {
 					targets = append(targets, b.pausedUntil)
 				}
-				targets = append(targets, m.batchNext)
+				targets = append(targets, m.lineEnd())
 				target := targets[int(a)%len(targets)].Add(time.Duration(int(b%3) - 1))
 				if target.After(now) {
 					now = target
 				}
+			case fzLeave:
+				if len(tickets) == 0 {
+					continue
+				}
+				tk := tickets[int(a)%len(tickets)]
+				m.leave(tk.t.Slot)
+				g.Leave(tk.t)
+				if !tk.t.Slot.IsZero() {
+					t.Fatalf("%s: Slot %s after Leave", what(), fmtTime(tk.t.Slot))
+				}
+				tickets = slices.DeleteFunc(tickets, func(x *mTicket) bool { return x == tk })
 			}
-			// The buckets, with the model's.
+			// The buckets and the line, with the model's.
 			g.mu.Lock()
+			if len(g.line) != len(m.line) || !g.lineEnd().Equal(m.lineEnd()) {
+				g.mu.Unlock()
+				t.Fatalf("%s: line %v, model %v", what(), g.line, m.line)
+			}
 			for k, b := range g.b {
 				mb := m.b[k]
 				lv := float64(mb.level) / float64(scale)
