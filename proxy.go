@@ -585,13 +585,13 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 	}
 	attrs := []slog.Attr{
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", boundedText(r.URL.Path)),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
 	}
 	if rep != nil {
 		attrs = append(attrs,
-			slog.String("model", rep.Model),
+			slog.String("model", boundedText(rep.Model)),
 			slog.Bool("stream", rep.Stream),
 			slog.Int("attempts", rep.Attempts),
 			slog.String("outcome", string(rep.Outcome)),
