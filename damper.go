@@ -198,7 +198,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	}
 	d.backendSpecs = nil
 	if p.Hedge != nil {
-		d.hedge = newHedger(*p.Hedge)
+		d.hedge = newHedger(*p.Hedge, d.clock)
 	}
 	return d, nil
 }
