@@ -167,3 +167,50 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 }
+
+// MaxEvent bounds one event, its empty line included, however it is cut
+// into Scans: Scan stops at the byte that passes it, and reports TooLarge
+// from then on; the events before it are found as without the bound.
+func TestScannerMaxEvent(t *testing.T) {
+	start := "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+	big := "event: content_block_delta\r\ndata: " + string(bytes.Repeat([]byte("x"), 100)) + "\n: comment\n\n"
+	for _, tc := range []struct {
+		name  string
+		body  string
+		max   int
+		at    int // where TooLarge is reported; -1 for never
+		kinds []Kind
+	}{
+		{"fits exactly", start + big, len(big), -1, []Kind{Held, Content}},
+		{"one byte over", start + big, len(big) - 1, len(start) + len(big) - 1, []Kind{Held, TooLarge}},
+		{"no line end", start + "data: " + string(bytes.Repeat([]byte("y"), 500)), 64, len(start) + 64, []Kind{Held, TooLarge}},
+		{"comments only", string(bytes.Repeat([]byte(": ping\n"), 100)), 70, 70, []Kind{TooLarge}},
+		{"unbounded", start + big, 0, -1, []Kind{Held, Content}},
+	} {
+		for _, cut := range []int{1, 7, 1 << 20} {
+			s := Scanner{MaxEvent: tc.max}
+			var kinds []Kind
+			at, off := -1, 0
+			body := []byte(tc.body)
+			for off < len(body) {
+				end := min(off+cut, len(body))
+				n, kind := s.Scan(body[off:end])
+				off += n
+				if kind == TooLarge {
+					at = off
+					kinds = append(kinds, kind)
+					if n, again := s.Scan(body[off:]); n != 0 || again != TooLarge {
+						t.Errorf("%s, cut %d: after TooLarge, Scan read %d and found %d", tc.name, cut, n, again)
+					}
+					break
+				}
+				if kind != None {
+					kinds = append(kinds, kind)
+				}
+			}
+			if at != tc.at || fmt.Sprint(kinds) != fmt.Sprint(tc.kinds) {
+				t.Errorf("%s, cut %d: kinds %v, TooLarge at %d; want %v at %d", tc.name, cut, kinds, at, tc.kinds, tc.at)
+			}
+		}
+	}
+}
