@@ -115,3 +115,24 @@ func TestProxyEventLimit(t *testing.T) {
 		t.Errorf("the call allocated %d bytes, want at most %d", used, 8*limit)
 	}
 }
+
+// Before the first content, the proxy answers an event over the limit as a
+// failure of the upstream's answer: 502 api_error, after one attempt.
+func TestProxyEventLimitBeforeContent(t *testing.T) {
+	srv := &rawServer{handlers: []http.HandlerFunc{
+		sseHandler("", "event: message_start\ndata: ", "x", 4<<20, "\n\n"), streamOKHandler,
+	}}
+	d := newDamper(t, damper.Policy{MaxHoldBack: 8 << 20, MaxEventBytes: 64 << 10})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: "http://api.invalid", Transport: dampertest.Transport(srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"claude-sonnet-4-5","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	w := httptest.NewRecorder()
+	px.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), `"type":"api_error"`) ||
+		!strings.Contains(w.Body.String(), "MaxEventBytes") || w.Header().Get(damper.HeaderAttempts) != "1" {
+		t.Fatalf("status %d, attempts %s, body %.300s; want 502 api_error naming MaxEventBytes after one attempt",
+			w.Code, w.Header().Get(damper.HeaderAttempts), w.Body)
+	}
+}

@@ -104,7 +104,11 @@ func WithTracerProvider(tp trace.TracerProvider) Setting {
 // the client metrics of the OpenTelemetry GenAI semantic conventions
 // (gen_ai.client.operation.duration, gen_ai.client.token.usage and
 // gen_ai.client.operation.time_to_first_chunk, as of v1.41.0); see the
-// README's Telemetry section for their names, units and attributes.
+// README's Telemetry section for their names, units and attributes. A
+// caller can name any model, so the model and its limit group reach a
+// metric only from a bounded set: the price table's models, and the first
+// 32 others seen (and, apart, the first 32 the table prices by family);
+// any other is "other".
 func WithMeterProvider(mp metric.MeterProvider) Setting {
 	return func(d *Damper) error {
 		if mp == nil {
