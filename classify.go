@@ -160,6 +160,8 @@ func Classify(f Failure) Classification {
 		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "truncated"}
 	case errors.Is(f.Err, ErrHoldBackExceeded):
 		return Classification{Class: NotRetryable, Kind: "hold_back_exceeded"}
+	case errors.Is(f.Err, ErrEventTooLarge):
+		return Classification{Class: NotRetryable, Kind: "event_too_large"}
 	case isTransportError(f.Err):
 		return Classification{Class: Retryable, Signal: ProviderHealth, Kind: "transport"}
 	}
@@ -251,6 +253,8 @@ func kindOf(f Failure) string {
 		return "stall"
 	case errors.Is(f.Err, errTruncated):
 		return "truncated"
+	case errors.Is(f.Err, ErrEventTooLarge):
+		return "event_too_large"
 	case errors.Is(f.Err, context.Canceled), errors.Is(f.Err, context.DeadlineExceeded) && !errors.Is(f.Err, ErrAttemptTimeout):
 		return "canceled"
 	}

@@ -87,6 +87,7 @@ type PolicyConfig struct {
 	MaxRetryAfter        *Duration        `json:"max_retry_after,omitempty"`
 	OnBudgetExhausted    *string          `json:"on_budget_exhausted,omitempty"` // "raise" or "passthrough"
 	MaxHoldBack          *int             `json:"max_hold_back,omitempty"`
+	MaxEventBytes        *int             `json:"max_event_bytes,omitempty"`
 	StreamIdleTimeout    *Duration        `json:"stream_idle_timeout,omitempty"`
 	Breaker              *BreakerConfig   `json:"breaker,omitempty"`
 	Throttle             *ThrottleConfig  `json:"throttle,omitempty"`
@@ -646,6 +647,7 @@ func (c PolicyConfig) Policy() (Policy, error) {
 		}
 	}
 	cv.int(&p.MaxHoldBack, c.MaxHoldBack, "MaxHoldBack", "max_hold_back", zeroIsWrong)
+	cv.int(&p.MaxEventBytes, c.MaxEventBytes, "MaxEventBytes", "max_event_bytes", zeroIsWrong)
 	cv.duration(&p.StreamIdleTimeout, c.StreamIdleTimeout, "StreamIdleTimeout", "stream_idle_timeout", zeroIsZero)
 
 	if b := c.Breaker; b != nil {
@@ -776,6 +778,7 @@ func NewPolicyConfig(p Policy) PolicyConfig {
 		BackoffMax:           configDuration(p.BackoffMax, false),
 		MaxRetryAfter:        configDuration(p.MaxRetryAfter, true),
 		MaxHoldBack:          configValue(p.MaxHoldBack, false),
+		MaxEventBytes:        configValue(p.MaxEventBytes, false),
 		StreamIdleTimeout:    configDuration(p.StreamIdleTimeout, false),
 	}
 	if p.IgnoreRetryAfter {

@@ -34,6 +34,7 @@ func fullPolicy() damper.Policy {
 		MaxRetryAfter:        damper.None,
 		OnBudgetExhausted:    damper.PassthroughBudgetExhausted,
 		MaxHoldBack:          4096,
+		MaxEventBytes:        1 << 20,
 		StreamIdleTimeout:    time.Minute + 500*time.Millisecond,
 		Breaker: &damper.BreakerPolicy{
 			FailureRatio: 0.6, MinAttempts: 7, Window: 10 * time.Second,
@@ -293,6 +294,7 @@ func TestPolicyConfigErrors(t *testing.T) {
 		{`{"max_attempts": 0}`, "max_attempts", `max_attempts: 0: must be at least 1 (leave the key out for the default, 3)`},
 		{`{"per_attempt_timeout": "0s"}`, "per_attempt_timeout", `per_attempt_timeout: "0s": must be positive (leave the key out for the default, 60s)`},
 		{`{"max_hold_back": 0}`, "max_hold_back", `max_hold_back: 0: must be a positive number of bytes`},
+		{`{"max_event_bytes": -5}`, "max_event_bytes", `max_event_bytes: -5: must be a positive number of bytes`},
 		{`{"breaker": {"failure_ratio": 0}}`, "breaker.failure_ratio", `breaker.failure_ratio: 0: must be a share in (0, 1] (leave the key out for the default, 0.5)`},
 		{`{"throttle": {"max_tokens": 0}}`, "throttle.max_tokens", `throttle.max_tokens: 0: must be in [1, 1000]`},
 		{`{"rate_limit": {"batch_share": 0}}`, "rate_limit.batch_share", `rate_limit.batch_share: 0: must be a share in (0, 1]`},
@@ -565,6 +567,7 @@ func TestPolicyNone(t *testing.T) {
 		{damper.Policy{RetryBudgetWindow: damper.None}, "RetryBudgetWindow = -1ns"},
 		{damper.Policy{BackoffMax: damper.None}, "BackoffMax = -1ns"},
 		{damper.Policy{MaxHoldBack: damper.None}, "MaxHoldBack = -1"},
+		{damper.Policy{MaxEventBytes: damper.None}, "MaxEventBytes = -1"},
 		{damper.Policy{StreamIdleTimeout: damper.None}, "StreamIdleTimeout = -1ns"},
 		{damper.Policy{Breaker: &damper.BreakerPolicy{FailureRatio: damper.None}}, "Breaker.FailureRatio = -1"},
 		{damper.Policy{Throttle: &damper.ThrottlePolicy{TokenRatio: damper.None}}, "Throttle.TokenRatio = -1"},

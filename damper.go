@@ -34,7 +34,11 @@
 // caller's one ssestream.Stream shows exactly one attempt's events. At most
 // [Policy.MaxHoldBack] bytes (1 MiB by default) are held: a stream that
 // sends more before its first content fails with [ErrHoldBackExceeded],
-// not retried.
+// not retried. One event is at most [Policy.MaxEventBytes] (16 MiB by
+// default), as the SDK's decoder holds an event whole: a larger one fails
+// the stream with [ErrEventTooLarge], not retried before the first
+// content, and ambiguous after it, once the caller has the event's bytes
+// up to the limit.
 //
 // Before content, these failures are retried under every gate of a plain
 // call: an error status, an SSE error event of a transient type, a reset or
@@ -205,7 +209,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	}
 	d.backendSpecs = nil
 	if p.Hedge != nil {
-		d.hedge = newHedger(*p.Hedge)
+		d.hedge = newHedger(*p.Hedge, d.clock)
 	}
 	return d, nil
 }

@@ -18,6 +18,9 @@ var (
 	// ErrHoldBackExceeded: a stream sent more data before its first content
 	// than Damper holds back.
 	ErrHoldBackExceeded = errors.New("damper: stream sent too much before its first content")
+	// ErrEventTooLarge: a stream sent an SSE event larger than
+	// Policy.MaxEventBytes.
+	ErrEventTooLarge = errors.New("damper: stream sent an SSE event larger than Policy.MaxEventBytes")
 	// ErrAttemptTimeout: one attempt took longer than
 	// Policy.PerAttemptTimeout. It is what a timed-out attempt's error wraps.
 	ErrAttemptTimeout = errors.New("damper: attempt timed out")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,10 @@ import (
 // Delay when set, else the Quantile of the time recent attempts of the same
 // limit group (see [LimitGroup]) took to answer a plain call, or to send a
 // stream's first content, over the last Window of them. Until MinSamples
-// have been seen there is no hedge.
+// have been seen there is no hedge. Windows are kept for at most 64 (a
+// group's plain calls and its streams are two); one with no sample for 30
+// minutes is dropped, and a new one that finds no room takes the place of
+// the one least recently sampled.
 //
 // A hedge is an extra attempt and pays like a retry: it counts toward
 // Policy.MaxAttempts and the retry cost ceiling (at its full estimated cost,
@@ -332,12 +336,24 @@ type latencyKey struct {
 
 // hedger keeps a Damper's hedge delays: per latencyKey, the last Window
 // latencies, and their quantile, sorted again only once a sixteenth of
-// the window is new.
+// the window is new. A caller names any model, and so any limit group: at
+// most maxLatencyWindows windows are kept, a window with no sample for
+// latencyWindowIdle on the Damper's clock is dropped, and a new group
+// finding no room takes the place of the one least recently sampled.
 type hedger struct {
-	p       HedgePolicy
-	mu      sync.Mutex
-	windows map[latencyKey]*latencyWindow
+	p     HedgePolicy
+	clock Clock
+
+	mu        sync.Mutex
+	windows   map[latencyKey]*latencyWindow // requires mu
+	nextSweep time.Time                     // requires mu
 }
+
+// Bounds of the hedger's windows.
+const (
+	maxLatencyWindows = 64
+	latencyWindowIdle = 30 * time.Minute
+)
 
 type latencyWindow struct {
 	ring   []time.Duration
@@ -346,10 +362,20 @@ type latencyWindow struct {
 	fresh  int // samples since q was computed
 	q      time.Duration
 	sorted []time.Duration // scratch
+	used   time.Time       // when the last sample came
 }
 
-func newHedger(p HedgePolicy) *hedger {
-	return &hedger{p: p, windows: make(map[latencyKey]*latencyWindow)}
+func newHedger(p HedgePolicy, clock Clock) *hedger {
+	return &hedger{p: p, clock: clock, windows: make(map[latencyKey]*latencyWindow)}
+}
+
+// bounded returns k with its group cut to maxLabelBytes, longer than any
+// group of a model ID: groups alike so far share a window.
+func (k latencyKey) bounded() latencyKey {
+	if len(k.group) > maxLabelBytes {
+		k.group = k.group[:maxLabelBytes]
+	}
+	return k
 }
 
 // record keeps one latency sample of k.
@@ -357,17 +383,51 @@ func (h *hedger) record(k latencyKey, d time.Duration) {
 	if h.p.Delay > 0 {
 		return // a fixed delay needs no statistics
 	}
+	k = k.bounded()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !now.Before(h.nextSweep) {
+		h.sweep(now)
+	}
 	w := h.windows[k]
 	if w == nil {
+		if len(h.windows) >= maxLatencyWindows {
+			h.evict()
+		}
 		w = &latencyWindow{ring: make([]time.Duration, h.p.Window)}
+		k.group = strings.Clone(k.group) // not the caller's string, which may be part of more
 		h.windows[k] = w
 	}
+	w.used = now
 	w.ring[w.next] = d
 	w.next = (w.next + 1) % len(w.ring)
 	w.n = min(w.n+1, len(w.ring))
 	w.fresh++
+}
+
+// sweep drops the windows idle since latencyWindowIdle before now.
+// Requires mu.
+func (h *hedger) sweep(now time.Time) {
+	for k, w := range h.windows {
+		if now.Sub(w.used) >= latencyWindowIdle {
+			delete(h.windows, k)
+		}
+	}
+	h.nextSweep = now.Add(latencyWindowIdle / 4)
+}
+
+// evict drops the window least recently sampled. Requires mu.
+func (h *hedger) evict() {
+	var oldest latencyKey
+	var at time.Time
+	first := true
+	for k, w := range h.windows {
+		if first || w.used.Before(at) {
+			oldest, at, first = k, w.used, false
+		}
+	}
+	delete(h.windows, oldest)
 }
 
 // delay returns the hedge delay of k, or false while k has fewer samples
@@ -376,6 +436,7 @@ func (h *hedger) delay(k latencyKey) (time.Duration, bool) {
 	if h.p.Delay > 0 {
 		return h.p.Delay, true
 	}
+	k = k.bounded()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := h.windows[k]

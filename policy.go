@@ -82,6 +82,17 @@ type Policy struct {
 	// 64 MiB.
 	MaxHoldBack int
 
+	// MaxEventBytes bounds one SSE event of a stream: its lines and the
+	// empty line that ends it. Whoever reads a stream holds an event whole
+	// (the SDK's decoder; the proxy, which passes on whole events only),
+	// so one event must not cost unbounded memory. A stream that sends a
+	// larger event fails with [ErrEventTooLarge]: before its first
+	// content, not retried (it is the provider's answer, likely the same
+	// again); after it, as [ErrAmbiguous], and a proxy client gets an SSE
+	// error event. Default 16 MiB: far above the API's events, and half
+	// the 32 MiB line the SDK's decoder accepts at most.
+	MaxEventBytes int
+
 	// StreamIdleTimeout, when set, fails a stream after its first content
 	// whose body sends nothing for this long while the caller waits for the
 	// next event: a stall becomes an [ErrAmbiguous] error instead of a
@@ -179,6 +190,7 @@ const (
 	DefaultBackoffMax           = 30 * time.Second
 	DefaultMaxRetryAfter        = 60 * time.Second
 	DefaultMaxHoldBack          = 1 << 20
+	DefaultMaxEventBytes        = 16 << 20
 )
 
 // The largest values of the Policy fields, and of its parts' fields. Each
@@ -234,6 +246,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	if p.MaxHoldBack < 0 {
 		return p, fieldError("MaxHoldBack", p.MaxHoldBack, "must be a positive number of bytes (0 means the default, 1048576)")
 	}
+	if p.MaxEventBytes < 0 {
+		return p, fieldError("MaxEventBytes", p.MaxEventBytes, "must be a positive number of bytes (0 means the default, 16777216)")
+	}
 	if p.StreamIdleTimeout < 0 {
 		return p, fieldError("StreamIdleTimeout", p.StreamIdleTimeout, "must be positive (0 means no idle limit)")
 	}
@@ -250,6 +265,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	p.BackoffMax = orDefault(p.BackoffMax, DefaultBackoffMax)
 	p.MaxRetryAfter = orDefaultOrNone(p.MaxRetryAfter, DefaultMaxRetryAfter)
 	p.MaxHoldBack = orDefault(p.MaxHoldBack, DefaultMaxHoldBack)
+	p.MaxEventBytes = orDefault(p.MaxEventBytes, DefaultMaxEventBytes)
 	if p.PriceTable == nil {
 		p.PriceTable = DefaultPriceTable()
 	}

@@ -21,7 +21,7 @@ func TestPolicyDefaults(t *testing.T) {
 		MaxAttempts: 3, PerAttemptTimeout: time.Minute, RetryBudgetRatio: 0.1,
 		RetryBudgetWindow: time.Minute, RetryBudgetMinTokens: 10, BackoffBase: time.Second,
 		BackoffMax: 30 * time.Second, MaxRetryAfter: time.Minute, PriceTable: damper.DefaultPriceTable(),
-		MaxHoldBack: damper.DefaultMaxHoldBack,
+		MaxHoldBack: damper.DefaultMaxHoldBack, MaxEventBytes: damper.DefaultMaxEventBytes,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("defaults = %+v\nwant %+v", p, want)

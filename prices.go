@@ -46,7 +46,8 @@ type priceLookup struct {
 }
 
 // maxResolved bounds the IDs a table remembers: callers can name any
-// model, and a table must not grow without end.
+// model, and a table must not grow without end. An ID longer than
+// maxLabelBytes, which no model ID is, is not remembered at all.
 const maxResolved = 1024
 
 // NewPriceTable returns a table with the given prices, keyed by model
@@ -87,7 +88,7 @@ func (t *PriceTable) Lookup(model string) (Price, bool) {
 		return r.p, r.ok
 	}
 	p, ok := t.prices[ModelFamily(model)]
-	if t.resolvedCount.Load() < maxResolved {
+	if len(model) <= maxLabelBytes && t.resolvedCount.Load() < maxResolved {
 		if _, loaded := t.resolved.LoadOrStore(model, priceLookup{p, ok}); !loaded {
 			t.resolvedCount.Add(1)
 		}

@@ -277,7 +277,7 @@ func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) in
 	case stream:
 		h.Set("Trailer", HeaderOutcome)
 		w.WriteHeader(res.StatusCode)
-		passStream(w, res.Body)
+		passStream(w, res.Body, p.d.policy.MaxEventBytes)
 		h.Set(HeaderOutcome, string(rep.Outcome))
 		return res.StatusCode
 	default:
@@ -443,7 +443,9 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &
 // passStream copies a stream to the client as it comes, flushing each
 // read, and passes on only whole events: when the stream fails, the part
 // of an event read so far is dropped and an error event takes its place.
-func passStream(w http.ResponseWriter, body io.Reader) {
+// The stream fails once an event passes maxEvent bytes, so the buffer
+// never grows beyond that and one read.
+func passStream(w http.ResponseWriter, body io.Reader, maxEvent int) {
 	flush := http.NewResponseController(w).Flush
 	pooled := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(pooled)
@@ -452,7 +454,8 @@ func passStream(w http.ResponseWriter, body io.Reader) {
 	held := 0 // buf[:held] is the start of an event
 	for {
 		if held == len(buf) { // an event longer than the buffer
-			buf = append(buf[:held], make([]byte, held)...)
+			grow := max(min(held, maxEvent-held), len(*pooled))
+			buf = append(buf[:held], make([]byte, grow)...)
 		}
 		n, err := body.Read(buf[held:])
 		cut := ends.last(buf, held, held+n)
@@ -585,13 +588,13 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 	}
 	attrs := []slog.Attr{
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", boundedText(r.URL.Path)),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
 	}
 	if rep != nil {
 		attrs = append(attrs,
-			slog.String("model", rep.Model),
+			slog.String("model", boundedText(rep.Model)),
 			slog.Bool("stream", rep.Stream),
 			slog.Int("attempts", rep.Attempts),
 			slog.String("outcome", string(rep.Outcome)),

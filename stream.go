@@ -26,6 +26,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
 	b.sc.TrackUsage = c.d.policy.RateLimit != nil || c.trace.tokensOn()
+	b.sc.MaxEvent = p.MaxEventBytes
 	fail := func(err error, f Failure) attemptResult {
 		a.over()
 		_ = b.rc.Close()
@@ -63,6 +64,8 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 			case sse.ErrorEvent:
 				data, _ := b.sc.EventData()
 				return fail(c.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
+			case sse.TooLarge:
+				return fail(&Error{Reason: ErrEventTooLarge}, Failure{})
 			}
 		}
 		if err == nil {
@@ -128,6 +131,16 @@ func (e stallError) Is(target error) bool { return target == errStalled }
 
 // Timeout reports true, as net.Error timeouts do.
 func (stallError) Timeout() bool { return true }
+
+// eventTooLargeError is a stream that sent an event larger than limit
+// after its first content.
+type eventTooLargeError struct{ limit int }
+
+func (e eventTooLargeError) Error() string {
+	return fmt.Sprintf("damper: stream sent an SSE event larger than %d bytes (MaxEventBytes)", e.limit)
+}
+
+func (eventTooLargeError) Is(target error) bool { return target == ErrEventTooLarge }
 
 // maxErrorEvent bounds what Damper reads of an SSE error event after content
 // before it gives up on the rest of it.
@@ -307,6 +320,10 @@ func (b *streamBody) pass(p []byte, from int) int {
 			b.errEvent = true
 			b.failErrorEvent()
 			return from
+		case sse.TooLarge:
+			// The caller gets the event up to the limit, then the error.
+			b.fail(eventTooLargeError{b.sc.MaxEvent}, Failure{})
+			return off
 		}
 	}
 	return len(p)
@@ -325,6 +342,9 @@ func (b *streamBody) scanErrorEvent(q []byte) bool {
 		off += k
 		switch kind {
 		case sse.None, sse.ErrorStarted:
+		case sse.TooLarge:
+			b.fail(eventTooLargeError{b.sc.MaxEvent}, Failure{})
+			return true
 		case sse.ErrorRenamed:
 			back := append(append(b.withheld, q[off:]...), b.held...)
 			b.held, b.skip = back, len(b.withheld)

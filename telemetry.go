@@ -104,7 +104,11 @@ func WithTracerProvider(tp trace.TracerProvider) Setting {
 // the client metrics of the OpenTelemetry GenAI semantic conventions
 // (gen_ai.client.operation.duration, gen_ai.client.token.usage and
 // gen_ai.client.operation.time_to_first_chunk, as of v1.41.0); see the
-// README's Telemetry section for their names, units and attributes.
+// README's Telemetry section for their names, units and attributes. A
+// caller can name any model, so the model and its limit group reach a
+// metric only from a bounded set: the price table's models, and the first
+// 32 others seen (and, apart, the first 32 the table prices by family);
+// any other is "other".
 func WithMeterProvider(mp metric.MeterProvider) Setting {
 	return func(d *Damper) error {
 		if mp == nil {
@@ -173,6 +177,8 @@ type telemetry struct {
 	clock       Clock
 	name        attribute.KeyValue // damper.name, when the Damper has one
 	named       bool
+	models      *labelSet // the labels of models
+	groups      *labelSet // the labels of limit groups
 	// virtualTime is whether the clock is not the real one: spans then
 	// take their times from it.
 	virtualTime bool
@@ -219,8 +225,32 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, li
 			t.log = t.log.With(slog.String("damper", cfg.name))
 		}
 	}
-	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, budget, lim, clock, owner)
+	t.models, t.groups = policyLabels(p)
+	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, t.models, t.groups, budget, lim, clock, owner)
 	return t
+}
+
+// policyLabels returns the label sets of a Damper with policy p: its price
+// table's models are known, and every model it prices has a pool of its
+// own; the groups of those models and the rate limiter's configured groups
+// are known.
+func policyLabels(p *Policy) (models, groups *labelSet) {
+	table := p.PriceTable
+	keys := table.Models()
+	groupNames := make([]string, 0, len(keys))
+	for _, k := range keys {
+		groupNames = append(groupNames, LimitGroup(k))
+	}
+	if p.RateLimit != nil {
+		for g := range p.RateLimit.Limits {
+			groupNames = append(groupNames, g)
+		}
+	}
+	priced := func(m string) bool {
+		_, ok := table.Lookup(m)
+		return ok
+	}
+	return newLabelSet(keys, priced), newLabelSet(groupNames, nil)
 }
 
 // placeholderOf returns tp when it is OpenTelemetry's own global provider
@@ -289,7 +319,7 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 		attrs = append(attrs, keyProvider.String(f.provider))
 	}
 	if f.model != "" {
-		attrs = append(attrs, keyModel.String(f.model))
+		attrs = append(attrs, keyModel.String(boundedText(f.model)))
 	}
 	if f.priced {
 		attrs = append(attrs, keyCostEstimate.Float64(f.estimateUSD))
@@ -352,7 +382,7 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 			span.SetAttributes(keyRateWait.Float64(a.RateLimitWait.Seconds()))
 		}
 		if ct.t.m.backends {
-			span.SetAttributes(keyBackend.String(a.Backend), keyModel.String(a.Model))
+			span.SetAttributes(keyBackend.String(a.Backend), keyModel.String(boundedText(a.Model)))
 		}
 		switch {
 		case a.Lost:
@@ -440,7 +470,7 @@ func (ct *callTrace) end(rep *Report, last AttemptReport, now time.Time) {
 			attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
 		}
 		if rep.LimitGroup != "" {
-			attrs = append(attrs, keyRateGroup.String(rep.LimitGroup), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
+			attrs = append(attrs, keyRateGroup.String(boundedText(rep.LimitGroup)), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
 		}
 		if t.m.backends || len(rep.Fallbacks) > 0 {
 			attrs = append(attrs, keyBackend.String(rep.Backend), keyFallbacks.Int(len(rep.Fallbacks)), keyProvider.String(rep.Provider))

@@ -203,10 +203,10 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 	var buf [10]attribute.KeyValue
 	base := append(buf[:0], genAIChat, genAIProvider(rep.Provider))
 	if rep.Model != "" {
-		base = append(base, keyGenAIRequestModel.String(rep.Model))
+		base = append(base, keyGenAIRequestModel.String(m.models.label(rep.Model)))
 	}
 	if gc.responseModel != "" {
-		base = append(base, keyGenAIResponseModel.String(gc.responseModel))
+		base = append(base, keyGenAIResponseModel.String(m.models.label(gc.responseModel)))
 	}
 	if gc.server != "" {
 		base = append(base, keyServerAddress.String(gc.server), keyServerPort.Int(gc.port))

@@ -37,7 +37,7 @@ func (ct *callTrace) logFallback(f Fallback) {
 	}
 	log.LogAttrs(ctx, slog.LevelWarn, "damper: falling back",
 		slog.String("from", f.From), slog.String("to", f.To),
-		slog.String("model", f.Model), slog.String("reason", f.Reason))
+		slog.String("model", boundedText(f.Model)), slog.String("reason", f.Reason))
 }
 
 // logNoRetry writes the line of a call that ends on a failed attempt, last,
@@ -72,7 +72,7 @@ func (ct *callTrace) logAttrs(n int, a AttemptReport) []slog.Attr {
 		slog.String("provider", ct.facts.provider),
 	)
 	if ct.facts.model != "" {
-		attrs = append(attrs, slog.String("model", ct.facts.model))
+		attrs = append(attrs, slog.String("model", boundedText(ct.facts.model)))
 	}
 	if a.StatusCode > 0 {
 		attrs = append(attrs, slog.Int("status", a.StatusCode))
@@ -83,7 +83,7 @@ func (ct *callTrace) logAttrs(n int, a AttemptReport) []slog.Attr {
 		slog.Duration("attempt_duration", a.Duration),
 	)
 	if a.RequestID != "" {
-		attrs = append(attrs, slog.String("request_id", a.RequestID))
+		attrs = append(attrs, slog.String("request_id", boundedText(a.RequestID)))
 	}
 	return attrs
 }

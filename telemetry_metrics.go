@@ -42,10 +42,12 @@ const (
 // attribute of the damper.* metrics has a handful of values: provider,
 // outcome, failure kind, gate. The model is left out of them, as a caller
 // can name any model; the GenAI metrics carry it, as their conventions
-// require.
+// require, and the rate limiter's the limit group, each through a labelSet.
 type metrics struct {
 	name      attribute.KeyValue // damper.name, recorded with every value when named
 	named     bool
+	models    *labelSet // the labels of models, for the GenAI metrics
+	groups    *labelSet // the labels of limit groups
 	attempts  metric.Int64Counter
 	retries   metric.Int64Counter
 	denials   metric.Int64Counter
@@ -68,11 +70,13 @@ type metrics struct {
 // newMetrics creates a Damper's instruments on meter. An instrument the
 // meter refuses is replaced by a no-op one and the error goes to
 // otel.Handle, as telemetry must never fail a call.
-func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, budget Budget, lim *limiter, clock Clock, owner *Damper) metrics {
+func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet, budget Budget, lim *limiter, clock Clock, owner *Damper) metrics {
 	var none noop.Meter
 	m := metrics{
-		name:  name,
-		named: named,
+		name:   name,
+		named:  named,
+		models: models,
+		groups: groups,
 		attempts: instrument(meter.Int64Counter(metricAttempts, metric.WithUnit("{attempt}"),
 			metric.WithDescription("Provider attempts made for Messages calls, first attempts included.")))(none.Int64Counter(metricAttempts)),
 		retries: instrument(meter.Int64Counter(metricRetries, metric.WithUnit("{retry}"),
@@ -148,10 +152,11 @@ func (m *metrics) rateGauges(meter metric.Meter, lim *limiter, clock Clock, owne
 	}
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range lim.state(clock.Now()) {
-			if s.Limit == 0 {
-				continue
+			group := m.groups.label(s.Group)
+			if s.Limit == 0 || group == otherLabel {
+				continue // one gauge for many groups would say nothing true
 			}
-			kvs := []attribute.KeyValue{keyRateGroup.String(s.Group), keyRateBucket.String(s.Bucket), keyRateLearned.Bool(s.Learned)}
+			kvs := []attribute.KeyValue{keyRateGroup.String(group), keyRateBucket.String(s.Bucket), keyRateLearned.Bool(s.Learned)}
 			if m.named {
 				kvs = append(kvs, m.name)
 			}
@@ -239,7 +244,7 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 		m.denials.Add(ctx, 1, m.attrs(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
 	}
 	if rep.LimitGroup != "" && m.rateWait.Enabled(ctx) {
-		m.rateWait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(rep.LimitGroup)))
+		m.rateWait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(m.groups.label(rep.LimitGroup))))
 	}
 	if m.duration.Enabled(ctx) {
 		kvs := []attribute.KeyValue{keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)}

@@ -23,6 +23,9 @@ const (
 	ErrorEvent               // an event named error
 	ErrorStarted             // not an event: a line `event: error` has just ended
 	ErrorRenamed             // not an event: a line has renamed an event named error
+	// TooLarge is not an event: the event being read has passed
+	// Scanner.MaxEvent bytes. Every later Scan reports it again.
+	TooLarge
 )
 
 // Limits of what the scanner keeps of one event. An event name longer than
@@ -65,6 +68,13 @@ type Scanner struct {
 	TrackUsage bool
 	usage      Usage
 
+	// MaxEvent, when above 0, bounds one event: the bytes from the end of
+	// the last event (the empty line that ends it) to the end of this
+	// one, its own empty line included. Scan stops at the byte that
+	// passes it and reports TooLarge. Set it before the first Scan.
+	MaxEvent int
+	eventN   int // bytes of the current event so far
+
 	afterContent bool // set once the first content has been dispatched
 
 	// The current line.
@@ -102,6 +112,17 @@ func (s *Scanner) Scan(p []byte) (n int, kind Kind) {
 	s.forget()
 	for n < len(p) {
 		i := bytes.IndexByte(p[n:], '\n')
+		line := i + 1 // the bytes up to the line's end, "\n" included
+		if i < 0 {
+			line = len(p) - n
+		}
+		if s.MaxEvent > 0 && s.eventN+line > s.MaxEvent {
+			room := s.MaxEvent - s.eventN
+			s.segment(p[n : n+room])
+			s.eventN = s.MaxEvent
+			return n + room, TooLarge
+		}
+		s.eventN += line
 		if i < 0 {
 			s.segment(p[n:])
 			return len(p), None
@@ -226,6 +247,7 @@ func (s *Scanner) endLine() Kind {
 		}
 		if len(head) == 0 {
 			s.resetLine()
+			s.eventN = 0 // an empty line ends the event, dispatched or not
 			return s.dispatch()
 		}
 		field = fieldOf(head)

@@ -167,3 +167,120 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 }
+
+// MaxEvent bounds one event, its empty line included, however it is cut
+// into Scans: Scan stops at the byte that passes it, and reports TooLarge
+// from then on; the events before it are found as without the bound.
+func TestScannerMaxEvent(t *testing.T) {
+	start := "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+	big := "event: content_block_delta\r\ndata: " + string(bytes.Repeat([]byte("x"), 100)) + "\n: comment\n\n"
+	for _, tc := range []struct {
+		name  string
+		body  string
+		max   int
+		at    int // where TooLarge is reported; -1 for never
+		kinds []Kind
+	}{
+		{"fits exactly", start + big, len(big), -1, []Kind{Held, Content}},
+		{"one byte over", start + big, len(big) - 1, len(start) + len(big) - 1, []Kind{Held, TooLarge}},
+		{"no line end", start + "data: " + string(bytes.Repeat([]byte("y"), 500)), 64, len(start) + 64, []Kind{Held, TooLarge}},
+		{"comments only", string(bytes.Repeat([]byte(": ping\n"), 100)), 70, 70, []Kind{TooLarge}},
+		{"unbounded", start + big, 0, -1, []Kind{Held, Content}},
+	} {
+		for _, cut := range []int{1, 7, 1 << 20} {
+			s := Scanner{MaxEvent: tc.max}
+			var kinds []Kind
+			at, off := -1, 0
+			body := []byte(tc.body)
+			for off < len(body) {
+				end := min(off+cut, len(body))
+				n, kind := s.Scan(body[off:end])
+				off += n
+				if kind == TooLarge {
+					at = off
+					kinds = append(kinds, kind)
+					if n, again := s.Scan(body[off:]); n != 0 || again != TooLarge {
+						t.Errorf("%s, cut %d: after TooLarge, Scan read %d and found %d", tc.name, cut, n, again)
+					}
+					break
+				}
+				if kind != None {
+					kinds = append(kinds, kind)
+				}
+			}
+			if at != tc.at || fmt.Sprint(kinds) != fmt.Sprint(tc.kinds) {
+				t.Errorf("%s, cut %d: kinds %v, TooLarge at %d; want %v at %d", tc.name, cut, kinds, at, tc.kinds, tc.at)
+			}
+		}
+	}
+}
+
+// scanBounded runs a scanner with MaxEvent max over body cut into pieces
+// of size n, and returns the kinds it found up to TooLarge, and the offset
+// of TooLarge (-1 if none).
+func scanBounded(body []byte, n, max int) ([]Kind, int) {
+	s := Scanner{MaxEvent: max}
+	var kinds []Kind
+	for off := 0; off < len(body); {
+		end := min(off+n, len(body))
+		k, kind := s.Scan(body[off:end])
+		off += k
+		switch kind {
+		case None, ErrorStarted, ErrorRenamed:
+		case TooLarge:
+			return kinds, off
+		default:
+			kinds = append(kinds, kind)
+		}
+	}
+	return kinds, -1
+}
+
+// tooLargeAt returns where an event of body first passes max bytes, the
+// empty line ("\n" or "\r\n" after a line end) counted in it; -1 if none.
+func tooLargeAt(body []byte, max int) int {
+	event := 0
+	for off := 0; off < len(body); {
+		i := bytes.IndexByte(body[off:], '\n')
+		line := i + 1
+		if i < 0 {
+			line = len(body) - off
+		}
+		if event+line > max {
+			return off + max - event
+		}
+		event += line
+		if i < 0 {
+			return -1
+		}
+		if l := body[off : off+i]; len(l) == 0 || string(l) == "\r" {
+			event = 0
+		}
+		off += i + 1
+	}
+	return -1
+}
+
+// FuzzScannerMaxEvent checks that a bounded scanner reports TooLarge where
+// an event first passes the bound, however the bytes are cut, and finds
+// the same events before it as a scanner without the bound.
+func FuzzScannerMaxEvent(f *testing.F) {
+	f.Add([]byte(anthropicStream), uint8(7), uint8(60))
+	f.Add(bytes.ReplaceAll([]byte(anthropicStream), []byte("\n"), []byte("\r\n")), uint8(1), uint8(120))
+	f.Add([]byte(": ping\n: ping\n: ping\n\ndata: x\n\n"), uint8(3), uint8(20))
+	f.Fuzz(func(t *testing.T, body []byte, cut, max uint8) {
+		n, limit := int(cut)%64+1, int(max)+1
+		kinds, at := scanBounded(body, n, limit)
+		if want := tooLargeAt(body, limit); at != want {
+			t.Fatalf("body %q cut every %d, limit %d: TooLarge at %d, want %d", body, n, limit, at, want)
+		}
+		end := len(body)
+		if at >= 0 {
+			end = at
+		}
+		want, _ := scanBounded(body[:end], n, 0)
+		if fmt.Sprint(kinds) != fmt.Sprint(want) {
+			t.Fatalf("body %q cut every %d, limit %d: kinds %v, want %v", body, n, limit, kinds, want)
+		}
+	})
+}

@@ -1,0 +1,126 @@
+package damper
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// A caller names any model it likes, and the limit group follows from the
+// model, so neither may become a metric series, a span attribute or a log
+// field as it came: a metric attribute takes its value from a bounded set
+// (labelSet.label), and a span attribute or a log field takes a bounded,
+// valid text (boundedText).
+const (
+	// maxLabels is the number of models (and, apart, of limit groups) a
+	// Damper's metrics name besides those it knows (its price table's, its
+	// rate limiter's configured groups): the first seen. Models priced by
+	// the table's families fill a second set of maxLabels of their own, so
+	// that a caller naming unknown models cannot crowd real ones out. A
+	// service calls a handful of models, and each model's series take
+	// some 35 KB of a Prometheus scrape: 32 keeps a pool near 1 MB.
+	maxLabels = 32
+	// maxLabelBytes bounds a model or a group as a label or a log field:
+	// model IDs are far shorter.
+	maxLabelBytes = 256
+	// otherLabel is the label of every model or group beyond the bound,
+	// and of one that is not valid UTF-8 or longer than maxLabelBytes,
+	// which cannot be a model ID.
+	otherLabel = "other"
+)
+
+// labelSet turns models (or limit groups) into the values of metric
+// attributes: a value known from the configuration is its own label; any
+// other value is its own label if it is among the first maxLabels seen of
+// its pool, else otherLabel. It is safe for concurrent use; reading a label
+// already given takes no lock and allocates nothing.
+type labelSet struct {
+	known map[string]string // each known value to itself, the label held
+	// priced, when set, says which values go to the second pool.
+	priced func(string) bool
+
+	seen atomic.Pointer[map[string]string] // admitted values; copied on write
+	full [2]atomic.Bool                    // whether each pool holds maxLabels
+
+	mu sync.Mutex // serializes admissions
+	n  [2]int     // values admitted per pool; requires mu
+}
+
+// newLabelSet returns a set in which the values of known are always their
+// own labels, and the values priced says yes to have a pool of their own.
+func newLabelSet(known []string, priced func(string) bool) *labelSet {
+	s := &labelSet{known: make(map[string]string, len(known)), priced: priced}
+	for _, k := range known {
+		if len(k) <= maxLabelBytes && utf8.ValidString(k) {
+			s.known[k] = k
+		}
+	}
+	s.seen.Store(&map[string]string{})
+	return s
+}
+
+// label returns the metric attribute value of v: v itself (a copy, so that
+// a series never holds the buffer v came from), or otherLabel; "" for "".
+func (s *labelSet) label(v string) string {
+	if v == "" {
+		return ""
+	}
+	if len(v) > maxLabelBytes {
+		return otherLabel
+	}
+	if l, ok := s.known[v]; ok {
+		return l
+	}
+	if l, ok := (*s.seen.Load())[v]; ok {
+		return l
+	}
+	if !utf8.ValidString(v) {
+		return otherLabel
+	}
+	pool := 0
+	if s.priced != nil && s.priced(v) {
+		pool = 1
+	}
+	if s.full[pool].Load() {
+		return otherLabel
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := *s.seen.Load()
+	if l, ok := seen[v]; ok {
+		return l
+	}
+	if s.n[pool] >= maxLabels {
+		return otherLabel
+	}
+	l := strings.Clone(v)
+	grown := make(map[string]string, len(seen)+1)
+	for k, x := range seen {
+		grown[k] = x
+	}
+	grown[l] = l
+	s.seen.Store(&grown)
+	s.n[pool]++
+	s.full[pool].Store(s.n[pool] >= maxLabels)
+	return l
+}
+
+// boundedText returns v as a span attribute or a log field may carry it:
+// valid UTF-8 (each invalid byte replaced), cut to at most maxLabelBytes
+// on a character's boundary. A value that is both already is returned as
+// it is.
+func boundedText(v string) string {
+	if len(v) <= maxLabelBytes && utf8.ValidString(v) {
+		return v
+	}
+	v = strings.ToValidUTF8(v[:min(len(v), maxLabelBytes)], "\uFFFD")
+	if len(v) > maxLabelBytes {
+		cut := maxLabelBytes
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut]
+	}
+	return strings.Clone(v)
+}
