@@ -52,7 +52,7 @@ func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runni
 	p := &runningProxy{url: "http://" + ln.Addr().String(), logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
-	logger := slog.New(slog.NewJSONHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := newLogger(p.logs, slog.LevelDebug)
 	go func() { p.done <- serveProxy(ctx, s, ln, logger) }()
 	t.Cleanup(func() {
 		cancel()
