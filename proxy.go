@@ -957,12 +957,14 @@ func checkModel(v []byte) error {
 	if v == nil {
 		return errors.New("damper proxy: model: required")
 	}
+	shown := v
 	bad := func(why string) error {
-		return fmt.Errorf("damper proxy: model %s: %s", excerpt(v), why)
+		return fmt.Errorf("damper proxy: model %s: %s", excerpt(shown), why)
 	}
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return bad("want a string")
 	}
+	shown = v[1 : len(v)-1] // as it was sent, escapes and all
 	if !utf8.Valid(v) {
 		return bad("is not valid UTF-8")
 	}
@@ -976,7 +978,7 @@ func checkModel(v []byte) error {
 	case model == "":
 		return bad("is empty")
 	case len(model) > maxModelBytes:
-		return bad(fmt.Sprintf("is %d bytes long: a model ID is at most %d", len(model), maxModelBytes))
+		return bad(fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelBytes))
 	}
 	for i := 0; i < len(model); i++ {
 		if !isModelByte(model[i]) {
