@@ -1,6 +1,7 @@
 package damper_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -52,8 +53,14 @@ type proxyRig struct {
 
 func newProxyRig(t *testing.T, p damper.Policy) *proxyRig {
 	t.Helper()
+	return newProxyRigAt(t, p, time.Now().Truncate(time.Minute).Add(time.Minute))
+}
+
+// newProxyRigAt is newProxyRig with its virtual clock at start.
+func newProxyRigAt(t *testing.T, p damper.Policy, start time.Time) *proxyRig {
+	t.Helper()
 	r := &proxyRig{
-		clock:   dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute)),
+		clock:   dampertest.NewClock(start),
 		logs:    &syncbuf.Buffer{},
 		metrics: sdkmetric.NewManualReader(),
 	}
@@ -847,5 +854,148 @@ func TestProxyMessagesPaths(t *testing.T) {
 	// Other endpoints under /v1/messages are not Messages calls.
 	if status := rawRequest(t, r.proxy.URL, post("/v1/messages/count_tokens")); !strings.Contains(status, " 404 ") {
 		t.Errorf("count_tokens: %s, want the fake API's 404 as it came", status)
+	}
+}
+
+// pausedStream serves a stream up to its first content, then waits for
+// proceed (or the request's end, which it reports on cut) before the rest.
+func pausedStream(proceed <-chan struct{}, cut chan<- struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		st := dampertest.Stream{Text: "a long answer"}
+		for i, e := range st.Events() {
+			if i == st.ContentIndex()+1 {
+				select {
+				case <-proceed:
+				case <-r.Context().Done():
+					close(cut)
+					return
+				}
+			}
+			_, _ = io.WriteString(w, e.String())
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
+// TestProxyStainlessTimeoutIsToTheHeaders: the SDKs' X-Stainless-Timeout
+// bounds the time to the answer's headers, as in the SDKs: a stream that
+// runs longer finishes, where Damper-Timeout, the deadline of the whole
+// call, cuts it. The Damper's clock is its own, well behind the wall
+// clock: the deadlines are kept on it.
+func TestProxyStainlessTimeoutIsToTheHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		cut    bool
+	}{{"X-Stainless-Timeout", false}, {damper.HeaderTimeout, true}} {
+		t.Run(tc.header, func(t *testing.T) {
+			r := newProxyRigAt(t, damper.Policy{}, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			proceed, cut := make(chan struct{}), make(chan struct{})
+			up := httptest.NewServer(pausedStream(proceed, cut))
+			defer up.Close()
+			px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: up.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			front := httptest.NewServer(px)
+			defer front.Close()
+			req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/messages", strings.NewReader(streamBody))
+			req.Header.Set(tc.header, "600")
+			res, err := front.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			br := bufio.NewReader(res.Body)
+			for line := ""; !strings.Contains(line, "content_block_delta"); {
+				if line, err = br.ReadString('\n'); err != nil {
+					t.Fatalf("%d before the first content: %v", res.StatusCode, err)
+				}
+			}
+			r.clock.Advance(time.Hour) // the stream runs an hour
+			if tc.cut {
+				<-cut
+			}
+			close(proceed)
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished := strings.HasSuffix(string(rest), "data: {\"type\":\"message_stop\"}\n\n")
+			if finished == tc.cut || res.Trailer.Get(damper.HeaderOutcome) == "success" == tc.cut {
+				t.Errorf("outcome %q, the stream ends with %q; want it cut: %v", res.Trailer.Get(damper.HeaderOutcome), rest, tc.cut)
+			}
+		})
+	}
+}
+
+// TestProxyStainlessTimeoutCutsSlowHeaders: an attempt whose headers take
+// longer than X-Stainless-Timeout is cut at it, on the Damper's clock.
+func TestProxyStainlessTimeoutCutsSlowHeaders(t *testing.T) {
+	r := newProxyRig(t, damper.Policy{})
+	r.srv.Script("slow", dampertest.OK().WithDelay(30*time.Second), dampertest.OK())
+	start := r.clock.Now()
+	res, b := r.post(t, "slow", plainBody, "X-Stainless-Timeout", "10")
+	if typ, _ := apiError(t, b); res.StatusCode != 504 || typ != "timeout_error" || r.srv.Count("slow") != 1 {
+		t.Fatalf("%d %s after %d attempts; want 504 after 1", res.StatusCode, b, r.srv.Count("slow"))
+	}
+	if waited := r.clock.Now().Sub(start); waited < 10*time.Second || waited >= 30*time.Second {
+		t.Errorf("cut after %v, want 10s", waited)
+	}
+}
+
+// TestProxyWriteDeadline: a client that stops reading a stream has its
+// call ended after the write timeout, and the upstream connection freed.
+func TestProxyWriteDeadline(t *testing.T) {
+	r := newProxyRig(t, damper.Policy{})
+	freed := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.ReadAll(req.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		evs := dampertest.Stream{Text: "x"}.Events()
+		for _, e := range evs[:3] {
+			_, _ = io.WriteString(w, e.String())
+		}
+		delta := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" +
+			strings.Repeat("x", 64<<10) + "\"}}\n\n"
+		for req.Context().Err() == nil {
+			if _, err := io.WriteString(w, delta); err != nil {
+				break
+			}
+			w.(http.Flusher).Flush()
+		}
+		close(freed)
+	}))
+	defer up.Close()
+	logs := &syncbuf.Buffer{}
+	px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: up.URL, WriteTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(px)
+	defer front.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(streamBody))+"\r\n\r\n"+streamBody) // and never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-freed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream connection is still held 20 s after the client stopped reading")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `"outcome":"canceled"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line of the call ended:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
