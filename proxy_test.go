@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -998,4 +999,82 @@ func TestProxyWriteDeadline(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// FuzzProxy drives arbitrary requests through the proxy's handler, in
+// front of the fake API in memory: the handler returns, with a status a
+// server may send; a request refused at the door sends nothing upstream;
+// /metrics still scrapes and stays small; and the log stays small.
+func FuzzProxy(f *testing.F) {
+	for _, seed := range []struct {
+		method, path, header, body string
+	}{
+		{"POST", "/v1/messages", "Content-Type: application/json", plainBody},
+		{"POST", "/v1/messages", "X-Stainless-Timeout: 600", streamBody},
+		{"POST", "/v1/messages", "Damper-Timeout: 1e-10", plainBody},
+		{"POST", "/v1/messages", "Damper-Timeout: 0.001\nX-Stainless-Timeout: 0", plainBody},
+		{"POST", "/v1/messages/", "", `{"model":"bad` + "\xff\xfe" + `","max_tokens":64,"messages":[]}`},
+		{"POST", "//v1/messages", "", `{"model":"claude-haiku-4-5","model":"claude-opus-4-1","max_tokens":64,"messages":[]}`},
+		{"POST", "/v1/messages", "", `{"model":"` + strings.Repeat("m", 4096) + `","max_tokens":64,"messages":[]}`},
+		{"POST", "/v1/messages", "", `{"model":"us.anthropic.claude-sonnet-4-5-20250929-v1:0","max_tokens":1000000,"stream":true,"messages":[]}`},
+		{"POST", "/v1/messages", "", `{"mod\u0065l":"claude-sonnet-4-5@20250929","max_tokens":64,"messages":[{"role":"user","content":[{"type":"image","source":{"data":"AAAA"}}]}]}`},
+		{"POST", "/v1/../v1/messages", "", plainBody},
+		{"GET", "/v1/models", "X-Api-Key: k", ""},
+		{"POST", "/v1/files", "Content-Type: application/octet-stream", "\x00\x01"},
+		{"POST", "/v1/messages", dampertest.ScenarioHeader + ": nope", `{"model":"claude-sonnet-4-6","max_tokens":64,"stream":1}`},
+	} {
+		f.Add(seed.method, seed.path, seed.header, []byte(seed.body))
+	}
+	f.Fuzz(func(t *testing.T, method, path, header string, body []byte) {
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		req, err := http.NewRequest(method, "http://proxy.test/", bytes.NewReader(body))
+		if err != nil {
+			t.Skip() // not a method a server would read
+		}
+		u, err := url.ParseRequestURI(path)
+		if err != nil {
+			t.Skip() // not a target a server would read
+		}
+		req.URL, req.RequestURI = u, path
+		for line := range strings.Lines(header) {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k != "" && !strings.ContainsAny(k, " \t\r\n") {
+				req.Header.Add(k, strings.TrimSpace(v))
+			}
+		}
+		clock := dampertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		srv := dampertest.NewServer(dampertest.InMemory(), dampertest.WithClock(clock))
+		logs := &syncbuf.Buffer{}
+		logger := slog.New(slog.NewJSONHandler(logs, nil))
+		d, reg := promDamper(t, clock, damper.Policy{}, logger)
+		px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: dampertest.MemoryURL, Transport: dampertest.Transport(srv.Handler()),
+			MaxRequestBytes: 1 << 20, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			px.ServeHTTP(rec, req)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s %s: the handler has not returned after 10 s", method, path)
+		}
+		if rec.Code < 200 || rec.Code > 599 {
+			t.Fatalf("status %d", rec.Code)
+		}
+		if rec.Code == 400 && bytes.Contains(rec.Body.Bytes(), []byte(`"message":"damper proxy:`)) && len(srv.Requests()) != 0 {
+			t.Fatalf("refused at the door (%s), yet sent upstream", rec.Body)
+		}
+		if code, b := scrape(t, reg); code != 200 || len(b) > 256<<10 {
+			t.Fatalf("/metrics: %d, %d bytes: %.2000s", code, len(b), b)
+		}
+		if n := len(logs.String()); n > 16<<10 {
+			t.Fatalf("%d bytes of log for one request", n)
+		}
+	})
 }
