@@ -95,7 +95,9 @@ type ProxyConfig struct {
 	// WriteTimeout bounds how long one write of an answer to the client
 	// may block, a stream's included: a client that stops reading has
 	// its call ended after it, and the upstream connection freed. 0 means
-	// [DefaultWriteTimeout].
+	// [DefaultWriteTimeout]. The proxy sets the connection's write
+	// deadline itself, so an http.Server's WriteTimeout, a bound on the
+	// whole answer that would cut long streams, does not apply to it.
 	WriteTimeout time.Duration
 	// Logger gets one line per request: its method and path (each cut at
 	// 256 bytes), status and duration (a slog duration) and, for a
@@ -272,6 +274,13 @@ func (p *Proxy) target(in *url.URL) *url.URL {
 // any other request passed through.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// The connection's write deadline is the proxy's: none while it waits
+	// for the upstream (whatever an earlier request on the connection
+	// left), WriteTimeout from each write, and from the handler's end for
+	// the server's last flush.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // not every writer has one
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(p.write)) }()
 	if r.Method == http.MethodConnect || r.URL.Host != "" || r.URL.Scheme != "" {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: not a forward proxy: a request's target must be a path, such as /v1/messages", nil)
 		p.logRequest(r, http.StatusBadRequest, start, nil)
@@ -289,13 +298,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
 	if r.Method != http.MethodPost || !isMessagesRoute(r.URL.Path) {
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, rc: rc, d: p.write}
 		p.pass.ServeHTTP(sw, r)
 		p.logRequest(r, sw.status, start, nil)
 		return
 	}
 	var rep Report
-	status := p.messages(w, r, &rep)
+	status := p.messages(w, rc, r, &rep)
 	p.logRequest(r, status, start, &rep)
 }
 
@@ -345,7 +354,7 @@ func (p *Proxy) tooLarge(w http.ResponseWriter) int {
 
 // messages serves a Messages call and returns the status it answered with
 // (0 when the client had gone).
-func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) int {
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report) int {
 	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
@@ -401,7 +410,7 @@ func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) in
 	h.Del("Content-Length") // the transport may have decoded the body
 	reportHeader(h, rep)
 	_, stream := res.Body.(*streamBody)
-	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w), d: p.write}
+	dw := &deadlineWriter{w: w, rc: rc, d: p.write}
 	switch {
 	case res.StatusCode >= 400:
 		h.Set("X-Should-Retry", "false")
@@ -802,10 +811,13 @@ func (e *upstreamEvent) Error() string {
 	return "the upstream's stream sent an error event: " + string(e.data)
 }
 
-// statusWriter notes the status a handler answered with.
+// statusWriter notes the status a handler answered with, and gives each
+// write WriteTimeout, as deadlineWriter does.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	rc     *http.ResponseController
+	d      time.Duration
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -819,6 +831,7 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
 	return w.ResponseWriter.Write(p)
 }
 
