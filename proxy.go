@@ -895,6 +895,8 @@ const (
 	checkStreamKey
 )
 
+var notObject = errors.New("damper proxy: the request body is not a JSON object")
+
 var checkedKeys = [...]string{checkModelKey: "model", checkMaxTokensKey: "max_tokens", checkStreamKey: "stream"}
 
 // checkMessagesBody checks what Damper decides on in a Messages request
@@ -902,7 +904,6 @@ var checkedKeys = [...]string{checkModelKey: "model", checkMaxTokensKey: "max_to
 // top level once, skipping the values of other keys at the speed of a
 // byte search.
 func checkMessagesBody(body []byte) error {
-	notObject := errors.New("damper proxy: the request body is not a JSON object")
 	var raw [len(checkedKeys)][]byte
 	s := bodyScan{b: body}
 	i := skipSpace(body, 0)
@@ -918,13 +919,13 @@ func checkMessagesBody(body []byte) error {
 			return notObject
 		}
 		key := body[i+1 : end-1]
-		var unescaped string
 		if bytes.IndexByte(key, '\\') >= 0 {
 			// "mod\u0065l" is "model" to the API.
-			if json.Unmarshal(body[i:end], &unescaped) != nil {
+			k, ok := unquote(body[i:end])
+			if !ok {
 				return notObject
 			}
-			key = []byte(unescaped)
+			key = []byte(k)
 		}
 		i = skipSpace(body, end)
 		if i == len(body) || body[i] != ':' {
@@ -970,36 +971,45 @@ func checkModel(v []byte) error {
 	if v == nil {
 		return errors.New("damper proxy: model: required")
 	}
-	shown := v
-	bad := func(why string) error {
-		return fmt.Errorf("damper proxy: model %s: %s", excerpt(shown), why)
-	}
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return bad("want a string")
+		return badModel(v, "want a string")
 	}
-	shown = v[1 : len(v)-1] // as it was sent, escapes and all
-	if !utf8.Valid(v) {
-		return bad("is not valid UTF-8")
+	sent := v[1 : len(v)-1] // as it was sent, escapes and all
+	if !utf8.Valid(sent) {
+		return badModel(sent, "is not valid UTF-8")
 	}
-	model := string(v[1 : len(v)-1])
-	if strings.IndexByte(model, '\\') >= 0 {
-		if json.Unmarshal(v, &model) != nil {
-			return bad("is not a valid JSON string")
+	model := sent
+	if bytes.IndexByte(sent, '\\') >= 0 {
+		s, ok := unquote(v)
+		if !ok {
+			return badModel(sent, "is not a valid JSON string")
 		}
+		model = []byte(s)
 	}
 	switch {
-	case model == "":
-		return bad("is empty")
+	case len(model) == 0:
+		return badModel(sent, "is empty")
 	case len(model) > maxModelBytes:
-		return bad(fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelBytes))
+		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelBytes))
 	}
-	for i := 0; i < len(model); i++ {
-		if !isModelByte(model[i]) {
-			r, _ := utf8.DecodeRuneInString(model[i:])
-			return bad(fmt.Sprintf("holds %q, which no model ID holds: want ASCII letters, digits and -._:@/", r))
+	for i, b := range model {
+		if !isModelByte(b) {
+			r, _ := utf8.DecodeRune(model[i:])
+			return badModel(sent, fmt.Sprintf("holds %q, which no model ID holds: want ASCII letters, digits and -._:@/", r))
 		}
 	}
 	return nil
+}
+
+func badModel(shown []byte, why string) error {
+	return fmt.Errorf("damper proxy: model %s: %s", excerpt(shown), why)
+}
+
+// unquote is the JSON string q, unescaped.
+func unquote(q []byte) (string, bool) {
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err == nil
 }
 
 // isModelByte reports whether b is a character of model IDs: first-party
