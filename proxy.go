@@ -101,8 +101,9 @@ type ProxyConfig struct {
 	WriteTimeout time.Duration
 	// Logger gets one line per request: its method and path (each cut at
 	// 256 bytes), status and duration (a slog duration) and, for a
-	// Messages call, its report's model, outcome and attempts. No header,
-	// body or credential is logged. nil means no lines.
+	// Messages call that passed the checks at the door, its report's
+	// model, outcome and attempts. No header, body or credential is
+	// logged. nil means no lines.
 	Logger *slog.Logger
 }
 
@@ -849,7 +850,7 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
 	}
-	if rep != nil {
+	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,
 			slog.String("model", rep.Model),
 			slog.Bool("stream", rep.Stream),
