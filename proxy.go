@@ -15,7 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // The proxy adapter: the engine driven by HTTP requests from clients in any
@@ -25,14 +27,45 @@ import (
 // the Messages API's own limit, 32 MB.
 const DefaultMaxRequestBytes = 32 << 20
 
+// DefaultWriteTimeout is how long one write to a client may block by
+// default before the proxy gives the client up (see
+// [ProxyConfig.WriteTimeout]).
+const DefaultWriteTimeout = time.Minute
+
+// What the proxy accepts of a Messages request before anything is sent.
+const (
+	// maxModelBytes bounds a request's model ID; the longest real IDs, Bedrock
+	// inference-profile ARNs, are about half of it.
+	maxModelBytes = 256
+	// maxMaxTokens bounds max_tokens, far above any model's output limit.
+	maxMaxTokens = 1_000_000
+	// maxHeaderTimeout bounds Damper-Timeout and X-Stainless-Timeout.
+	maxHeaderTimeout = 24 * time.Hour
+	// minTimeout is the shortest Damper-Timeout: a shorter one would round
+	// to no deadline at all.
+	minTimeout = time.Millisecond
+	// initialBodyBuf is the most a request's declared Content-Length sizes
+	// its buffer before its bytes arrive; past it, the buffer grows as
+	// they do.
+	initialBodyBuf = 64 << 10
+)
+
 // Headers the proxy reads and writes.
 const (
 	// HeaderTimeout is the request header in which a client may state its
 	// call's deadline, in seconds from the request's arrival ("30",
-	// "2.5"). Without it, the X-Stainless-Timeout header that the
-	// official SDKs send (whole seconds) gives the deadline, and without
-	// either the call has none but the client's connection.
+	// "2.5"; from 0.001 to 86400): the deadline of the whole call, a
+	// stream's last event included. Without it the call has none but the
+	// client's connection.
 	HeaderTimeout = "Damper-Timeout"
+	// HeaderStainlessTimeout is the request header in which the official
+	// SDKs send their own request timeout, in whole seconds (600 by
+	// default). An SDK applies its timeout until the response's headers
+	// arrive, and so does the proxy: it bounds the time until the proxy
+	// answers (for a stream, until its first content), never how long a
+	// stream then runs. 0, a timeout under a second truncated, sets no
+	// bound.
+	HeaderStainlessTimeout = "X-Stainless-Timeout"
 	// HeaderAttempts is the response header with the number of attempts
 	// the call made (for a stream, until its first content).
 	HeaderAttempts = "Damper-Attempts"
@@ -54,12 +87,21 @@ type ProxyConfig struct {
 	// [NewProxyTransport]'s. It must not follow redirects to other hosts
 	// (an http.RoundTripper never does).
 	Transport http.RoundTripper
-	// MaxRequestBytes bounds a request's body; 0 means
+	// MaxRequestBytes bounds a request's body, on every path; 0 means
 	// [DefaultMaxRequestBytes]. A longer body is answered with 413.
 	MaxRequestBytes int64
-	// Logger gets one line per request: its method, path, status and, for
-	// a Messages call, its report's outcome, attempts and duration. No
-	// header, body or credential is logged. nil means no lines.
+	// WriteTimeout bounds how long one write of an answer to the client
+	// may block, a stream's included: a client that stops reading has
+	// its call ended after it, and the upstream connection freed. 0 means
+	// [DefaultWriteTimeout]. The proxy sets the connection's write
+	// deadline itself, so an http.Server's WriteTimeout, a bound on the
+	// whole answer that would cut long streams, does not apply to it.
+	WriteTimeout time.Duration
+	// Logger gets one line per request: its method and path (each cut at
+	// 256 bytes), status and duration (a slog duration) and, for a
+	// Messages call that passed the checks at the door, its report's
+	// model, outcome and attempts. No header, body or credential is
+	// logged. nil means no lines.
 	Logger *slog.Logger
 }
 
@@ -97,11 +139,30 @@ type ProxyConfig struct {
 // client's SDK raises an error rather than take a cut stream for a whole
 // one. The proxy passes events on whole: a failure never leaves half an
 // event before the error.
+//
+// What Damper decides on is checked before anything is sent, and a bad
+// value is answered with 400 invalid_request_error naming the field: the
+// body must be a JSON object whose model is a string of 1 to 256
+// characters that model IDs use (ASCII letters, digits and "-._:@/", which
+// covers first-party, Bedrock and Vertex IDs and Bedrock ARNs), whose
+// max_tokens is an integer from 1 to 1,000,000, whose stream, if present,
+// is true or false, and in which none of these three keys is repeated (the
+// API might act on a different one than Damper judged). Damper-Timeout and
+// X-Stainless-Timeout must be plain decimal numbers of seconds, at most
+// 86400. A path with a dot segment ("..", ".", percent-encoded or not) is
+// refused on every route; a path that differs from /v1/messages only by
+// repeated or trailing slashes is a Messages call, sent as /v1/messages.
+//
+// Memory per request grows with the bytes that have arrived, never with a
+// declared Content-Length, up to MaxRequestBytes.
+//
+// A Proxy is safe for concurrent use.
 type Proxy struct {
 	d        *Damper
 	upstream *url.URL
 	rt       http.RoundTripper
 	maxBody  int64
+	write    time.Duration
 	log      *slog.Logger
 	pass     *httputil.ReverseProxy
 }
@@ -119,12 +180,18 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	if cfg.MaxRequestBytes < 0 {
 		return nil, fmt.Errorf("damper: ProxyConfig.MaxRequestBytes = %d: must be positive, or 0 for the default", cfg.MaxRequestBytes)
 	}
-	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, log: cfg.Logger}
+	if cfg.WriteTimeout < 0 {
+		return nil, fmt.Errorf("damper: ProxyConfig.WriteTimeout = %v: must be positive, or 0 for the default", cfg.WriteTimeout)
+	}
+	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, write: cfg.WriteTimeout, log: cfg.Logger}
 	if p.rt == nil {
 		p.rt = NewProxyTransport()
 	}
 	if p.maxBody == 0 {
 		p.maxBody = DefaultMaxRequestBytes
+	}
+	if p.write == 0 {
+		p.write = DefaultWriteTimeout
 	}
 	p.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -134,7 +201,10 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 		Transport:     p.rt,
 		FlushInterval: -1, // pass other streams on as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() == nil {
+			switch mb := (*http.MaxBytesError)(nil); {
+			case errors.As(err, &mb):
+				p.tooLarge(w)
+			case r.Context().Err() == nil:
 				writeAPIError(w, http.StatusBadGateway, "api_error", "damper proxy: the upstream did not answer: "+err.Error(), nil)
 			}
 		},
@@ -203,53 +273,118 @@ func (p *Proxy) target(in *url.URL) *url.URL {
 // any other request passed through.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// The connection's write deadline is the proxy's: none while it waits
+	// for the upstream (whatever an earlier request on the connection
+	// left), WriteTimeout from each write, and from the handler's end for
+	// the server's last flush.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // not every writer has one
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(p.write)) }()
 	if r.Method == http.MethodConnect || r.URL.Host != "" || r.URL.Scheme != "" {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: not a forward proxy: a request's target must be a path, such as /v1/messages", nil)
 		p.logRequest(r, http.StatusBadRequest, start, nil)
 		return
 	}
+	if hasDotSegment(r.URL.Path) {
+		writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
+			"damper proxy: path "+excerpt([]byte(r.URL.EscapedPath()))+": a path with a dot segment (. or ..) is not forwarded", nil)
+		p.logRequest(r, http.StatusBadRequest, start, nil)
+		return
+	}
+	if r.ContentLength > p.maxBody {
+		p.logRequest(r, p.tooLarge(w), start, nil) // before a byte of it is read or sent
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
-		sw := &statusWriter{ResponseWriter: w}
+	if r.Method != http.MethodPost || !isMessagesRoute(r.URL.Path) {
+		sw := &statusWriter{ResponseWriter: w, rc: rc, d: p.write}
 		p.pass.ServeHTTP(sw, r)
 		p.logRequest(r, sw.status, start, nil)
 		return
 	}
 	var rep Report
-	status := p.messages(w, r, &rep)
+	status := p.messages(w, rc, r, &rep)
 	p.logRequest(r, status, start, &rep)
+}
+
+// isMessagesRoute reports whether path names the Messages endpoint, with
+// any repeated or trailing slashes, which an upstream may take for it.
+func isMessagesRoute(path string) bool {
+	const want = "/v1/messages"
+	if path == want {
+		return true
+	}
+	if !strings.HasPrefix(path, "/") {
+		return false
+	}
+	i := 0
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "" {
+			continue
+		}
+		switch {
+		case i == 0 && seg == "v1", i == 1 && seg == "messages":
+			i++
+		default:
+			return false
+		}
+	}
+	return i == 2
+}
+
+// hasDotSegment reports whether path, decoded, has a "." or ".." segment,
+// which the upstream may resolve to another path than the one judged.
+func hasDotSegment(path string) bool {
+	if !strings.Contains(path, ".") {
+		return false
+	}
+	for _, seg := range strings.FieldsFunc(path, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Proxy) tooLarge(w http.ResponseWriter) int {
+	return writeAPIError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+		fmt.Sprintf("damper proxy: the request body is larger than %d bytes", p.maxBody), nil)
 }
 
 // messages serves a Messages call and returns the status it answered with
 // (0 when the client had gone).
-func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) int {
-	timeout, err := requestTimeout(r.Header)
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report) int {
+	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 	}
-	tooLarge := func() int {
-		return writeAPIError(w, http.StatusRequestEntityTooLarge, "request_too_large",
-			fmt.Sprintf("damper proxy: the request body is larger than %d bytes", p.maxBody), nil)
-	}
-	if r.ContentLength > p.maxBody {
-		return tooLarge() // before a buffer of that size is made
-	}
-	body, err := readInto(nil, r.Body, r.ContentLength)
+	// The buffer grows as the body arrives: a declared length is believed
+	// only up to initialBodyBuf before its bytes come.
+	body, err := readUpTo(nil, r.Body, min(r.ContentLength, initialBodyBuf), -1)
 	if err != nil {
 		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
-			return tooLarge()
+			return p.tooLarge(w)
 		}
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: reading the request body: "+err.Error(), nil)
 	}
-	ctx := ContextWithReport(r.Context(), rep)
-	if timeout > 0 {
-		// On the Damper's clock, by which it weighs every wait against
-		// the deadline.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, p.d.clock.Now().Add(timeout))
-		defer cancel()
+	if err := checkMessagesBody(body); err != nil {
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 	}
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, p.target(r.URL).String(), bytes.NewReader(body))
+	ctx := ContextWithReport(r.Context(), rep)
+	if whole > 0 {
+		dc := p.withDeadline(ctx, whole)
+		defer dc.cancel()
+		ctx = dc
+	}
+	var headers *deadlineContext
+	if toHeaders > 0 && (whole == 0 || toHeaders < whole) {
+		headers = p.withDeadline(ctx, toHeaders)
+		defer headers.cancel()
+		ctx = headers
+	}
+	target := p.target(r.URL)
+	target.Path, target.RawPath = strings.TrimSuffix(p.upstream.Path, "/")+"/v1/messages", ""
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: "+err.Error(), nil)
 	}
@@ -266,48 +401,158 @@ func (p *Proxy) messages(w http.ResponseWriter, r *http.Request, rep *Report) in
 		return writeCallError(w, err, rep)
 	}
 	defer closeBody(res)
+	if headers != nil {
+		headers.lift() // the answer's headers go out now: the SDK's timeout ends here
+	}
 	h := w.Header()
 	copyHeader(h, res.Header)
 	h.Del("Content-Length") // the transport may have decoded the body
 	reportHeader(h, rep)
 	_, stream := res.Body.(*streamBody)
+	dw := &deadlineWriter{w: w, rc: rc, d: p.write}
 	switch {
 	case res.StatusCode >= 400:
 		h.Set("X-Should-Retry", "false")
 	case stream:
 		h.Set("Trailer", HeaderOutcome)
 		w.WriteHeader(res.StatusCode)
-		passStream(w, res.Body, p.d.policy.MaxEventBytes)
+		passStream(dw, res.Body, p.d.policy.MaxEventBytes)
 		h.Set(HeaderOutcome, string(rep.Outcome))
 		return res.StatusCode
-	default:
-		h.Set(HeaderOutcome, string(OutcomeSuccess)) // a plain answer is read whole before it is handed on
+	case rep.Outcome == "":
+		// A plain answer is read whole before it is handed on: it is the
+		// call's success. A call that ended already (an answer that is
+		// not JSON) keeps the outcome it ended with.
+		h.Set(HeaderOutcome, string(OutcomeSuccess))
 	}
 	w.WriteHeader(res.StatusCode)
-	_, _ = io.Copy(w, res.Body)
+	_, _ = io.Copy(dw, res.Body)
 	return res.StatusCode
 }
 
-// requestTimeout reads the call's deadline from the request's headers:
-// Damper-Timeout if set, else X-Stainless-Timeout; 0 means none.
-func requestTimeout(h http.Header) (time.Duration, error) {
-	if v := h.Get(HeaderTimeout); v != "" {
-		s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || !(s > 0) || s > math.MaxInt64/float64(time.Second) {
-			return 0, fmt.Errorf("damper proxy: header %s is %q: want a number of seconds above 0, such as 30 or 2.5", HeaderTimeout, v)
-		}
-		return time.Duration(s * float64(time.Second)), nil
+// deadlineWriter is a client's response writer whose every write must be
+// taken within d: a client that stops reading fails the write after it,
+// and the call ends.
+type deadlineWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) // not every writer has one
+	return w.w.Write(b)
+}
+
+func (w *deadlineWriter) Flush() error { return w.rc.Flush() }
+
+// deadlineContext is a call's context with a deadline on the Damper's
+// clock, by which it weighs every wait. The deadline of the time to the
+// answer's headers is lifted once they are sent, as an SDK stops its own
+// timer when they come: the context then ends only with its parent.
+type deadlineContext struct {
+	context.Context // a cancelable context under the request's
+	at              time.Time
+	stop            func() bool
+	cancelCause     context.CancelCauseFunc
+	lifted          atomic.Bool
+}
+
+// withDeadline returns ctx with a deadline d from now on the Damper's clock.
+func (p *Proxy) withDeadline(ctx context.Context, d time.Duration) *deadlineContext {
+	inner, cancel := context.WithCancelCause(ctx)
+	dc := &deadlineContext{Context: inner, at: p.d.clock.Now().Add(d), cancelCause: cancel}
+	dc.stop = p.d.clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	return dc
+}
+
+func (c *deadlineContext) Deadline() (time.Time, bool) {
+	if c.lifted.Load() {
+		return c.Context.Deadline()
 	}
-	if v := h.Get("X-Stainless-Timeout"); v != "" {
-		s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || s < 0 || s > math.MaxInt64/int64(time.Second) {
-			return 0, fmt.Errorf("damper proxy: header X-Stainless-Timeout is %q: want whole seconds", v)
-		}
-		// 0 is a timeout under a second, which the SDK sends truncated: the
-		// client's own connection is the deadline then.
-		return time.Duration(s) * time.Second, nil
+	return c.at, true
+}
+
+// Err is context.DeadlineExceeded once the deadline has passed, as for a
+// context of the standard library's.
+func (c *deadlineContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
 	}
-	return 0, nil
+	return err
+}
+
+// lift removes the deadline, unless it has passed already.
+func (c *deadlineContext) lift() {
+	if c.stop() {
+		c.lifted.Store(true)
+	}
+}
+
+// cancel releases the context's timer and resources.
+func (c *deadlineContext) cancel() {
+	c.stop()
+	c.cancelCause(context.Canceled)
+}
+
+// requestTimeouts reads the call's deadlines from the request's headers:
+// Damper-Timeout's, of the whole call, and X-Stainless-Timeout's, of the
+// time to the answer's headers; 0 means none.
+func requestTimeouts(h http.Header) (whole, toHeaders time.Duration, err error) {
+	whole, err = headerSeconds(h, HeaderTimeout, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	toHeaders, err = headerSeconds(h, HeaderStainlessTimeout, true)
+	return whole, toHeaders, err
+}
+
+// headerSeconds reads header name as a plain decimal number of seconds,
+// from minTimeout to maxHeaderTimeout, or 0 when zero is allowed; 0 when
+// the header is absent.
+func headerSeconds(h http.Header, name string, zero bool) (time.Duration, error) {
+	vs := h.Values(name)
+	if len(vs) == 0 {
+		return 0, nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("damper proxy: header %s is %s: %s", name, excerpt([]byte(vs[0])), why)
+	}
+	if len(vs) > 1 {
+		return 0, bad("repeated: send it once")
+	}
+	v := strings.TrimSpace(vs[0])
+	want := fmt.Sprintf("want a number of seconds from %g to %g, such as 30 or 2.5", minTimeout.Seconds(), maxHeaderTimeout.Seconds())
+	if zero {
+		want = fmt.Sprintf("want 0 or a number of seconds from %g to %g, such as 600", minTimeout.Seconds(), maxHeaderTimeout.Seconds())
+	}
+	if !isDecimal(v) {
+		return 0, bad(want)
+	}
+	s, err := strconv.ParseFloat(v, 64)
+	d := time.Duration(s * float64(time.Second))
+	if err != nil || s > maxHeaderTimeout.Seconds() || d < minTimeout && !(zero && s == 0) {
+		return 0, bad(want)
+	}
+	return d, nil
+}
+
+// isDecimal reports whether s is digits, with at most one "." between
+// digits: no sign, exponent, NaN or Inf.
+func isDecimal(s string) bool {
+	digits, dot := 0, -1
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && dot < 0 && digits > 0:
+			dot = i
+		default:
+			return false
+		}
+	}
+	return digits > 0 && dot != len(s)-1 && len(s) <= 32
 }
 
 // hopHeaders are the headers of one connection, which a proxy does not pass
@@ -440,13 +685,21 @@ func errorEvent(data []byte) []byte {
 // streamBufs are the buffers streams are passed on with.
 var streamBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// flushWriter is a client's response, flushed after each write of a
+// stream.
+type flushWriter interface {
+	io.Writer
+	Flush() error
+}
+
 // passStream copies a stream to the client as it comes, flushing each
 // read, and passes on only whole events: when the stream fails, the part
 // of an event read so far is dropped and an error event takes its place.
 // The stream fails once an event passes maxEvent bytes, so the buffer
-// never grows beyond that and one read.
-func passStream(w http.ResponseWriter, body io.Reader, maxEvent int) {
-	flush := http.NewResponseController(w).Flush
+// never grows beyond that and one read. It returns when the stream ends or
+// a write fails (the client has gone, or stopped reading).
+func passStream(w flushWriter, body io.Reader, maxEvent int) {
+	flush := w.Flush
 	pooled := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(pooled)
 	buf := *pooled
@@ -559,10 +812,13 @@ func (e *upstreamEvent) Error() string {
 	return "the upstream's stream sent an error event: " + string(e.data)
 }
 
-// statusWriter notes the status a handler answered with.
+// statusWriter notes the status a handler answered with, and gives each
+// write WriteTimeout, as deadlineWriter does.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	rc     *http.ResponseController
+	d      time.Duration
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -576,23 +832,25 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
 	return w.ResponseWriter.Write(p)
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logRequest logs one request: no header, body or credential.
+// logRequest logs one request: no header, body or credential, and what
+// the client chose cut to a bound.
 func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report) {
 	if p.log == nil {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("method", r.Method),
+		slog.String("method", boundedText(r.Method)),
 		slog.String("path", boundedText(r.URL.Path)),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
 	}
-	if rep != nil {
+	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,
 			slog.String("model", boundedText(rep.Model)),
 			slog.Bool("stream", rep.Stream),
@@ -605,4 +863,166 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 		level = slog.LevelWarn
 	}
 	p.log.LogAttrs(r.Context(), level, "damper proxy: request", attrs...)
+}
+
+// excerpt is b quoted for an error message: its first 64 bytes, escaped
+// (invalid UTF-8 and control characters included), and its length when
+// longer.
+func excerpt(b []byte) string {
+	const shown = 64
+	if len(b) <= shown {
+		return strconv.QuoteToASCII(string(b))
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.QuoteToASCII(string(b[:shown])), len(b))
+}
+
+// The top-level keys of a Messages request the proxy checks.
+const (
+	checkModelKey = iota
+	checkMaxTokensKey
+	checkStreamKey
+)
+
+var notObject = errors.New("damper proxy: the request body is not a JSON object")
+
+var checkedKeys = [...]string{checkModelKey: "model", checkMaxTokensKey: "max_tokens", checkStreamKey: "stream"}
+
+// checkMessagesBody checks what Damper decides on in a Messages request
+// body, body, before anything is sent: see [Proxy]. It reads the body's
+// top level once, skipping the values of other keys at the speed of a
+// byte search.
+func checkMessagesBody(body []byte) error {
+	var raw [len(checkedKeys)][]byte
+	s := bodyScan{b: body}
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
+		return notObject
+	}
+	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
+		if body[i] != '"' {
+			return notObject
+		}
+		end := skipString(body, i)
+		if end < 0 {
+			return notObject
+		}
+		key := body[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			// "mod\u0065l" is "model" to the API.
+			k, ok := unquote(body[i:end])
+			if !ok {
+				return notObject
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(body, end)
+		if i == len(body) || body[i] != ':' {
+			return notObject
+		}
+		start := skipSpace(body, i+1)
+		if i = s.value(start); i < 0 {
+			return notObject
+		}
+		for k, name := range checkedKeys {
+			if string(key) != name {
+				continue
+			}
+			if raw[k] != nil {
+				return fmt.Errorf("damper proxy: %s: the key is repeated; send it once (the API might act on another than the one checked)", name)
+			}
+			raw[k] = body[start:i]
+		}
+		switch i = skipSpace(body, i); {
+		case i < len(body) && body[i] == ',':
+			i = skipSpace(body, i+1)
+		case i < len(body) && body[i] != '}':
+			return notObject
+		}
+	}
+	if i == len(body) || skipSpace(body, i+1) != len(body) {
+		return notObject
+	}
+	if err := checkModel(raw[checkModelKey]); err != nil {
+		return err
+	}
+	if err := checkMaxTokens(raw[checkMaxTokensKey]); err != nil {
+		return err
+	}
+	if v := raw[checkStreamKey]; v != nil && string(v) != "true" && string(v) != "false" {
+		return fmt.Errorf("damper proxy: stream %s: want true or false", excerpt(v))
+	}
+	return nil
+}
+
+// checkModel checks a request's model, v as it is in the body.
+func checkModel(v []byte) error {
+	if v == nil {
+		return errors.New("damper proxy: model: required")
+	}
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return badModel(v, "want a string")
+	}
+	sent := v[1 : len(v)-1] // as it was sent, escapes and all
+	if !utf8.Valid(sent) {
+		return badModel(sent, "is not valid UTF-8")
+	}
+	model := sent
+	if bytes.IndexByte(sent, '\\') >= 0 {
+		s, ok := unquote(v)
+		if !ok {
+			return badModel(sent, "is not a valid JSON string")
+		}
+		model = []byte(s)
+	}
+	switch {
+	case len(model) == 0:
+		return badModel(sent, "is empty")
+	case len(model) > maxModelBytes:
+		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelBytes))
+	}
+	for i, b := range model {
+		if !isModelByte(b) {
+			r, _ := utf8.DecodeRune(model[i:])
+			return badModel(sent, fmt.Sprintf("holds %q, which no model ID holds: want ASCII letters, digits and -._:@/", r))
+		}
+	}
+	return nil
+}
+
+func badModel(shown []byte, why string) error {
+	return fmt.Errorf("damper proxy: model %s: %s", excerpt(shown), why)
+}
+
+// unquote is the JSON string q, unescaped.
+func unquote(q []byte) (string, bool) {
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err == nil
+}
+
+// isModelByte reports whether b is a character of model IDs: first-party
+// ("claude-sonnet-4-5-20250929"), Bedrock ("us.anthropic.claude-...-v1:0",
+// ARNs with ":" and "/") and Vertex ("claude-sonnet-4-5@20250929").
+func isModelByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
+		b == '-' || b == '.' || b == '_' || b == ':' || b == '@' || b == '/'
+}
+
+// checkMaxTokens checks a request's max_tokens, v as it is in the body.
+func checkMaxTokens(v []byte) error {
+	if v == nil {
+		return errors.New("damper proxy: max_tokens: required")
+	}
+	n := 0
+	for i, b := range v {
+		if b < '0' || b > '9' || i == 7 || i == 1 && v[0] == '0' {
+			n = -1
+			break
+		}
+		n = n*10 + int(b-'0')
+	}
+	if n < 1 || n > maxMaxTokens {
+		return fmt.Errorf("damper proxy: max_tokens %s: want an integer from 1 to %d", excerpt(v), maxMaxTokens)
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package damper
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -49,4 +51,28 @@ func FuzzEventEnds(f *testing.F) {
 			t.Fatalf("passed on %q, want %q", out, in)
 		}
 	})
+}
+
+// BenchmarkCheckMessagesBody times the proxy's check at the door beside
+// readBodyFacts, the engine's own read of the same body: the check is one
+// more pass over the body's top level, at the same speed.
+func BenchmarkCheckMessagesBody(b *testing.B) {
+	for _, size := range []int{2 << 10, 1 << 20} {
+		body := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("x", size) +
+			`"}],"model":"claude-sonnet-4-6","max_tokens":1024,"stream":true}`)
+		b.Run(fmt.Sprintf("check/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if err := checkMessagesBody(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("facts/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				readBodyFacts(body)
+			}
+		})
+	}
 }

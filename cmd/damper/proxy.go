@@ -46,6 +46,7 @@ type proxyFile struct {
 	ReadHeaderTimeout *damper.Duration     `json:"read_header_timeout,omitempty"`
 	ReadTimeout       *damper.Duration     `json:"read_timeout,omitempty"`
 	IdleTimeout       *damper.Duration     `json:"idle_timeout,omitempty"`
+	WriteTimeout      *damper.Duration     `json:"write_timeout,omitempty"`
 	LogLevel          string               `json:"log_level,omitempty"`
 	Name              string               `json:"name,omitempty"`
 	Policy            *damper.PolicyConfig `json:"policy,omitempty"`
@@ -60,6 +61,7 @@ type proxySettings struct {
 	shutdownDelay     time.Duration // /readyz says 503 this long before the drain
 	readHeader, read  time.Duration
 	idle              time.Duration
+	write             time.Duration // one write to a client, a stream's included
 	level             slog.Level
 	name              string
 	policy            damper.Policy
@@ -82,6 +84,7 @@ func defaultProxySettings() proxySettings {
 		readHeader:        10 * time.Second,
 		read:              time.Minute,
 		idle:              2 * time.Minute,
+		write:             damper.DefaultWriteTimeout,
 		level:             slog.LevelInfo,
 		policyFromDefault: true,
 	}
@@ -113,13 +116,24 @@ metrics, Prometheus text format).
 
 Every error response says x-should-retry: false, so that the client's SDK
 leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
-Damper-Retry-Cost-Usd. A client states its deadline with Damper-Timeout
-(seconds); without it, the SDKs' own X-Stainless-Timeout is used.
+Damper-Retry-Cost-Usd. A client states the deadline of its whole call with
+Damper-Timeout (seconds, such as 30 or 2.5). The X-Stainless-Timeout the
+official SDKs send (their request timeout, 600 s by default) bounds, as it
+does in the SDKs, only the time until the answer's headers: for a stream,
+until its first content, never how long it then runs.
+
+What Damper decides on is checked before anything is sent: model (at most
+256 characters of ASCII letters, digits and -._:@/), max_tokens (1 to
+1,000,000), stream (true or false), none of them repeated, and the two
+timeout headers; a bad value gets 400 invalid_request_error naming it. A
+path with a . or .. segment is refused. A client that stops reading its
+answer for write_timeout has its call ended.
 
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
-read_timeout, idle_timeout, shutdown_delay, log_level, name) and the
-Damper policy under "policy"; durations are strings such as "30s".
+read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name)
+and the Damper policy under "policy"; durations are strings such as "30s",
+and so are the durations in the log lines.
 
 Flags:
 `)
@@ -237,6 +251,7 @@ func (s *proxySettings) loadFile(name string) error {
 		{"read_header_timeout", f.ReadHeaderTimeout, &s.readHeader},
 		{"read_timeout", f.ReadTimeout, &s.read},
 		{"idle_timeout", f.IdleTimeout, &s.idle},
+		{"write_timeout", f.WriteTimeout, &s.write},
 	} {
 		if d.v == nil {
 			continue
@@ -266,12 +281,26 @@ func (s *proxySettings) loadFile(name string) error {
 	return nil
 }
 
+// newLogger is the proxy's logger: JSON lines to w, from level on.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
+}
+
+// readableDurations writes a duration in a log line as Go writes it
+// ("1.5s", "250ms"), not as a bare number of nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 func runProxy(args []string, stdout, stderr io.Writer) int {
 	s, err := parseProxy(args, stdout, stderr)
 	if code, stop := badFlags("proxy", err, stderr); stop {
 		return code
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+	logger := newLogger(stderr, s.level)
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		logger.Error("damper proxy: cannot listen", "listen", s.listen, "error", err.Error())
@@ -306,7 +335,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	if err != nil {
 		return err
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, Logger: logger})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger})
 	if err != nil {
 		return err
 	}

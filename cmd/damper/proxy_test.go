@@ -52,7 +52,7 @@ func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runni
 	p := &runningProxy{url: "http://" + ln.Addr().String(), logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
-	logger := slog.New(slog.NewJSONHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := newLogger(p.logs, slog.LevelDebug)
 	go func() { p.done <- serveProxy(ctx, s, ln, logger) }()
 	t.Cleanup(func() {
 		cancel()
@@ -513,6 +513,7 @@ upstream: http://127.0.0.1:9001
 drain_timeout: 5s
 shutdown_delay: 0
 read_timeout: 2m
+write_timeout: 5s
 log_level: warn
 name: edge
 policy:
@@ -523,7 +524,7 @@ policy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.listen != "127.0.0.1:9100" || s.upstream != "http://127.0.0.1:9001" || s.drain != 5*time.Second || s.read != 2*time.Minute ||
+	if s.listen != "127.0.0.1:9100" || s.upstream != "http://127.0.0.1:9001" || s.drain != 5*time.Second || s.read != 2*time.Minute || s.write != 5*time.Second ||
 		s.level != slog.LevelWarn || s.name != "edge" || s.policy.MaxAttempts != 2 || s.policy.Breaker == nil || s.listenIsNonLocal {
 		t.Errorf("settings %+v", s)
 	}
@@ -545,6 +546,7 @@ policy:
 		{[]string{"-max-request-bytes", "0"}, "--max-request-bytes 0"},
 		{[]string{"-shutdown-delay", "-1s"}, "--shutdown-delay -1s"},
 		{[]string{"-config", write("g.yaml", "shutdown_delay: -1s\n")}, "shutdown_delay: -1s"},
+		{[]string{"-config", write("h.yaml", "write_timeout: 0s\n")}, "write_timeout: 0s: must be above 0"},
 		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},
 		{[]string{"extra"}, "no arguments"},
 	} {
@@ -557,5 +559,42 @@ policy:
 	if code := run([]string{"proxy", "-upstream", "ftp://x", "-listen", "127.0.0.1:0"}, io.Discard, &errb); code != exitFail ||
 		!strings.Contains(errb.String(), "ProxyConfig.Upstream") {
 		t.Errorf("a bad upstream: exit %d, %s", code, errb.String())
+	}
+}
+
+// TestProxyLogsReadableDurations: the proxy's log lines write durations as
+// Go writes them ("1.5ms"), not as bare nanoseconds.
+func TestProxyLogsReadableDurations(t *testing.T) {
+	srv := fakeAPI(t)
+	p := startProxy(t, srv.URL(), nil)
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
+	req.Header.Set(dampertest.ScenarioHeader, "overloaded")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	seen := map[string]bool{}
+	for line := range strings.Lines(p.logs.String()) {
+		var attrs map[string]any
+		if err := json.Unmarshal([]byte(line), &attrs); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		for _, key := range []string{"duration", "attempt_duration", "backoff"} {
+			v, ok := attrs[key]
+			if !ok {
+				continue
+			}
+			seen[key] = true
+			if s, isString := v.(string); !isString {
+				t.Errorf("%s is %v, want a duration such as 1.5ms: %s", key, v, line)
+			} else if _, err := time.ParseDuration(s); err != nil {
+				t.Errorf("%s: %v", key, err)
+			}
+		}
+	}
+	if !seen["duration"] || !seen["backoff"] {
+		t.Errorf("no duration or backoff logged:\n%s", p.logs)
 	}
 }
