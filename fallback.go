@@ -50,14 +50,20 @@ type FallbackPolicy struct {
 	// to fall back to, in order, once every backend has been tried with
 	// the model itself: {"claude-opus-4-5": {"claude-sonnet-4-5"}}. Each
 	// sibling is priced by Policy.PriceTable for the cost ceiling. At most
-	// 16 siblings per model.
+	// 1,000 models, 16 siblings per model, and 256 bytes of UTF-8 a name.
 	Models map[string][]string
 }
 
 func (p *FallbackPolicy) check() error {
+	if len(p.Models) > maxFallbackModels {
+		return fieldError("Fallback.Models", fmt.Sprintf("%d models", len(p.Models)), fmt.Sprintf("must be at most %d", maxFallbackModels))
+	}
 	for model, siblings := range p.Models {
 		if model == "" {
 			return fieldError("Fallback.Models", model, "a model name is required")
+		}
+		if !boundedName(model) {
+			return fieldError("Fallback.Models", quoteKey(model), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelName))
 		}
 		if len(siblings) > maxFallbackSiblings { // each is a route on every backend
 			return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), fmt.Sprintf("%d siblings", len(siblings)), fmt.Sprintf("must be at most %d", maxFallbackSiblings))
@@ -66,9 +72,18 @@ func (p *FallbackPolicy) check() error {
 			if s == "" || s == model {
 				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), siblings, "siblings must be other, non-empty model names")
 			}
+			if !boundedName(s) {
+				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), quoteKey(s), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelName))
+			}
 		}
 	}
 	return nil
+}
+
+// boundedName reports whether a model named in a Policy is short, valid
+// text: it becomes a map key, and may reach a log line.
+func boundedName(s string) bool {
+	return len(s) <= maxModelName && utf8.ValidString(s)
 }
 
 // clone returns a copy of p that shares nothing with it.

@@ -207,6 +207,9 @@ const (
 	maxHedgeWindow      = 10_000
 	maxPerMinute        = 1_000_000_000 // each of RateLimits
 	maxFallbackSiblings = 16
+	maxFallbackModels   = 1_000 // keys of Fallback.Models
+	maxModelName        = 256   // bytes of a model named in a Policy
+	maxConfiguredGroups = 256   // keys of RateLimit.Limits
 )
 
 // withDefaults returns p with every zero field set to its default and every

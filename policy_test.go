@@ -1,6 +1,7 @@
 package damper_test
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"strconv"
@@ -202,6 +203,14 @@ func TestPolicyBounds(t *testing.T) {
 			`Policy.RateLimit.Limits["claude-sonnet-4"].OutputTokensPerMinute = 1000000001: must be at most 1000000000`},
 		{damper.Policy{Fallback: &damper.FallbackPolicy{Models: map[string][]string{"claude-a": siblings(17)}}},
 			`Policy.Fallback.Models["claude-a"] = 17 siblings: must be at most 16`},
+		{damper.Policy{Fallback: &damper.FallbackPolicy{Models: models(1001, []string{"claude-b"})}},
+			`Policy.Fallback.Models = 1001 models: must be at most 1000`},
+		{damper.Policy{Fallback: &damper.FallbackPolicy{Models: map[string][]string{strings.Repeat("m", 257): {"claude-b"}}}},
+			`Policy.Fallback.Models = "` + strings.Repeat("m", 64) + `"...: a model name is at most 256 bytes of UTF-8`},
+		{damper.Policy{Fallback: &damper.FallbackPolicy{Models: map[string][]string{"claude-a": {"bad\xff"}}}},
+			`Policy.Fallback.Models["claude-a"] = "bad\xff": a model name is at most 256 bytes of UTF-8`},
+		{damper.Policy{RateLimit: &damper.RateLimitPolicy{Limits: limits(257)}},
+			`Policy.RateLimit.Limits = 257 groups: must be at most 256`},
 	}
 	for _, tt := range tests {
 		d, err := damper.New(tt.p)
@@ -218,12 +227,31 @@ func TestPolicyBounds(t *testing.T) {
 			Hedge:     &damper.HedgePolicy{MinDelay: day, Window: 10_000, MinSamples: 10_000},
 			RateLimit: &damper.RateLimitPolicy{MaxWait: day, Limits: map[string]damper.RateLimits{"claude-sonnet-4": {1e9, 1e9, 1e9}}},
 			Fallback:  &damper.FallbackPolicy{Models: map[string][]string{"claude-a": siblings(16)}}},
+		{RateLimit: &damper.RateLimitPolicy{Limits: limits(256)}, Fallback: &damper.FallbackPolicy{Models: models(1000, []string{"claude-b"})}},
 		{Hedge: &damper.HedgePolicy{Delay: day}},
 	} {
 		if _, err := damper.New(p); err != nil {
 			t.Errorf("New(%+v): %v", p, err)
 		}
 	}
+}
+
+// models returns n distinct models, each with the siblings given.
+func models(n int, sib []string) map[string][]string {
+	m := make(map[string][]string, n)
+	for i := range n {
+		m[fmt.Sprintf("claude-m%d", i)] = sib
+	}
+	return m
+}
+
+// limits returns n distinct limit groups, each limited.
+func limits(n int) map[string]damper.RateLimits {
+	m := make(map[string]damper.RateLimits, n)
+	for i := range n {
+		m[fmt.Sprintf("claude-g%d", i)] = damper.RateLimits{RequestsPerMinute: 10}
+	}
+	return m
 }
 
 // siblings returns n distinct model names.

@@ -53,7 +53,7 @@ type RateLimitPolicy struct {
 	// Limits configures the limits of limit groups, each key a model ID
 	// or a group's name and applying to its group, LimitGroup(key):
 	// "claude-sonnet-4-5" configures "claude-sonnet-4". Two keys of one
-	// group are an error, and a key is at most 256 bytes of UTF-8; the
+	// group are an error; at most 256 keys, each at most 256 bytes of UTF-8; the
 	// Policy a Damper reports has the groups' names as keys. A zero field
 	// is learned. A configured limit may be lower than the API's, to leave
 	// room for other services: the headers then only lower the bucket's
@@ -130,6 +130,9 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	case math.IsNaN(p.BatchShare) || p.BatchShare < 0 || p.BatchShare > 1:
 		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
 	}
+	if len(p.Limits) > maxConfiguredGroups {
+		return nil, fieldError("RateLimit.Limits", fmt.Sprintf("%d groups", len(p.Limits)), fmt.Sprintf("must be at most %d", maxConfiguredGroups))
+	}
 	limits := make(map[string]RateLimits, len(p.Limits))
 	keyOf := make(map[string]string, len(p.Limits)) // the key that named each group
 	for _, key := range slices.Sorted(maps.Keys(p.Limits)) {
@@ -139,8 +142,8 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		switch {
 		case key == "":
 			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
-		case len(key) > maxLimitKey || !utf8.ValidString(key):
-			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxLimitKey))
+		case len(key) > maxModelName || !utf8.ValidString(key):
+			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxModelName))
 		case keyOf[group] != "":
 			return nil, fieldError(field, strconv.Quote(key), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
 		case l.RequestsPerMinute < 0:
@@ -168,9 +171,6 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 	p.BatchShare = orDefault(p.BatchShare, DefaultRateLimitBatchShare)
 	return &p, nil
 }
-
-// maxLimitKey bounds a key of RateLimitPolicy.Limits.
-const maxLimitKey = 256
 
 // quoteKey quotes the start of a key too long or not UTF-8, for an error.
 func quoteKey(key string) string {
@@ -288,7 +288,7 @@ type limiter struct {
 	groups map[string]*limitGroup // by group name; requires mu
 
 	// byModel remembers each model ID's group, up to maxResolved IDs of
-	// at most maxLimitKey bytes; a dropped group's IDs are forgotten.
+	// at most maxModelName bytes; a dropped group's IDs are forgotten.
 	byModel      sync.Map // string → *limitGroup
 	byModelCount atomic.Int32
 
@@ -411,7 +411,7 @@ func (l *limiter) group(model string) *limitGroup {
 		}
 	}
 	l.mu.Unlock()
-	if len(model) <= maxLimitKey {
+	if len(model) <= maxModelName {
 		if _, ok := l.byModel.Load(model); ok {
 			l.byModel.Store(model, g) // in place of a dropped group
 		} else if l.byModelCount.Load() < maxResolved {
