@@ -428,19 +428,7 @@ func TestProxyGoesNowhereElse(t *testing.T) {
 	}))
 	defer elsewhere.Close()
 	other := strings.TrimPrefix(elsewhere.URL, "http://")
-	raw := func(request string) string {
-		conn, err := net.Dial("tcp", strings.TrimPrefix(r.proxy.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		if _, err := io.WriteString(conn, request); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(conn)
-		status, _, _ := strings.Cut(string(b), "\r\n")
-		return status
-	}
+	raw := func(request string) string { return rawRequest(t, r.proxy.URL, request) }
 	for _, req := range []string{
 		"GET http://" + other + "/v1/models HTTP/1.1\r\nHost: " + other + "\r\nConnection: close\r\n\r\n",
 		"POST http://" + other + "/v1/messages HTTP/1.1\r\nHost: " + other + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
