@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -984,11 +985,15 @@ func TestWithNameKeepsSeriesApart(t *testing.T) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		spans := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		// A Damper dropped is collected with its metric callbacks: both
+		// are kept alive until the collection.
+		var dampers []*damper.Damper
 		for name, calls := range map[string]int{"tenant-a": 1, "tenant-b": 2} {
 			d, err := damper.New(damper.Policy{}, damper.WithName(name), damper.WithMeterProvider(mp), damper.WithTracerProvider(tp))
 			if err != nil {
 				t.Fatal(err)
 			}
+			dampers = append(dampers, d)
 			client := memClient(d, http.HandlerFunc(okHandler))
 			for range calls {
 				if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5")); err != nil {
@@ -1000,6 +1005,7 @@ func TestWithNameKeepsSeriesApart(t *testing.T) {
 		if err := reader.Collect(context.Background(), &rm); err != nil {
 			t.Fatal(err)
 		}
+		runtime.KeepAlive(dampers)
 		got := map[string]uint64{}
 		balances := map[string]bool{}
 		for _, sm := range rm.ScopeMetrics {
