@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
@@ -681,8 +680,8 @@ func (c PolicyConfig) Policy() (Policy, error) {
 			p.RateLimit.Limits = make(map[string]RateLimits, len(r.Limits))
 			cv.fields["RateLimit.Limits"] = configField{path: "rate_limit.limits", written: `""`}
 			for _, group := range slices.Sorted(maps.Keys(r.Limits)) {
-				if len(group) > maxModelName || !utf8.ValidString(group) {
-					return Policy{}, configError("rate_limit.limits", "%s: a key is a model ID or a limit group's name, at most %d bytes of UTF-8", quoteKey(group), maxModelName)
+				if !boundedName(group) {
+					return Policy{}, configError("rate_limit.limits", "%s: a key is a model ID or a limit group's name, at most %d bytes of UTF-8", quoteKey(group), maxModelID)
 				}
 				l, in := r.Limits[group], RateLimits{}
 				field, path := fmt.Sprintf("RateLimit.Limits[%q].", group), "rate_limit.limits."+group+"."

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -63,7 +62,7 @@ func (p *FallbackPolicy) check() error {
 			return fieldError("Fallback.Models", model, "a model name is required")
 		}
 		if !boundedName(model) {
-			return fieldError("Fallback.Models", quoteKey(model), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelName))
+			return fieldError("Fallback.Models", quoteKey(model), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
 		}
 		if len(siblings) > maxFallbackSiblings { // each is a route on every backend
 			return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), fmt.Sprintf("%d siblings", len(siblings)), fmt.Sprintf("must be at most %d", maxFallbackSiblings))
@@ -73,7 +72,7 @@ func (p *FallbackPolicy) check() error {
 				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), siblings, "siblings must be other, non-empty model names")
 			}
 			if !boundedName(s) {
-				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), quoteKey(s), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelName))
+				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), quoteKey(s), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
 			}
 		}
 	}
@@ -83,7 +82,7 @@ func (p *FallbackPolicy) check() error {
 // boundedName reports whether a model named in a Policy is short, valid
 // text: it becomes a map key, and may reach a log line.
 func boundedName(s string) bool {
-	return len(s) <= maxModelName && utf8.ValidString(s)
+	return len(s) <= maxModelID && utf8.ValidString(s)
 }
 
 // clone returns a copy of p that shares nothing with it.
@@ -188,7 +187,7 @@ func (c *call) skip(b *backend, model, reason string) {
 	if t.log == nil || !t.log.Enabled(c.ctx, slog.LevelWarn) {
 		return
 	}
-	shown := boundedModel(model)
+	shown := cutText(model, maxModelShown)
 	switch b.skips.first(shown) {
 	case skipFirst:
 		t.log.LogAttrs(c.ctx, slog.LevelWarn, "damper: cannot fall back to a backend with this model",
@@ -217,17 +216,6 @@ const maxSkipsLogged = 64
 // maxModelShown bounds the length of a model's name in a log line and in
 // the set of those logged.
 const maxModelShown = 128
-
-// boundedModel is model cut to maxModelShown bytes, and to valid UTF-8.
-func boundedModel(model string) string {
-	if len(model) <= maxModelShown && utf8.ValidString(model) {
-		return model
-	}
-	if len(model) > maxModelShown {
-		model = model[:maxModelShown]
-	}
-	return strings.ToValidUTF8(model, "")
-}
 
 // skipLog is the set of the models a backend has logged a Skip for: a Warn
 // once per model, for at most maxSkipsLogged models, then one line saying

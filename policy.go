@@ -208,7 +208,6 @@ const (
 	maxPerMinute        = 1_000_000_000 // each of RateLimits
 	maxFallbackSiblings = 16
 	maxFallbackModels   = 1_000 // keys of Fallback.Models
-	maxModelName        = 256   // bytes of a model named in a Policy
 	maxConfiguredGroups = 256   // keys of RateLimit.Limits
 )
 

@@ -34,9 +34,6 @@ const DefaultWriteTimeout = time.Minute
 
 // What the proxy accepts of a Messages request before anything is sent.
 const (
-	// maxModelBytes bounds a request's model ID; the longest real IDs, Bedrock
-	// inference-profile ARNs, are about half of it.
-	maxModelBytes = 256
 	// maxMaxTokens bounds max_tokens, far above any model's output limit.
 	maxMaxTokens = 1_000_000
 	// maxHeaderTimeout bounds Damper-Timeout and X-Stainless-Timeout.
@@ -977,8 +974,8 @@ func checkModel(v []byte) error {
 	switch {
 	case len(model) == 0:
 		return badModel(sent, "is empty")
-	case len(model) > maxModelBytes:
-		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelBytes))
+	case len(model) > maxModelID:
+		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelID))
 	}
 	for i, b := range model {
 		if !isModelByte(b) {
@@ -998,14 +995,6 @@ func unquote(q []byte) (string, bool) {
 	var s string
 	err := json.Unmarshal(q, &s)
 	return s, err == nil
-}
-
-// isModelByte reports whether b is a character of model IDs: first-party
-// ("claude-sonnet-4-5-20250929"), Bedrock ("us.anthropic.claude-...-v1:0",
-// ARNs with ":" and "/") and Vertex ("claude-sonnet-4-5@20250929").
-func isModelByte(b byte) bool {
-	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
-		b == '-' || b == '.' || b == '_' || b == ':' || b == '@' || b == '/'
 }
 
 // checkMaxTokens checks a request's max_tokens, v as it is in the body.

@@ -386,14 +386,22 @@ func TestProxyClientHangsUp(t *testing.T) {
 	}
 }
 
-func TestProxyRequestLimits(t *testing.T) {
-	r := newProxyRig(t, damper.Policy{})
+// smallProxy serves a second proxy of r's Damper whose bodies are limited
+// to 1000 bytes.
+func smallProxy(t *testing.T, r *proxyRig) *httptest.Server {
+	t.Helper()
 	px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: r.up.URL, MaxRequestBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	small := httptest.NewServer(px)
-	defer small.Close()
+	t.Cleanup(small.Close)
+	return small
+}
+
+func TestProxyRequestLimits(t *testing.T) {
+	r := newProxyRig(t, damper.Policy{})
+	small := smallProxy(t, r)
 	body := `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"` + strings.Repeat("x", 1000) + `"}]}`
 	res, err := http.Post(small.URL+"/v1/messages", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -728,12 +736,7 @@ func (b *stallingBody) Read(p []byte) (int, error) {
 // sent; when it does not, once the limit is passed.
 func TestProxyPassThroughTooLarge(t *testing.T) {
 	r := newProxyRig(t, damper.Policy{})
-	px, err := damper.NewProxy(r.d, damper.ProxyConfig{Upstream: r.up.URL, MaxRequestBytes: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := httptest.NewServer(px)
-	defer small.Close()
+	small := smallProxy(t, r)
 	big := strings.Repeat("x", 100<<10)
 	res, err := http.Post(small.URL+"/v1/files", "application/octet-stream", strings.NewReader(big))
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
@@ -142,8 +141,8 @@ func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
 		switch {
 		case key == "":
 			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
-		case len(key) > maxModelName || !utf8.ValidString(key):
-			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxModelName))
+		case !boundedName(key):
+			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxModelID))
 		case keyOf[group] != "":
 			return nil, fieldError(field, strconv.Quote(key), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
 		case l.RequestsPerMinute < 0:
@@ -202,10 +201,8 @@ func LimitGroup(model string) string {
 	if fam == "" || len(fam) > maxGroupName {
 		return otherGroup
 	}
-	for i := 0; i < len(fam); i++ {
-		switch c := fam[i]; {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', strings.IndexByte("._:@/-", c) >= 0:
-		default:
+	for i := 0; i < len(fam); i++ { // fam is in lower case
+		if !isModelByte(fam[i]) {
 			return otherGroup
 		}
 	}
@@ -288,7 +285,7 @@ type limiter struct {
 	groups map[string]*limitGroup // by group name; requires mu
 
 	// byModel remembers each model ID's group, up to maxResolved IDs of
-	// at most maxModelName bytes; a dropped group's IDs are forgotten.
+	// at most maxModelID bytes; a dropped group's IDs are forgotten.
 	byModel      sync.Map // string → *limitGroup
 	byModelCount atomic.Int32
 
@@ -411,7 +408,7 @@ func (l *limiter) group(model string) *limitGroup {
 		}
 	}
 	l.mu.Unlock()
-	if len(model) <= maxModelName {
+	if len(model) <= maxModelID {
 		if _, ok := l.byModel.Load(model); ok {
 			l.byModel.Store(model, g) // in place of a dropped group
 		} else if l.byModelCount.Load() < maxResolved {

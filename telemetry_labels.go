@@ -111,12 +111,20 @@ func (s *labelSet) label(v string) string {
 // on a character's boundary. A value that is both already is returned as
 // it is.
 func boundedText(v string) string {
-	if len(v) <= maxLabelBytes && utf8.ValidString(v) {
+	return cutText(v, maxLabelBytes)
+}
+
+// cutText returns v as valid UTF-8 (each invalid byte replaced) of at most
+// most bytes, cut on a character's boundary, and no longer sharing v's
+// memory when it was changed. A value that is both already is returned as
+// it is.
+func cutText(v string, most int) string {
+	if len(v) <= most && utf8.ValidString(v) {
 		return v
 	}
-	v = strings.ToValidUTF8(v[:min(len(v), maxLabelBytes)], "\uFFFD")
-	if len(v) > maxLabelBytes {
-		cut := maxLabelBytes
+	v = strings.ToValidUTF8(v[:min(len(v), most)], "\uFFFD")
+	if len(v) > most {
+		cut := most
 		for cut > 0 && !utf8.RuneStart(v[cut]) {
 			cut--
 		}
