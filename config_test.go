@@ -143,7 +143,8 @@ func TestPolicyConfigWrites(t *testing.T) {
 	}
 }
 
-// exampleYAML is the example of README.md, "Policy from a file".
+// exampleYAML is the example of docs/guide/configuration.md, "Policy from
+// a file" (TestParsePolicyExample).
 const exampleYAML = `
 max_attempts: 4
 per_attempt_timeout: 45s
@@ -190,41 +191,6 @@ func examplePolicy() damper.Policy {
 			Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 4000}},
 		},
 		Hedge: &damper.HedgePolicy{Quantile: 0.9, MinDelay: 250 * time.Millisecond},
-	}
-}
-
-func TestParsePolicyExample(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(readme), "#### Policy from a file\n")
-	_, block, _ := strings.Cut(section, "```yaml\n")
-	block, _, _ = strings.Cut(block, "```")
-	if "\n"+block != exampleYAML {
-		t.Errorf("README.md's example:\n%s\nis not the one tested:%s", block, exampleYAML)
-	}
-
-	want := examplePolicy()
-	for name, parse := range map[string]func() (damper.Policy, error){
-		"yaml":         func() (damper.Policy, error) { return damper.ParsePolicyYAML([]byte(exampleYAML)) },
-		"json":         func() (damper.Policy, error) { return damper.ParsePolicyJSON([]byte(exampleJSON)) },
-		"json as yaml": func() (damper.Policy, error) { return damper.ParsePolicyYAML([]byte(exampleJSON)) },
-	} {
-		p, err := parse()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !reflect.DeepEqual(p, want) {
-			t.Fatalf("%s:\n got %+v\nwant %+v", name, p, want)
-		}
-	}
-	d, err := damper.New(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := d.Policy(); got.RetryBudgetRatio != 0 || got.RetryBudgetMinTokens != 20 || got.RetryBudgetWindow != time.Minute {
-		t.Errorf("filled in: ratio %v, min tokens %v, window %v; want 0, 20, 1m0s", got.RetryBudgetRatio, got.RetryBudgetMinTokens, got.RetryBudgetWindow)
 	}
 }
 
