@@ -59,9 +59,12 @@ type attempt struct {
 	ended     atomic.Bool
 
 	// passes are the gates' passes of the attempt, settled when it ends
-	// (settle); the loop alone touches them.
-	passes  []pass
-	passBuf [3]pass
+	// (settle); the loop alone touches them. endPasses are those of a
+	// stream handed to its caller that hear its end (settleEnd), which
+	// touches them then.
+	passes    []pass
+	passBuf   [3]pass
+	endPasses []endPass
 
 	// race is the race the attempt runs in, nil when it runs alone: the
 	// first attempt of a race to answer claims the win.
@@ -106,13 +109,7 @@ func (c *call) startAttempt(a *attempt) {
 	}
 	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
 	a.inCallCtx = a.inCallCtx && a.span == nil // a span comes in a context of its own
-	c.mu.Lock()
-	c.report.Attempts = a.n
-	c.report.RateLimitWait += a.queued
-	if a.hedge {
-		c.report.Hedges++
-	}
-	c.mu.Unlock()
+	c.report.started(a.n, a.queued, a.hedge)
 }
 
 // cause turns the transport's "context canceled" into the attempt's
@@ -158,24 +155,37 @@ func (a *attempt) end(ar AttemptReport) {
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
 	ar.Backend, ar.Model = a.route.b.name, a.route.sentModel()
-	a.c.record(a.span, ar)
+	a.c.report.record(ar)
+	a.c.trace.attemptEnd(a.span, ar)
 }
 
 // settle settles the attempt's passes with e; those of a stream handed to
-// its caller that hear its end are kept for it on the call.
+// its caller that hear its end are kept for it (settleEnd).
 func (a *attempt) settle(e attemptEvent) {
 	if len(a.passes) == 0 {
 		return
 	}
-	c := a.c
-	now := c.d.clock.Now()
+	now := a.c.d.clock.Now()
 	for _, p := range a.passes {
 		p.settle(now, e)
 		if ep, ok := p.(endPass); ok && e.streamOpen {
-			c.endPasses = append(c.endPasses, ep)
+			a.endPasses = append(a.endPasses, ep)
 		}
 	}
 	a.passes = a.passes[:0]
+}
+
+// settleEnd settles the passes kept for a stream's end with the usage of
+// its answer.
+func (a *attempt) settleEnd(u usage) {
+	if len(a.endPasses) == 0 {
+		return
+	}
+	now := a.c.d.clock.Now()
+	for _, p := range a.endPasses {
+		p.settleEnd(now, u)
+	}
+	a.endPasses = nil
 }
 
 // succeeded is the record of an answered attempt.
@@ -213,28 +223,14 @@ type attemptResult struct {
 // the body is a retryable failure rather than the caller's problem. A
 // plain answer's attempt ends here; a failure's I/O is over; a stream's
 // attempt goes on while its caller reads it.
-func (c *call) send(a *attempt, next sendFunc) attemptResult {
-	// The first attempt in the caller's own context sends the request
-	// itself, unless a middleware after Damper's may change it in place
-	// (its body and GetBody as well as its headers): a retry needs it as
-	// it is.
-	areq := c.req
-	switch {
-	case a.n > 1:
-		areq = c.retryRequest(a.ctx)
-	case !a.inCallCtx || c.changes || a.route.body != nil:
-		areq = c.req.WithContext(a.ctx)
+func (a *attempt) send() attemptResult {
+	c := a.c
+	areq, err := c.out.forAttempt(a.ctx, a.n, a.inCallCtx, a.route.body != nil)
+	if err != nil {
+		a.over()
+		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
-	if a.route.body == nil && areq.GetBody != nil {
-		body, err := c.body(areq)
-		if err != nil {
-			err = fmt.Errorf("damper: resending the request body: %w", err)
-			a.over()
-			return attemptResult{err: err, failure: &Failure{Err: err}}
-		}
-		areq.Body = body
-	}
-	res, err := c.sendOn(a.route, areq, next)
+	res, err := a.route.send(areq, c.next)
 	if err != nil {
 		err = a.cause(err)
 		a.over()
@@ -242,7 +238,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
 	if c.stream && res.StatusCode < 400 {
-		return c.streamAttempt(a, res)
+		return a.holdBack(res)
 	}
 	var firstAt time.Time
 	if res.StatusCode < 400 && c.d.hedge != nil {
@@ -313,19 +309,19 @@ type plainBody struct {
 
 func (b *plainBody) Read(p []byte) (int, error) {
 	if err := b.c.ctx.Err(); err != nil {
-		b.c.end(OutcomeCanceled, err, nil)
+		b.c.end(OutcomeCanceled)
 		return 0, err
 	}
 	return b.r.Read(p)
 }
 
 func (b *plainBody) Close() error {
-	if err := b.c.ctx.Err(); err != nil {
-		b.c.end(OutcomeCanceled, err, nil)
+	if b.c.ctx.Err() != nil {
+		b.c.end(OutcomeCanceled)
 	} else {
-		b.c.end(OutcomeSuccess, nil, nil)
+		b.c.end(OutcomeSuccess)
 	}
-	b.c.publish()
+	b.c.report.publish()
 	return nil
 }
 
