@@ -143,6 +143,16 @@ func (a *attempt) end(ar AttemptReport) {
 	a.c.trace.attemptEnd(a.span, ar)
 }
 
+// tell tells the attempt's passes (settle) and its backend's observers
+// how it ended.
+func (a *attempt) tell(e attemptEvent) {
+	a.settle(e)
+	now := a.c.d.clock.Now()
+	for _, o := range a.route.b.observers {
+		o.observeAttempt(a.c.ctx, now, e)
+	}
+}
+
 // settle settles the attempt's passes with e; those of a stream handed to
 // its caller that hear its end are kept for it (settleEnd).
 func (a *attempt) settle(e attemptEvent) {

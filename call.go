@@ -106,7 +106,10 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 		c.report.priced(c.first.cost)
 	}
 	c.route = &c.first
-	c.planRoutes()
+	for _, sk := range c.plan(d, c.inputTokens, c.maxTokens) {
+		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: SkipNoModelID})
+		sk.b.skipped(c.ctx, d.tel, sk.model, SkipNoModelID)
+	}
 	return c, nil
 }
 
@@ -142,16 +145,27 @@ func (c *call) run() (*http.Response, error) {
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 
-		// Send, and judge.
+		// Send, alone or raced against a hedge when one is due (race.go),
+		// and judge a failure.
 		c.startAttempt(a)
 		var cls Classification
-		a, r, cls, canceled = c.try(a)
-		n = c.report.Attempts // a hedge counts
+		room := c.report.Attempts-c.routeFrom < c.d.policy.MaxAttempts
+		if delay, ok := c.d.hedge.due(c.ctx, c.latencyKey, room); ok {
+			a, r, cls, canceled = newRace(c, delay).run(a)
+			n = c.report.Attempts // the hedge counts
+		} else {
+			r = a.send()
+			c.d.hedge.noteLatency(c.latencyKey, a.start, r.firstAt)
+			if r.failure != nil {
+				cls, canceled = c.judge(a, r)
+			}
+		}
 		if r.failure == nil {
-			// The call ends with its body: the report is published now,
-			// without an outcome, and again then. A stream also ends with
-			// the call's context, between its caller's reads.
-			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			// Answered: the call ends with its body. The report is
+			// published now, without an outcome, and again then. A stream
+			// also ends with the call's context, between its caller's
+			// reads.
+			a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
 			if c.report.hasSink() {
 				c.report.settle("", c.d.clock.Now().Sub(c.start), 0)
 				c.report.publish()
@@ -161,6 +175,8 @@ func (c *call) run() (*http.Response, error) {
 			}
 			return r.res, nil
 		}
+		// Failed: the end, unless it is retryable (or a spend limit that
+		// moves the call on).
 		switch {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
@@ -174,7 +190,8 @@ func (c *call) run() (*http.Response, error) {
 			return c.surface(r, OutcomeError, nil)
 		}
 
-		// Retry, or move.
+		// Retry after the backoff, or move to the next route at once; or
+		// the end, with the refusal.
 		wait, refused := c.admitRetry(n-c.routeFrom, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
 		if refused != nil && c.moveOnRefusal(cls, refused) {
 			closeBody(r.res)
@@ -195,24 +212,6 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
-// try sends attempt a, admitted and started, alone or raced against its
-// hedge when one is due (race.go), and judges a failure. It returns the
-// attempt whose result r ends the round, the failure's classification, and
-// whether the caller's context ended.
-func (c *call) try(a *attempt) (*attempt, attemptResult, Classification, bool) {
-	room := c.report.Attempts-c.routeFrom < c.d.policy.MaxAttempts
-	if delay, ok := c.d.hedge.due(c.ctx, c.latencyKey, room); ok {
-		return newRace(c, delay).run(a)
-	}
-	r := a.send()
-	c.d.hedge.noteLatency(c.latencyKey, a.start, r.firstAt)
-	if r.failure == nil {
-		return a, r, Classification{}, false
-	}
-	cls, canceled := c.judge(a, r)
-	return a, r, cls, canceled
-}
-
 // judge classifies failed attempt a, whose result is r, ends it and tells
 // its passes and the observers; canceled reports that the caller's context
 // ended, which is recorded as such before any classifier sees it: the
@@ -221,12 +220,12 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 	if c.ctx.Err() != nil {
 		cls = Classification{Class: NotRetryable, Kind: "canceled"}
 		a.end(failed(r.failure, cls))
-		c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
 		return cls, true
 	}
 	cls = c.d.classify(*r.failure)
 	a.end(failed(r.failure, cls))
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
 	return cls, false
 }
 
@@ -285,15 +284,6 @@ func (c *call) waitUntil(after attemptGate, until time.Time) (refused *denial, c
 		later = later || g == after
 	}
 	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
-}
-
-// observe tells attempt a's passes and every observer how it ended.
-func (c *call) observe(a *attempt, e attemptEvent) {
-	a.settle(e)
-	now := c.d.clock.Now()
-	for _, o := range a.route.b.observers {
-		o.observeAttempt(c.ctx, now, e)
-	}
 }
 
 // storeError logs a failure of a part's store, if any.

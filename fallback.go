@@ -168,27 +168,28 @@ type routes struct {
 	routeFrom int
 }
 
-// planRoutes lists the call's routes after its first (the primary with
-// the request's own model): every other backend that has an ID for the
-// model, then each sibling model on every backend. A backend with no ID
-// for a model is left out, in the report, a metric and a log line.
-func (c *call) planRoutes() {
-	d := c.d
+// plan lists the routes after the first (the primary with the request's
+// own model), when the Damper has somewhere else to go: every other
+// backend that has an ID for the model, then each sibling model on every
+// backend, each priced for an attempt of inputTokens and maxTokens. It
+// returns the backends left out of the routes for want of an ID for a
+// model.
+func (rs *routes) plan(d *Damper, inputTokens, maxTokens int) (skipped []routeSkip) {
 	var siblings []string
 	if f := d.policy.Fallback; f != nil {
-		siblings = f.Models[c.report.Model]
+		siblings = f.Models[rs.first.model]
 	}
 	if len(d.fallbacks) == 0 && len(siblings) == 0 {
-		return
+		return nil
 	}
-	c.list = append(make([]route, 0, (1+len(d.fallbacks))*(1+len(siblings))), c.first)
-	c.route = &c.list[0]
+	rs.list = append(make([]route, 0, (1+len(d.fallbacks))*(1+len(siblings))), rs.first)
+	rs.route = &rs.list[0]
 	add := func(b *backend, model, sendAs string) {
 		r := route{b: b, model: model, sendAs: sendAs}
-		r.priceBy(d.policy.PriceTable, c.inputTokens, c.maxTokens)
-		c.list = append(c.list, r)
+		r.priceBy(d.policy.PriceTable, inputTokens, maxTokens)
+		rs.list = append(rs.list, r)
 	}
-	for i, model := range append([]string{c.report.Model}, siblings...) {
+	for i, model := range append([]string{rs.first.model}, siblings...) {
 		if i > 0 {
 			add(d.primary, model, model)
 		}
@@ -196,11 +197,17 @@ func (c *call) planRoutes() {
 			if id, ok := b.modelID(model); ok {
 				add(b, model, id)
 			} else {
-				c.report.skipped(Skip{Backend: b.name, Model: model, Reason: SkipNoModelID})
-				b.skipped(c.ctx, d.tel, model, SkipNoModelID)
+				skipped = append(skipped, routeSkip{b, model})
 			}
 		}
 	}
+	return skipped
+}
+
+// routeSkip is a backend left out of a call's routes with a model.
+type routeSkip struct {
+	b     *backend
+	model string
 }
 
 // skipped tells that a call cannot move to backend b with model, for

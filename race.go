@@ -131,5 +131,5 @@ func (rc *race) lose(a *attempt, r attemptResult) {
 		}
 	}
 	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
+	a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
 }
