@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// Hedging: its policy, its delay (hedger) and a hedge's admission; the
+// race of a hedged round is in race.go.
+
 // HedgePolicy configures hedging: when an attempt is slow to start
 // answering, Damper sends one more attempt beside it, and the first to
 // answer wins. The other is cancelled, its connection closed, and nothing of
