@@ -1,33 +1,17 @@
 package damper
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/trace"
 )
 
-const (
-	// maxErrorBody bounds what Damper reads of an error response.
-	maxErrorBody = 1 << 20
-	// maxResponseBody bounds what Damper buffers of a successful plain
-	// response, far above any Messages answer (128k output tokens are a
-	// few MiB), so that a body without end fails instead of filling memory.
-	maxResponseBody = 64 << 20
-)
-
-// errResponseTooLarge is a plain response longer than maxResponseBody.
-var errResponseTooLarge = fmt.Errorf("damper: response body exceeds %d MiB", maxResponseBody>>20)
+// One attempt: its admission's passes, its context and timer, its sending
+// and its end.
 
 // attempt is one provider attempt of a call. It owns its context, its
 // timer and its span, and ends exactly once (end): a failed attempt when
@@ -59,9 +43,12 @@ type attempt struct {
 	ended     atomic.Bool
 
 	// passes are the gates' passes of the attempt, settled when it ends
-	// (settle); the loop alone touches them.
-	passes  []pass
-	passBuf [3]pass
+	// (settle); the loop alone touches them. endPasses are those of a
+	// stream handed to its caller that hear its end (settleEnd), which
+	// touches them then.
+	passes    []pass
+	passBuf   [3]pass
+	endPasses []endPass
 
 	// race is the race the attempt runs in, nil when it runs alone: the
 	// first attempt of a race to answer claims the win.
@@ -106,13 +93,7 @@ func (c *call) startAttempt(a *attempt) {
 	}
 	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
 	a.inCallCtx = a.inCallCtx && a.span == nil // a span comes in a context of its own
-	c.mu.Lock()
-	c.report.Attempts = a.n
-	c.report.RateLimitWait += a.queued
-	if a.hedge {
-		c.report.Hedges++
-	}
-	c.mu.Unlock()
+	c.report.started(a.n, a.queued, a.hedge)
 }
 
 // cause turns the transport's "context canceled" into the attempt's
@@ -158,24 +139,47 @@ func (a *attempt) end(ar AttemptReport) {
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
 	ar.Backend, ar.Model = a.route.b.name, a.route.sentModel()
-	a.c.record(a.span, ar)
+	a.c.report.record(ar)
+	a.c.trace.attemptEnd(a.span, ar)
+}
+
+// tell tells the attempt's passes (settle) and its backend's observers
+// how it ended.
+func (a *attempt) tell(e attemptEvent) {
+	a.settle(e)
+	now := a.c.d.clock.Now()
+	for _, o := range a.route.b.observers {
+		o.observeAttempt(a.c.ctx, now, e)
+	}
 }
 
 // settle settles the attempt's passes with e; those of a stream handed to
-// its caller that hear its end are kept for it on the call.
+// its caller that hear its end are kept for it (settleEnd).
 func (a *attempt) settle(e attemptEvent) {
 	if len(a.passes) == 0 {
 		return
 	}
-	c := a.c
-	now := c.d.clock.Now()
+	now := a.c.d.clock.Now()
 	for _, p := range a.passes {
 		p.settle(now, e)
 		if ep, ok := p.(endPass); ok && e.streamOpen {
-			c.endPasses = append(c.endPasses, ep)
+			a.endPasses = append(a.endPasses, ep)
 		}
 	}
 	a.passes = a.passes[:0]
+}
+
+// settleEnd settles the passes kept for a stream's end with the usage of
+// its answer.
+func (a *attempt) settleEnd(u usage) {
+	if len(a.endPasses) == 0 {
+		return
+	}
+	now := a.c.d.clock.Now()
+	for _, p := range a.endPasses {
+		p.settleEnd(now, u)
+	}
+	a.endPasses = nil
 }
 
 // succeeded is the record of an answered attempt.
@@ -208,33 +212,18 @@ type attemptResult struct {
 	firstAt time.Time
 }
 
-// send sends attempt a and, for a plain call, reads its whole body inside
-// the attempt's timeout, so that a connection that drops part-way through
-// the body is a retryable failure rather than the caller's problem. A
-// plain answer's attempt ends here; a failure's I/O is over; a stream's
-// attempt goes on while its caller reads it.
-func (c *call) send(a *attempt, next sendFunc) attemptResult {
-	// The first attempt in the caller's own context sends the request
-	// itself, unless a middleware after Damper's may change it in place
-	// (its body and GetBody as well as its headers): a retry needs it as
-	// it is.
-	areq := c.req
-	switch {
-	case a.n > 1:
-		areq = c.retryRequest(a.ctx)
-	case !a.inCallCtx || c.changes || a.route.body != nil:
-		areq = c.req.WithContext(a.ctx)
+// send sends attempt a and reads its answer within it: a plain one whole
+// (readWhole, answer.go), a stream up to its first content (holdBack,
+// stream.go). A plain answer's attempt ends here; a failure's I/O is
+// over; a stream's attempt goes on while its caller reads it.
+func (a *attempt) send() attemptResult {
+	c := a.c
+	areq, err := c.out.forAttempt(a.ctx, a.n, a.inCallCtx, a.route.body != nil)
+	if err != nil {
+		a.over()
+		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
-	if a.route.body == nil && areq.GetBody != nil {
-		body, err := c.body(areq)
-		if err != nil {
-			err = fmt.Errorf("damper: resending the request body: %w", err)
-			a.over()
-			return attemptResult{err: err, failure: &Failure{Err: err}}
-		}
-		areq.Body = body
-	}
-	res, err := c.sendOn(a.route, areq, next)
+	res, err := a.route.send(areq, c.next)
 	if err != nil {
 		err = a.cause(err)
 		a.over()
@@ -242,177 +231,7 @@ func (c *call) send(a *attempt, next sendFunc) attemptResult {
 		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
 	if c.stream && res.StatusCode < 400 {
-		return c.streamAttempt(a, res)
+		return a.holdBack(res)
 	}
-	var firstAt time.Time
-	if res.StatusCode < 400 && c.d.hedge != nil {
-		firstAt = c.d.clock.Now()
-	}
-
-	limit := int64(maxResponseBody + 1)
-	if res.StatusCode >= 400 {
-		limit = maxErrorBody
-	}
-	body, readErr := readAll(res.Body, limit, res.ContentLength)
-	if readErr != nil {
-		readErr = a.cause(bodyError{readErr})
-	}
-	a.over()
-	cut := false
-	switch {
-	case readErr != nil:
-	case res.StatusCode >= 400 && len(body) == maxErrorBody:
-		cut = true // the body may go on: not all of it is read
-	case len(body) > maxResponseBody:
-		readErr = errResponseTooLarge
-	}
-	if readErr != nil {
-		return attemptResult{err: readErr, failure: &Failure{Header: res.Header, Err: readErr}}
-	}
-	if res.StatusCode >= 400 {
-		if cut {
-			body = cutErrorBody(body)
-		}
-		res.Body = io.NopCloser(bytes.NewReader(body))
-		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body}}
-	}
-	if !gjson.ValidBytes(body) {
-		// The SDK cannot decode it: an answer the caller cannot use.
-		res.Body = io.NopCloser(bytes.NewReader(body))
-		return attemptResult{res: res, failure: &Failure{StatusCode: res.StatusCode, Header: res.Header, Body: body, Err: errInvalidJSON}}
-	}
-	if a.race != nil {
-		if !a.race.claim() {
-			return attemptResult{err: errHedgeLost, failure: &Failure{Err: errHedgeLost}, firstAt: firstAt}
-		}
-	} else {
-		a.end(succeeded(res))
-	}
-	answer := &c.plain // a call has one answer
-	answer.c = c
-	answer.r.Reset(body)
-	res.Body = answer
-	r := attemptResult{res: res, firstAt: firstAt}
-	if c.d.policy.RateLimit != nil || c.trace.tokensOn() {
-		r.usage = answerUsage(body)
-	}
-	c.trace.plainAnswer(body, r.usage)
-	return r
-}
-
-// plainBody is the answer of a plain call, read whole within its attempt,
-// and handed to the SDK. The SDK reads it and closes it before it looks at
-// the caller's context again, so the call ends at Close with the outcome
-// the caller gets: a success, or canceled when the context ended first.
-// From the context's end, Read returns the context's error, as the SDK
-// would, and ends the call.
-type plainBody struct {
-	r bytes.Reader
-	c *call
-}
-
-func (b *plainBody) Read(p []byte) (int, error) {
-	if err := b.c.ctx.Err(); err != nil {
-		b.c.end(OutcomeCanceled, err, nil)
-		return 0, err
-	}
-	return b.r.Read(p)
-}
-
-func (b *plainBody) Close() error {
-	if err := b.c.ctx.Err(); err != nil {
-		b.c.end(OutcomeCanceled, err, nil)
-	} else {
-		b.c.end(OutcomeSuccess, nil, nil)
-	}
-	b.c.publish()
-	return nil
-}
-
-// errInvalidJSON is a plain call's 2xx whose body is not JSON.
-var errInvalidJSON = errors.New("damper: the response body is not valid JSON")
-
-// bodyError is a failure to read a response body once its headers had come:
-// the connection dropped, or the body's framing or encoding was corrupt
-// (chunked encoding, a gzip checksum). Before content it is a transport
-// failure, whatever its cause.
-type bodyError struct{ err error }
-
-func (e bodyError) Error() string { return e.err.Error() }
-func (e bodyError) Unwrap() error { return e.err }
-
-// cutErrorBody turns the first maxErrorBody bytes of a longer error body
-// into a whole JSON error with what they hold of the error's type, message
-// (cut where the body was), details and request ID, so that the SDK still
-// builds an *anthropic.Error that says what went wrong.
-func cutErrorBody(prefix []byte) []byte {
-	r := gjson.ParseBytes(prefix)
-	msg := r.Get("error.message").String()
-	if msg == "" {
-		msg = cutString(prefix, `"message"`)
-	}
-	e := map[string]any{
-		"type":    cmp.Or(r.Get("error.type").String(), "api_error"),
-		"message": msg + " [error body cut at 1 MiB by damper]",
-	}
-	if d := r.Get("error.details"); d.IsObject() && json.Valid([]byte(d.Raw)) {
-		e["details"] = json.RawMessage(d.Raw)
-	}
-	out := map[string]any{"type": "error", "error": e}
-	if id := r.Get("request_id").String(); id != "" {
-		out["request_id"] = id
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return prefix
-	}
-	return b
-}
-
-// cutString returns the value of the JSON string that follows key in b
-// and runs past its end, unescaped as far as it goes.
-func cutString(b []byte, key string) string {
-	i := bytes.Index(b, []byte(key))
-	if i < 0 {
-		return ""
-	}
-	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n:")
-	if len(rest) == 0 || rest[0] != '"' {
-		return ""
-	}
-	rest = rest[1:]
-	end := 0 // the end of the last whole character or escape
-	for k := 0; k < len(rest) && rest[k] != '"'; {
-		step := 1
-		if rest[k] == '\\' {
-			step = 2
-			if k+1 < len(rest) && rest[k+1] == 'u' {
-				step = 6
-			}
-		}
-		if k+step > len(rest) {
-			break
-		}
-		k += step
-		end = k
-	}
-	var out string
-	if json.Unmarshal(append(append([]byte{'"'}, rest[:end]...), '"'), &out) != nil {
-		return ""
-	}
-	return strings.TrimRight(out, "\uFFFD") // a character cut in two
-}
-
-// readAll reads body to its end, or to limit bytes, and closes it. A
-// length the response declared sizes the buffer at once, up to 1 MiB: a
-// larger one is believed only as the bytes arrive.
-func readAll(body io.ReadCloser, limit, length int64) ([]byte, error) {
-	defer body.Close()
-	return readUpTo(nil, body, min(length, limit, 1<<20), limit)
-}
-
-func closeBody(res *http.Response) {
-	if res != nil && res.Body != nil {
-		_ = res.Body.Close()
-	}
+	return a.readWhole(res)
 }

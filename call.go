@@ -5,119 +5,124 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 )
+
+// A logical call: its state, its loop (run) and its single end.
 
 // minAttempt is the least time worth giving another attempt: a retry whose
 // wait leaves less than this before the deadline is not started.
 const minAttempt = 500 * time.Millisecond
 
+// sendFunc sends one attempt: the next handler of the client's chain.
+type sendFunc = func(*http.Request) (*http.Response, error)
+
+// clientAdapter is how the client in front of the engine reports a
+// provider's errors: the engine builds the errors it returns with it, so
+// that a caller gets what its client alone would give. Each adapter has
+// its own (the SDK's sdkClient, the proxy's proxyClient).
+type clientAdapter struct {
+	// statusError is the error for a response with an error status,
+	// whose body (at most 1 MiB of it) is body.
+	statusError func(req *http.Request, res *http.Response, body []byte) error
+	// eventError is the error for an SSE error event of a stream, whose
+	// data is data.
+	eventError func(res *http.Response, data []byte) error
+}
+
+// front is what the adapter in front of the engine gives a call: all that
+// is particular to that client, decided by the adapter, so that the
+// engine never calls back into it.
+type front struct {
+	client *clientAdapter // how the client reports the provider's errors
+	next   sendFunc       // what sends an attempt
+	// changesRequest: next may change a request in place (an SDK
+	// middleware after Damper's, such as a platform's signer).
+	changesRequest bool
+	sink           *Report // the caller's destination of the report, if any
+}
+
 // call is one logical request: the state of Damper's retry loop for it.
-// The loop runs in one goroutine; mu guards only what a stream read or
-// ReportInto may touch from elsewhere.
+// The loop runs in one goroutine; what a stream's Read or Close, or the
+// end of the caller's context, may touch from elsewhere is the report
+// (callReport, with its own lock) and the call's end (ending).
 type call struct {
 	d      *Damper
-	client *clientAdapter // how the client in front reports the provider's errors
+	client *clientAdapter
+	next   sendFunc
 	ctx    context.Context
-	req    *http.Request // every attempt sends a copy, its body from GetBody
+	req    *http.Request // the caller's, which its errors name
+	out    request       // what the attempts send
 	start  time.Time
-
-	// The first attempt sends req's URL and headers themselves. A
-	// middleware after Damper's (a platform's signer) may change them in
-	// place (changes, from changesRequest, which also makes the first
-	// attempt send a copy), so a retry is then rebuilt from kept, taken
-	// before it.
-	changes bool
-	kept    *keptRequest
 
 	stream      bool
 	inputTokens int
 	maxTokens   int
 
-	// route is where the next attempt goes: first, the primary with the
-	// request's own model, when the call has nowhere else to go, else one
-	// of routes, at index at; routeFrom is the number of attempts made
-	// before it (fallback.go).
-	route     *route
-	first     route
-	routes    []route
-	at        int
-	routeFrom int
+	routes // where the attempts go (fallback.go)
 
-	mu        sync.Mutex
-	report    Report
-	sink      *Report
-	stopWatch func() bool // stops the watch on ctx of an answered call; requires mu
-
-	ending sync.Once // see end
+	report callReport
+	ending endOnce // see end
 
 	// What a call with one attempt needs, kept in the call itself: the
-	// report's log, the attempt (attempted: taken), its answer, the
-	// reader of the request's facts, and the call's telemetry.
-	firstLog     [1]AttemptReport
+	// attempt (attempted: taken), its answer and the call's telemetry.
 	firstAttempt attempt
 	attempted    bool
 	plain        plainBody
-	facts        factsWriter
 	traceBuf     callTrace
-
-	// endPasses are the passes of a stream handed to its caller that hear
-	// its end (settleEnd).
-	endPasses []endPass
 
 	// retryCost is the summed estimated cost of the retries and hedges
 	// sent; the loop alone touches it.
 	retryCost float64
 
-	// What hedging needs: the delay's statistics key, and a body of the
-	// call's own when GetBody's readers are one (see ownBody).
+	// latencyKey is the window of the hedge delay's statistics.
 	latencyKey latencyKey
-	bodyCopy   []byte
 
 	trace *callTrace // spans, metrics and logs of this call (telemetry.go)
 }
 
-// newCall starts the logical call of req, a Messages request from the
-// client that client stands for.
-func (d *Damper) newCall(req *http.Request, client *clientAdapter) (*call, error) {
-	c := &call{d: d, client: client, ctx: req.Context(), req: req, start: d.clock.Now()}
+// newCall starts the logical call of req, from the client in front f.
+func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
+	c := &call{d: d, client: f.client, next: f.next, ctx: req.Context(), req: req, start: d.clock.Now()}
+	c.out = request{req: req, changes: f.changesRequest}
 	for _, cc := range d.callContexts {
 		c.ctx = cc.CallContext(c.ctx)
 	}
-	c.report.AttemptLog = c.firstLog[:0]
-	if sink, ok := c.ctx.Value(reportSinkKey{}).(*Report); ok {
-		c.sink = sink
+	sink := f.sink
+	if sink == nil {
+		sink, _ = c.ctx.Value(reportSinkKey{}).(*Report)
 	}
-	c.report.Provider = providerOf(req)
-	c.report.Backend = PrimaryBackend
-	if err := c.readFacts(); err != nil {
+	if err := c.out.readFacts(); err != nil {
 		return nil, err
 	}
-	c.report.Stream = c.stream
+	facts := &c.out.facts
+	c.stream, c.inputTokens, c.maxTokens = facts.stream, facts.inputTokens, facts.maxTokens
+	c.report.begin(providerOf(req), facts.model, c.stream, sink)
 	if d.hedge != nil {
-		c.latencyKey = latencyKey{group: LimitGroup(c.report.Model), stream: c.stream}
+		c.latencyKey = latencyKey{group: LimitGroup(facts.model), stream: c.stream}
 	}
-	c.first = route{b: d.primary, model: c.report.Model}
-	if p, ok := d.policy.PriceTable.Lookup(c.report.Model); ok {
-		c.first.price, c.first.priced = p, true
-		c.first.cost = attemptCost(p, c.inputTokens, c.maxTokens)
-		c.report.Priced = true
-		c.report.EstimatedCostUSD = c.first.cost
+	c.first = route{b: d.primary, model: facts.model}
+	c.first.priceBy(d.policy.PriceTable, c.inputTokens, c.maxTokens)
+	if c.first.priced {
+		c.report.priced(c.first.cost)
 	}
 	c.route = &c.first
-	c.planRoutes()
+	for _, sk := range c.plan(d, c.inputTokens, c.maxTokens) {
+		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: SkipNoModelID})
+		sk.b.skipped(c.ctx, d.tel, sk.model, SkipNoModelID)
+	}
 	return c, nil
 }
 
-// run is the retry loop of one logical request.
+// run is the loop of one logical request: admit an attempt (moving to the
+// next route while its gates refuse it), send it (raced against a hedge
+// when one is due), judge its failure, then retry after a backoff or move
+// to the next route, until an answer or a refusal ends the call.
 //
 // It returns the response to hand on (an answer, or an error status to
 // pass on as it came) or the error that ends the call.
-func (c *call) run(next sendFunc) (*http.Response, error) {
-	c.changes = changesRequest(next)
+func (c *call) run() (*http.Response, error) {
 	if c.d.policy.MaxAttempts > 1 || len(c.d.fallbacks) > 0 || c.d.policy.Fallback != nil {
-		c.keepRequest()
+		c.out.keep()
 	}
 	c.trace = &c.traceBuf
 	c.d.tel.startCall(c.trace, c.ctx, callFacts{
@@ -126,6 +131,7 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 	}, c.req.URL)
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
+		// Admit.
 		a := c.newAttempt(n, false)
 		refused, canceled := c.admitAttempt(a)
 		for refused != nil && c.moveOnAt(refused) {
@@ -138,31 +144,39 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		case refused != nil:
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
+
+		// Send, alone or raced against a hedge when one is due (race.go),
+		// and judge a failure.
 		c.startAttempt(a)
 		var cls Classification
-		if delay, ok := c.hedgeDelay(); ok {
-			a, r, cls, canceled = c.race(a, next, delay)
-			n = c.report.Attempts
+		room := c.report.Attempts-c.routeFrom < c.d.policy.MaxAttempts
+		if delay, ok := c.d.hedge.due(c.ctx, c.latencyKey, room); ok {
+			a, r, cls, canceled = newRace(c, delay).run(a)
+			n = c.report.Attempts // the hedge counts
 		} else {
-			r = c.send(a, next)
-			c.noteLatency(a, r)
+			r = a.send()
+			c.d.hedge.noteLatency(c.latencyKey, a.start, r.firstAt)
 			if r.failure != nil {
 				cls, canceled = c.judge(a, r)
 			}
 		}
 		if r.failure == nil {
-			c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
-			// The call ends with its body: the report is written now,
-			// without an outcome, and again then. A stream also ends with
-			// the call's context, between its caller's reads.
-			c.settle()
+			// Answered: the call ends with its body. The report is
+			// published now, without an outcome, and again then. A stream
+			// also ends with the call's context, between its caller's
+			// reads.
+			a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			if c.report.hasSink() {
+				c.report.settle("", c.d.clock.Now().Sub(c.start), 0)
+				c.report.publish()
+			}
 			if r.stream != nil {
-				c.mu.Lock()
-				c.stopWatch = context.AfterFunc(c.ctx, r.stream.contextDone)
-				c.mu.Unlock()
+				r.stream.watch()
 			}
 			return r.res, nil
 		}
+		// Failed: the end, unless it is retryable (or a spend limit that
+		// moves the call on).
 		switch {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
@@ -175,6 +189,9 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 			}
 			return c.surface(r, OutcomeError, nil)
 		}
+
+		// Retry after the backoff, or move to the next route at once; or
+		// the end, with the refusal.
 		wait, refused := c.admitRetry(n-c.routeFrom, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
 		if refused != nil && c.moveOnRefusal(cls, refused) {
 			closeBody(r.res)
@@ -182,17 +199,13 @@ func (c *call) run(next sendFunc) (*http.Response, error) {
 		}
 		if refused != nil {
 			if refused.circuit != 0 {
-				c.noteCircuit(refused.circuit)
+				c.report.circuit(refused.circuit)
 			}
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		c.addRetryCost()
-		c.mu.Lock()
-		c.report.AttemptLog[len(c.report.AttemptLog)-1].Backoff = wait
-		c.mu.Unlock()
-		c.trace.retry(n, c.report.AttemptLog[len(c.report.AttemptLog)-1], cls, wait, c.retryCost)
+		c.trace.retry(n, c.report.backoff(wait), cls, wait, c.retryCost)
 		closeBody(r.res)
-
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
 			return c.surface(r, OutcomeCanceled, nil)
 		}
@@ -207,12 +220,12 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 	if c.ctx.Err() != nil {
 		cls = Classification{Class: NotRetryable, Kind: "canceled"}
 		a.end(failed(r.failure, cls))
-		c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
 		return cls, true
 	}
-	cls = c.classify(*r.failure)
+	cls = c.d.classify(*r.failure)
 	a.end(failed(r.failure, cls))
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
 	return cls, false
 }
 
@@ -220,19 +233,7 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 // hedge, at the estimated cost of an attempt.
 func (c *call) addRetryCost() {
 	c.retryCost += c.route.cost
-	c.mu.Lock()
-	c.report.RetryCostUSD = c.retryCost
-	c.mu.Unlock()
-}
-
-// classify is the one classification of a failed attempt: the built-in
-// verdict, then the Policy's Classifier, which may change it.
-func (c *call) classify(f Failure) Classification {
-	cls := Classify(f)
-	if c.d.policy.Classifier != nil {
-		cls = c.d.policy.Classifier(f, cls)
-	}
-	return cls
+	c.report.retryCost(c.retryCost)
 }
 
 // admitAttempt runs the attempt gates on attempt a, in order, and notes on
@@ -246,7 +247,7 @@ func (c *call) admitAttempt(a *attempt) (refused *denial, canceled bool) {
 		adm := g.admitAttempt(c, a, c.d.clock.Now())
 		a.queued += adm.queued
 		if adm.circuit != 0 {
-			c.noteCircuit(adm.circuit)
+			c.report.circuit(adm.circuit)
 			a.probe = adm.probe
 		}
 		if adm.pass != nil {
@@ -255,9 +256,9 @@ func (c *call) admitAttempt(a *attempt) (refused *denial, canceled bool) {
 		if adm.refused != nil || adm.canceled {
 			a.settle(attemptEvent{})
 			if adm.refused != nil && adm.refused.circuit != 0 {
-				c.noteCircuit(adm.refused.circuit)
+				c.report.circuit(adm.refused.circuit)
 			}
-			c.noteQueued(a.queued)
+			c.report.queued(a.queued)
 			return adm.refused, adm.canceled
 		}
 	}
@@ -285,58 +286,11 @@ func (c *call) waitUntil(after attemptGate, until time.Time) (refused *denial, c
 	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
 }
 
-// noteQueued adds a wait in the rate limiter's line to the report.
-func (c *call) noteQueued(d time.Duration) {
-	if d > 0 {
-		c.mu.Lock()
-		c.report.RateLimitWait += d
-		c.mu.Unlock()
-	}
-}
-
-// observe tells attempt a's passes and every observer how it ended.
-func (c *call) observe(a *attempt, e attemptEvent) {
-	a.settle(e)
-	now := c.d.clock.Now()
-	for _, o := range a.route.b.observers {
-		o.observeAttempt(c.ctx, now, e)
-	}
-}
-
-// noteCircuit records the breaker's state as it answered the call.
-func (c *call) noteCircuit(s CircuitState) {
-	c.mu.Lock()
-	c.report.Circuit = s
-	c.mu.Unlock()
-}
-
-// settleEnd settles the passes kept for a stream's end with the usage of
-// its answer.
-func (c *call) settleEnd(u usage) {
-	if len(c.endPasses) == 0 {
-		return
-	}
-	now := c.d.clock.Now()
-	for _, p := range c.endPasses {
-		p.settleEnd(now, u)
-	}
-	c.endPasses = nil
-}
-
 // storeError logs a failure of a part's store, if any.
 func (c *call) storeError(part storePart, op string, err error) {
 	if err != nil {
 		c.d.tel.logStoreError(c.ctx, part, op, err)
 	}
-}
-
-// record appends an attempt to the report and ends its telemetry, its
-// span among it.
-func (c *call) record(span trace.Span, ar AttemptReport) {
-	c.mu.Lock()
-	c.report.AttemptLog = append(c.report.AttemptLog, ar)
-	c.mu.Unlock()
-	c.trace.attemptEnd(span, ar)
 }
 
 // surface ends the call with the failure of attempt a. With refusal nil the
@@ -359,11 +313,12 @@ func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.
 	default:
 		err = a.err
 	}
-	err = c.finish(outcome, err)
+	c.end(outcome)
+	c.report.publish()
 	if refusal != nil {
-		refusal.Report = c.snapshot()
+		refusal.Report = c.report.snapshot()
 	} else if e, ok := err.(*Error); ok && e.Report == nil {
-		e.Report = c.snapshot() // an *Error of the attempt, such as ErrHoldBackExceeded
+		e.Report = c.report.snapshot() // an *Error of the attempt, such as ErrHoldBackExceeded
 	}
 	if err != nil {
 		closeBody(a.res)
@@ -371,9 +326,6 @@ func (c *call) surface(a attemptResult, outcome Outcome, refusal *Error) (*http.
 	}
 	return a.res, nil // an error status, handed on as it came
 }
-
-// sendFunc sends one attempt: the next handler of the client's chain.
-type sendFunc = func(*http.Request) (*http.Response, error)
 
 // providerError is the error the client would have returned for a.
 func (a attemptResult) providerError(c *call) error {
@@ -387,115 +339,59 @@ func (a attemptResult) providerError(c *call) error {
 	return c.client.statusError(req, a.res, a.failure.Body)
 }
 
-// finish ends the call and writes the report to the caller's sink. err is
-// returned for convenience.
-func (c *call) finish(outcome Outcome, err error) error {
-	c.end(outcome, err, nil)
-	c.publish()
-	return err
-}
-
-// end ends the call, once: the first end stops the watch on the call's
-// context, runs cleanup (when not nil), records the outcome in the report
-// and ends the request's telemetry, and reports true. Any other end waits
-// until the first is over and changes nothing. end does not write the
-// caller's sink: only the caller's own goroutines do (publish), so that
-// what the caller reads is never written under it.
-func (c *call) end(outcome Outcome, err error, cleanup func()) (first bool) {
-	c.ending.Do(func() {
-		first = true
-		c.mu.Lock()
-		stop := c.stopWatch
-		c.stopWatch = nil
-		c.mu.Unlock()
-		if stop != nil {
-			stop()
-		}
-		if cleanup != nil {
-			cleanup()
-		}
-		now := c.recordOutcome(outcome)
-		rep, last := c.lastOf()
-		c.trace.end(&rep, last, now)
-	})
-	return first
-}
-
-// settle writes the report of an answered call, which ends with its body,
-// to the caller's sink, if any, with no outcome yet. The sink is set
-// before the loop begins, and never after.
-func (c *call) settle() {
-	if c.sink == nil {
-		return
+// end ends the call, once, with outcome (see close). A stream ends the
+// call itself, after its own end (streamBody.finish).
+func (c *call) end(outcome Outcome) {
+	if c.ending.begin() {
+		c.close(outcome)
+		c.ending.done()
 	}
-	c.recordOutcome("")
-	c.publish()
 }
 
-// recordOutcome sets the outcome, duration and budget balance of the
-// report, as of now, which it returns.
-func (c *call) recordOutcome(outcome Outcome) (now time.Time) {
-	now = c.d.clock.Now()
+// close records how the call ended, its duration and the budget's balance
+// in its report, and ends its telemetry; once, under ending. It does not
+// publish the report: only the caller's own goroutines do (publish), so
+// that what the caller reads is never written under it.
+func (c *call) close(outcome Outcome) {
+	now := c.d.clock.Now()
 	var balance float64
-	if outcome != "" && c.readsBalance(outcome) {
-		// The balance is the budget's when the call ended: no store is
-		// asked for it while the call goes on.
+	// The balance is the budget's when the call ended: no store is asked
+	// for it while the call goes on. A budget in memory tells it at no
+	// cost; a store's costs a round trip, which an answered call makes
+	// only for a report someone reads: the caller's destination or a
+	// recording span. A failed call's report also goes on its error and
+	// its log line.
+	b := c.route.b.budget
+	_, inMemory := b.(*WindowBudget)
+	if inMemory || outcome != OutcomeSuccess || c.report.hasSink() || c.trace.request != nil && c.trace.request.IsRecording() {
 		var err error
-		b := c.route.b.budget
 		balance, err = b.Available(keepGoing(c.ctx, b), now)
 		c.storeError(partBudget, "available", err)
 	}
-	c.mu.Lock()
-	c.report.Outcome = outcome
-	c.report.Duration = now.Sub(c.start)
-	c.report.BudgetBalance = balance
-	c.mu.Unlock()
-	return now
+	c.report.settle(outcome, now.Sub(c.start), balance)
+	rep, last := c.report.final()
+	c.trace.end(&rep, last, now)
 }
 
-// lastOf returns the report, without its log, and its last attempt.
-func (c *call) lastOf() (Report, AttemptReport) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rep := c.report
-	rep.AttemptLog = nil
-	var last AttemptReport
-	if n := len(c.report.AttemptLog); n > 0 {
-		last = c.report.AttemptLog[n-1]
+// endOnce is a sync.Once in two halves, so that a stream can run its own
+// end before the call's under the same once, with no function handed
+// over: begin claims the end and holds it until done; any later begin
+// waits until then, and reports false.
+type endOnce struct {
+	mu    sync.Mutex
+	ended bool
+}
+
+// begin claims the end; true: the caller must call done.
+func (e *endOnce) begin() bool {
+	e.mu.Lock()
+	if e.ended {
+		e.mu.Unlock()
+		return false
 	}
-	return rep, last
+	e.ended = true
+	return true
 }
 
-// readsBalance reports whether anyone may read the budget's balance at the
-// call's end. A budget in memory tells it at no cost; a store's costs a
-// round trip, which an answered call makes only for a report someone
-// reads: the caller's destination or a recording span. A failed call's
-// report also goes on its error and its log line.
-func (c *call) readsBalance(outcome Outcome) bool {
-	if _, inMemory := c.route.b.budget.(*WindowBudget); inMemory || outcome != OutcomeSuccess {
-		return true
-	}
-	c.mu.Lock()
-	sink := c.sink
-	c.mu.Unlock()
-	return sink != nil || c.trace.request != nil && c.trace.request.IsRecording()
-}
-
-// publish copies the report to the ReportInto destination, if any.
-func (c *call) publish() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.sink != nil {
-		*c.sink = c.report
-		c.sink.AttemptLog = append([]AttemptReport(nil), c.report.AttemptLog...)
-	}
-}
-
-// snapshot returns a copy of the report.
-func (c *call) snapshot() *Report {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.report
-	r.AttemptLog = append([]AttemptReport(nil), c.report.AttemptLog...)
-	return &r
-}
+// done lets the ends that wait for the first go on.
+func (e *endOnce) done() { e.mu.Unlock() }

@@ -298,3 +298,13 @@ var (
 	errTruncated = errors.New("damper: stream ended without message_stop")
 	errStalled   = errors.New("damper: stream stalled between events")
 )
+
+// classify is the one classification of a failed attempt: the built-in
+// verdict, then the Policy's Classifier, which may change it.
+func (d *Damper) classify(f Failure) Classification {
+	cls := Classify(f)
+	if d.policy.Classifier != nil {
+		cls = d.policy.Classifier(f, cls)
+	}
+	return cls
+}

@@ -3,7 +3,6 @@ package damper
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
-
-	"github.com/tidwall/sjson"
 )
 
 // Fallback: a call's routes, each a backend and a model, and when the call
@@ -149,53 +146,87 @@ func (r *route) sentModel() string {
 	return r.model
 }
 
-// planRoutes lists the call's routes after its first (the primary with
-// the request's own model): every other backend that has an ID for the
-// model, then each sibling model on every backend.
-func (c *call) planRoutes() {
-	d := c.d
-	var siblings []string
-	if f := d.policy.Fallback; f != nil {
-		siblings = f.Models[c.report.Model]
-	}
-	if len(d.fallbacks) == 0 && len(siblings) == 0 {
-		return
-	}
-	c.routes = append(make([]route, 0, (1+len(d.fallbacks))*(1+len(siblings))), c.first)
-	c.route = &c.routes[0]
-	for i, model := range append([]string{c.report.Model}, siblings...) {
-		if i > 0 {
-			c.addRoute(d.primary, model, model)
-		}
-		for _, b := range d.fallbacks {
-			if id, ok := b.modelID(model); ok {
-				c.addRoute(b, model, id)
-			} else {
-				c.skip(b, model, SkipNoModelID)
-			}
-		}
+// priceBy prices r's model by t, for an attempt of inputTokens and
+// maxTokens.
+func (r *route) priceBy(t *PriceTable, inputTokens, maxTokens int) {
+	if p, ok := t.Lookup(r.model); ok {
+		r.price, r.priced, r.cost = p, true, attemptCost(p, inputTokens, maxTokens)
 	}
 }
 
-// skip records that the call cannot move to backend b with model, for
-// reason: in its report, in damper.fallback.skipped, and in a Warn line
-// the first time b meets model.
-func (c *call) skip(b *backend, model, reason string) {
-	c.report.Skipped = append(c.report.Skipped, Skip{Backend: b.name, Model: model, Reason: reason})
-	t := c.d.tel
-	t.m.skipped(c.ctx, b.name, reason)
-	if t.log == nil || !t.log.Enabled(c.ctx, slog.LevelWarn) {
+// routes are the places a call's attempts may go, in order, and where the
+// next one goes.
+type routes struct {
+	// route is where the next attempt goes: first, the primary with the
+	// request's own model, when the call has nowhere else to go, else one
+	// of list, at index at; routeFrom is the number of attempts made
+	// before it.
+	route     *route
+	first     route
+	list      []route
+	at        int
+	routeFrom int
+}
+
+// plan lists the routes after the first (the primary with the request's
+// own model), when the Damper has somewhere else to go: every other
+// backend that has an ID for the model, then each sibling model on every
+// backend, each priced for an attempt of inputTokens and maxTokens. It
+// returns the backends left out of the routes for want of an ID for a
+// model.
+func (rs *routes) plan(d *Damper, inputTokens, maxTokens int) (skipped []routeSkip) {
+	var siblings []string
+	if f := d.policy.Fallback; f != nil {
+		siblings = f.Models[rs.first.model]
+	}
+	if len(d.fallbacks) == 0 && len(siblings) == 0 {
+		return nil
+	}
+	rs.list = append(make([]route, 0, (1+len(d.fallbacks))*(1+len(siblings))), rs.first)
+	rs.route = &rs.list[0]
+	add := func(b *backend, model, sendAs string) {
+		r := route{b: b, model: model, sendAs: sendAs}
+		r.priceBy(d.policy.PriceTable, inputTokens, maxTokens)
+		rs.list = append(rs.list, r)
+	}
+	for i, model := range append([]string{rs.first.model}, siblings...) {
+		if i > 0 {
+			add(d.primary, model, model)
+		}
+		for _, b := range d.fallbacks {
+			if id, ok := b.modelID(model); ok {
+				add(b, model, id)
+			} else {
+				skipped = append(skipped, routeSkip{b, model})
+			}
+		}
+	}
+	return skipped
+}
+
+// routeSkip is a backend left out of a call's routes with a model.
+type routeSkip struct {
+	b     *backend
+	model string
+}
+
+// skipped tells that a call cannot move to backend b with model, for
+// reason: in damper.fallback.skipped, and in a Warn line the first time b
+// meets model.
+func (b *backend) skipped(ctx context.Context, t *telemetry, model, reason string) {
+	t.m.skipped(ctx, b.name, reason)
+	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
 	shown := cutText(model, maxModelShown)
 	switch b.skips.first(shown) {
 	case skipFirst:
-		t.log.LogAttrs(c.ctx, slog.LevelWarn, "damper: cannot fall back to a backend with this model",
+		t.log.LogAttrs(ctx, slog.LevelWarn, "damper: cannot fall back to a backend with this model",
 			slog.String("backend", b.name), slog.String("provider", b.provider),
 			slog.String("model", shown), slog.String("reason", reason),
 			slog.String("fix", "give the backend's ID for the model in Backend.Models"))
 	case skipFull:
-		t.log.LogAttrs(c.ctx, slog.LevelWarn, "damper: more models cannot fall back to a backend; no longer logged one by one",
+		t.log.LogAttrs(ctx, slog.LevelWarn, "damper: more models cannot fall back to a backend; no longer logged one by one",
 			slog.String("backend", b.name), slog.String("provider", b.provider),
 			slog.Int("models_logged", maxSkipsLogged), slog.String("reason", reason))
 	}
@@ -255,14 +286,6 @@ func (l *skipLog) first(model string) skipNews {
 	return skipFirst
 }
 
-func (c *call) addRoute(b *backend, model, sendAs string) {
-	r := route{b: b, model: model, sendAs: sendAs}
-	if p, ok := c.d.policy.PriceTable.Lookup(model); ok {
-		r.price, r.priced, r.cost = p, true, attemptCost(p, c.inputTokens, c.maxTokens)
-	}
-	c.routes = append(c.routes, r)
-}
-
 // modelID is the backend's ID for model: its own table's, else the
 // default one's for its platform.
 func (b *backend) modelID(model string) (string, bool) {
@@ -306,10 +329,10 @@ func (c *call) moveOnFinal(cls Classification) bool {
 // the cost ceiling.
 func (c *call) move(reason string, afterAttempt bool) bool {
 	next := c.at + 1
-	if next >= len(c.routes) {
+	if next >= len(c.list) {
 		return false
 	}
-	r := &c.routes[next]
+	r := &c.list[next]
 	if c.pastDeadline(c.d.clock.Now().Add(minAttempt)) || afterAttempt && c.pastCostCeiling(c.retryCost, r) {
 		return false
 	}
@@ -318,7 +341,7 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 		if sendAs == c.report.Model {
 			sendAs = "" // the body names it already
 		}
-		body, err := c.routeBody(sendAs)
+		body, err := c.out.withModel(sendAs)
 		if err != nil {
 			return false
 		}
@@ -330,41 +353,19 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 		c.addRetryCost()
 	}
 	fb := Fallback{From: from.b.name, To: r.b.name, Model: r.sentModel(), Reason: reason}
-	c.mu.Lock()
-	c.report.Fallbacks = append(c.report.Fallbacks, fb)
-	c.report.Backend = r.b.name
-	if r.b.provider != "" {
-		c.report.Provider = r.b.provider
-	} else {
-		c.report.Provider = providerOf(c.req)
+	provider := r.b.provider
+	if provider == "" {
+		provider = providerOf(c.req)
 	}
-	c.mu.Unlock()
-	c.trace.fallback(fb, c.report.Provider)
+	c.report.moved(fb, provider)
+	c.trace.fallback(fb, provider)
 	return true
 }
 
-// routeBody returns the request body with its model set to model ("" for
-// the body as it is).
-func (c *call) routeBody(model string) ([]byte, error) {
-	if c.req.GetBody == nil {
-		return nil, errors.New("damper: the Messages request body cannot be resent (no GetBody)")
-	}
-	rc, err := c.body(c.req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rc.Close() }()
-	body, err := readInto(nil, rc, c.req.ContentLength)
-	if err != nil || model == "" {
-		return body, err
-	}
-	return sjson.SetBytes(body, "model", model)
-}
-
-// sendOn sends the attempt's request, areq, on route r: through the
-// backend's client, or the client's own chain, next, with the body the
-// route made (r.body) when it sends another model.
-func (c *call) sendOn(r *route, areq *http.Request, next sendFunc) (*http.Response, error) {
+// send sends an attempt's request, areq, on r: through the backend's
+// client, or the client's own chain, next, with the body the route made
+// (r.body) when it sends another model.
+func (r *route) send(areq *http.Request, next sendFunc) (*http.Response, error) {
 	if r.b.client != nil {
 		return r.b.send(areq, r.body)
 	}

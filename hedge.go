@@ -1,20 +1,17 @@
 package damper
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
+
+// Hedging: its policy, its delay (hedger) and a hedge's admission; the
+// race of a hedged round is in race.go.
 
 // HedgePolicy configures hedging: when an attempt is slow to start
 // answering, Damper sends one more attempt beside it, and the first to
@@ -115,122 +112,6 @@ func (p HedgePolicy) withDefaults() (*HedgePolicy, error) {
 	return &p, nil
 }
 
-// errHedgeLost ends an attempt whose race another attempt won.
-var errHedgeLost = errors.New("damper: another attempt of the call answered first")
-
-// race is one round of a hedged call: the attempt the loop sent and its
-// hedge. The first to answer claims the win (a plain answer once read
-// whole, a stream at its first content); the other can no longer win and
-// hands nothing to the caller.
-type race struct {
-	won   atomic.Bool
-	delay time.Duration // after which the hedge was due
-}
-
-func (r *race) claim() bool { return r.won.CompareAndSwap(false, true) }
-
-// raced is an attempt of a race and what it came to.
-type raced struct {
-	a *attempt
-	r attemptResult
-}
-
-// race sends attempt a, started, and after delay, if no attempt has
-// answered, its hedge, and returns the attempt whose result ends the race:
-// the first answer, or a failure that is not retried (every attempt still
-// in flight is then cancelled), or the last of the failures. Every failure
-// is judged (ended, and told to the passes and observers) as it comes, so
-// a failed attempt with the hedge in flight waits for the hedge instead of
-// retrying on top of it. When race returns, every attempt it sent has
-// ended but the winner, which ends as a plain call's does (it is ended
-// here) or with its stream, and no goroutine of it is left.
-func (c *call) race(a *attempt, next sendFunc, delay time.Duration) (*attempt, attemptResult, Classification, bool) {
-	c.ownBody()
-	rc := &race{delay: delay}
-	results := make(chan raced, 2)
-	var flying []*attempt // sent, and their results not yet in
-	run := func(a *attempt) {
-		a.race = rc
-		flying = append(flying, a)
-		go func() { results <- raced{a, c.send(a, next)} }()
-	}
-	run(a)
-	due := make(chan struct{}, 1)
-	stop := c.d.clock.AfterFunc(delay, func() { due <- struct{}{} })
-	defer stop()
-	for {
-		select {
-		case <-due:
-			if len(results) > 0 {
-				continue // an answer came with the delay: it goes first, and no hedge leaves
-			}
-			if h := c.admitHedge(); h != nil {
-				run(h)
-			}
-		case x := <-results:
-			flying = slices.DeleteFunc(flying, func(f *attempt) bool { return f == x.a })
-			c.noteLatency(x.a, x.r)
-			if x.r.failure == nil {
-				stop()
-				c.endRace(rc, flying, results)
-				if !c.stream {
-					x.a.end(succeeded(x.r.res))
-				}
-				if x.a.hedge {
-					c.mu.Lock()
-					c.report.HedgeWon = true
-					c.mu.Unlock()
-					c.trace.hedgeResult(hedgeWon)
-				}
-				return x.a, x.r, Classification{}, false
-			}
-			if x.r.err == errHedgeLost {
-				c.lose(rc, x.a, x.r) // the winner's result comes next
-				continue
-			}
-			cls, canceled := c.judge(x.a, x.r)
-			if len(flying) > 0 && !canceled && cls.Class == Retryable {
-				continue
-			}
-			stop()
-			c.endRace(rc, flying, results)
-			return x.a, x.r, cls, canceled
-		}
-	}
-}
-
-// endRace cancels the attempts of race rc still in flight and ends each as
-// its result comes: lost, or canceled when the caller's context ended.
-func (c *call) endRace(rc *race, flying []*attempt, results chan raced) {
-	rc.claim() // none of them can win now
-	for _, a := range flying {
-		a.cancel(errHedgeLost)
-	}
-	for range flying {
-		x := <-results
-		if c.ctx.Err() != nil && x.r.failure != nil {
-			c.judge(x.a, x.r)
-			continue
-		}
-		closeBody(x.r.res)
-		c.lose(rc, x.a, x.r)
-	}
-}
-
-// lose ends attempt a, which lost race rc, with its result r. Its time
-// so far is a lower bound of its latency, kept for the hedge delay when it
-// is at least the delay: without it, the slow attempts that hedges cancel
-// would leave the statistics, and the quantile would fall.
-func (c *call) lose(rc *race, a *attempt, r attemptResult) {
-	if h := c.d.hedge; h != nil && r.firstAt.IsZero() {
-		if took := c.d.clock.Now().Sub(a.start); took >= rc.delay {
-			h.record(c.latencyKey, took)
-		}
-	}
-	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
-	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
-}
-
 // admitHedge admits and starts the hedge of the attempt under way, or
 // returns nil when a gate refuses it. The gates are a retry's, in its
 // order, but a hedge waits for nothing: attempts left, the deadline, the
@@ -266,65 +147,6 @@ func (c *call) admitHedge() *attempt {
 	c.addRetryCost()
 	c.startAttempt(a)
 	return a
-}
-
-// hedgeDelay returns the delay after which the attempt under way is hedged,
-// or false when it is not: no HedgePolicy, the call's context declines
-// (or does not ask, under OnlyWhenAsked), no attempt left for a hedge, or
-// too few samples yet for the quantile.
-func (c *call) hedgeDelay() (time.Duration, bool) {
-	h := c.d.hedge
-	if h == nil || c.report.Attempts-c.routeFrom >= c.d.policy.MaxAttempts {
-		return 0, false
-	}
-	if on, asked := c.ctx.Value(hedgingKey{}).(bool); asked && !on || !asked && h.p.OnlyWhenAsked {
-		return 0, false
-	}
-	return h.delay(c.latencyKey)
-}
-
-// noteLatency keeps, for the hedge delay, the time attempt a took to
-// answer (plain) or to its first content (stream), if it got so far.
-func (c *call) noteLatency(a *attempt, r attemptResult) {
-	if h := c.d.hedge; h != nil && !r.firstAt.IsZero() {
-		h.record(c.latencyKey, r.firstAt.Sub(a.start))
-	}
-}
-
-// ownBody gives a raced call a copy of its body of its own when GetBody
-// hands out one reader again and again (a caller's *bytes.Reader, which
-// the SDK seeks back for each attempt): two attempts in flight at once
-// cannot share it. The SDK's own bodies are independent readers of one
-// buffer, and need no copy.
-func (c *call) ownBody() {
-	if c.bodyCopy != nil || c.req.GetBody == nil {
-		return
-	}
-	first, err := c.req.GetBody()
-	if err != nil {
-		return // the attempt that asks again fails with it
-	}
-	second, err := c.req.GetBody()
-	if err != nil {
-		return
-	}
-	if v, w := reflect.ValueOf(first), reflect.ValueOf(second); v.Type() != w.Type() || !v.Comparable() || !v.Equal(w) {
-		_, _ = first.Close(), second.Close()
-		return
-	}
-	defer func() { _ = first.Close() }()
-	if body, err := readInto(nil, first, c.req.ContentLength); err == nil {
-		c.bodyCopy = body
-	}
-}
-
-// body returns the body of an attempt's request, areq: the call's own copy,
-// if it has one, else a fresh one from GetBody.
-func (c *call) body(areq *http.Request) (io.ReadCloser, error) {
-	if c.bodyCopy != nil {
-		return io.NopCloser(bytes.NewReader(c.bodyCopy)), nil
-	}
-	return areq.GetBody()
 }
 
 // latencyKey names a window of latency samples: a limit group's plain calls
@@ -428,6 +250,30 @@ func (h *hedger) evict() {
 		}
 	}
 	delete(h.windows, oldest)
+}
+
+// due returns the delay after which the attempt under way of a call made
+// in ctx is hedged, or false when it is not: no HedgePolicy (h nil), no
+// attempt left for a hedge (room false), the call's context declines (or
+// does not ask, under OnlyWhenAsked), or too few samples of k yet for the
+// quantile.
+func (h *hedger) due(ctx context.Context, k latencyKey, room bool) (time.Duration, bool) {
+	if h == nil || !room {
+		return 0, false
+	}
+	if on, asked := ctx.Value(hedgingKey{}).(bool); asked && !on || !asked && h.p.OnlyWhenAsked {
+		return 0, false
+	}
+	return h.delay(k)
+}
+
+// noteLatency keeps, for the hedge delay of k, the time an attempt
+// started at start took to answer (plain) or to its first content
+// (stream), firstAt, if it got so far; h may be nil.
+func (h *hedger) noteLatency(k latencyKey, start, firstAt time.Time) {
+	if h != nil && !firstAt.IsZero() {
+		h.record(k, firstAt.Sub(start))
+	}
 }
 
 // delay returns the hedge delay of k, or false while k has fewer samples

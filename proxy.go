@@ -367,7 +367,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if err := checkMessagesBody(body); err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 	}
-	ctx := ContextWithReport(r.Context(), rep)
+	ctx := r.Context()
 	if whole > 0 {
 		dc := p.withDeadline(ctx, whole)
 		defer dc.cancel()
@@ -386,11 +386,11 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: "+err.Error(), nil)
 	}
 	out.Header = upstreamHeader(r.Header)
-	c, err := p.d.newCall(out, &proxyClient)
+	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep})
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 	}
-	res, err := c.run(p.rt.RoundTrip)
+	res, err := c.run()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return 0 // the client has gone: no one to answer

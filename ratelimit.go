@@ -501,9 +501,7 @@ func (l *limiter) forCall(c *call) *callRate {
 		g := l.group(r.model)
 		r.rate = &callRate{group: g, priority: p,
 			cost: RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
-		c.mu.Lock()
-		c.report.LimitGroup = g.name
-		c.mu.Unlock()
+		c.report.limitGroup(g.name)
 	}
 	return r.rate
 }

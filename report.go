@@ -1,6 +1,8 @@
 package damper
 
 import (
+	"context"
+	"sync"
 	"time"
 )
 
@@ -112,4 +114,180 @@ type AttemptReport struct {
 	// Lost is true for an attempt cancelled because another attempt of its
 	// call answered first; its Kind is "hedge_lost".
 	Lost bool
+}
+
+// reportSinkKey carries the destination of [ContextWithReport].
+type reportSinkKey struct{}
+
+// ContextWithReport returns a copy of ctx that makes Damper write the
+// [Report] of a call made with it into dst, as [ReportInto] does, for
+// every call, including one refused before its first attempt. Give each
+// call its own destination.
+func ContextWithReport(ctx context.Context, dst *Report) context.Context {
+	return context.WithValue(ctx, reportSinkKey{}, dst)
+}
+
+// callReport is the report of one call and its one writer: the rest of the
+// engine hands it facts, and it alone copies the report to the caller's
+// destination (sink: [ReportInto], [ContextWithReport]). The Report is
+// embedded so that the loop reads its fields in place; only the methods
+// below write them. The loop writes from its goroutine; a stream's end, a
+// Read or a Close write from the caller's, so every write after the call
+// has begun takes mu, and so does every read off the loop.
+type callReport struct {
+	mu sync.Mutex
+	Report
+	sink     *Report
+	firstLog [1]AttemptReport // the log of a call with one attempt, in the call itself
+}
+
+// begin starts the report of a call of model, on the primary backend of
+// provider, before anyone else may read it. sink is the caller's
+// destination, if any: it is set now, and never after.
+func (r *callReport) begin(provider, model string, stream bool, sink *Report) {
+	r.AttemptLog = r.firstLog[:0]
+	r.Provider, r.Backend, r.Model, r.Stream = provider, PrimaryBackend, model, stream
+	r.sink = sink
+}
+
+// priced notes the estimated cost of one attempt of a priced model; before
+// the call begins.
+func (r *callReport) priced(cost float64) {
+	r.Priced, r.EstimatedCostUSD = true, cost
+}
+
+// skipped notes a backend the call cannot move to; before the call begins.
+func (r *callReport) skipped(s Skip) {
+	r.Skipped = append(r.Skipped, s)
+}
+
+// started notes attempt n, sent after waiting queued in the rate limiter's
+// line; hedge when it is sent beside another.
+func (r *callReport) started(n int, queued time.Duration, hedge bool) {
+	r.mu.Lock()
+	r.Attempts = n
+	r.RateLimitWait += queued
+	if hedge {
+		r.Hedges++
+	}
+	r.mu.Unlock()
+}
+
+// queued adds the wait in the rate limiter's line of an attempt not sent.
+func (r *callReport) queued(d time.Duration) {
+	if d > 0 {
+		r.mu.Lock()
+		r.RateLimitWait += d
+		r.mu.Unlock()
+	}
+}
+
+// circuit notes the breaker's state as it answered the call.
+func (r *callReport) circuit(s CircuitState) {
+	r.mu.Lock()
+	r.Circuit = s
+	r.mu.Unlock()
+}
+
+// limitGroup notes the rate limiter's group of the call.
+func (r *callReport) limitGroup(name string) {
+	r.mu.Lock()
+	r.LimitGroup = name
+	r.mu.Unlock()
+}
+
+// moved notes the call's move fb, to a backend of provider.
+func (r *callReport) moved(fb Fallback, provider string) {
+	r.mu.Lock()
+	r.Fallbacks = append(r.Fallbacks, fb)
+	r.Backend, r.Provider = fb.To, provider
+	r.mu.Unlock()
+}
+
+// retryCost notes the summed estimated cost of the attempts beyond the
+// first.
+func (r *callReport) retryCost(usd float64) {
+	r.mu.Lock()
+	r.RetryCostUSD = usd
+	r.mu.Unlock()
+}
+
+// backoff notes the wait after the last attempt logged, and returns that
+// attempt's record.
+func (r *callReport) backoff(wait time.Duration) AttemptReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := &r.AttemptLog[len(r.AttemptLog)-1]
+	last.Backoff = wait
+	return *last
+}
+
+// firstContent notes when a stream's first content came, from the start
+// of the call.
+func (r *callReport) firstContent(d time.Duration) {
+	r.mu.Lock()
+	r.FirstContent = d
+	r.mu.Unlock()
+}
+
+// hedgeWon notes that a hedge gave the answer.
+func (r *callReport) hedgeWon() {
+	r.mu.Lock()
+	r.HedgeWon = true
+	r.mu.Unlock()
+}
+
+// record appends an attempt that has ended to the log.
+func (r *callReport) record(ar AttemptReport) {
+	r.mu.Lock()
+	r.AttemptLog = append(r.AttemptLog, ar)
+	r.mu.Unlock()
+}
+
+// settle notes how the call ended ("" while an answered call's body is
+// open), its duration, and the budget's balance.
+func (r *callReport) settle(outcome Outcome, d time.Duration, balance float64) {
+	r.mu.Lock()
+	r.Outcome, r.Duration, r.BudgetBalance = outcome, d, balance
+	r.mu.Unlock()
+}
+
+// hasSink reports whether the caller has a destination for the report.
+func (r *callReport) hasSink() bool {
+	return r.sink != nil // set before the call begins, never after
+}
+
+// final returns the report, without its log, and its last attempt.
+func (r *callReport) final() (Report, AttemptReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := r.Report
+	rep.AttemptLog = nil
+	var last AttemptReport
+	if n := len(r.AttemptLog); n > 0 {
+		last = r.AttemptLog[n-1]
+	}
+	return rep, last
+}
+
+// publish copies the report to the caller's destination, if any. Only the
+// caller's own goroutines call it (the loop, a Read or a Close), so that
+// what the caller reads is never written under it.
+func (r *callReport) publish() {
+	if r.sink == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.sink = r.Report
+	r.sink.AttemptLog = append([]AttemptReport(nil), r.AttemptLog...)
+}
+
+// snapshot returns a copy of the report.
+func (r *callReport) snapshot() *Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := r.Report
+	rep.AttemptLog = append([]AttemptReport(nil), r.AttemptLog...)
+	return &rep
 }

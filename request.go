@@ -8,13 +8,32 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // What a call reads of its request: the facts it needs from the body, and
-// copies of the request for each attempt.
+// the request each attempt sends.
+
+// request is the caller's request as the call's attempts send it. The
+// first attempt sends req's URL and headers themselves. A middleware after
+// Damper's (a platform's signer) may change them in place (changes, which
+// also makes the first attempt send a copy), so a retry is then rebuilt
+// from kept, taken before it.
+type request struct {
+	req     *http.Request
+	changes bool
+	kept    *keptRequest
+	// bodyCopy is a body of the call's own, when GetBody's readers are
+	// one and two attempts may be in flight at once (see own).
+	bodyCopy []byte
+
+	facts   bodyFacts
+	factsIn factsWriter // reads facts in place, kept here: no allocation
+}
 
 // keptRequest is what a retry needs of a request that the attempts may
 // change in place: a copy of its URL, and its headers' keys and value
@@ -30,33 +49,57 @@ type headerValues struct {
 	values []string
 }
 
-// keepRequest keeps, before the first attempt, what a retry needs of the
+// keep keeps, before the first attempt, what a retry needs of the
 // request as it is now, when what sends the attempts may change it in
-// place (c.changes). Else nothing changes it, and a retry copies it as the
+// place (changes). Else nothing changes it, and a retry copies it as the
 // first attempt left it.
-func (c *call) keepRequest() {
-	if !c.changes {
+func (q *request) keep() {
+	if !q.changes {
 		return
 	}
-	k := &keptRequest{header: make([]headerValues, 0, len(c.req.Header))}
-	if c.req.URL != nil {
-		u := *c.req.URL
+	k := &keptRequest{header: make([]headerValues, 0, len(q.req.Header))}
+	if q.req.URL != nil {
+		u := *q.req.URL
 		k.url = &u
 	}
-	for key, v := range c.req.Header {
+	for key, v := range q.req.Header {
 		k.header = append(k.header, headerValues{key, v})
 	}
-	c.kept = k
+	q.kept = k
 }
 
-// retryRequest returns a copy of the request for a retry, with ctx, the
-// URL and headers it had before the first attempt, and no body.
-func (c *call) retryRequest(ctx context.Context) *http.Request {
-	r := c.req.WithContext(ctx)
-	k := c.kept
+// forAttempt returns the request attempt n sends, with ctx: the first in
+// the caller's own context (inCallCtx) sends the request itself, unless
+// something after Damper's may change it in place (its body and GetBody as
+// well as its headers: a retry needs it as it is) or the route sends a
+// body of its own (routeBody); any other a copy. Its body is a fresh one
+// from GetBody, unless the route sends its own.
+func (q *request) forAttempt(ctx context.Context, n int, inCallCtx, routeBody bool) (*http.Request, error) {
+	areq := q.req
+	switch {
+	case n > 1:
+		areq = q.retry(ctx)
+	case !inCallCtx || q.changes || routeBody:
+		areq = q.req.WithContext(ctx)
+	}
+	if !routeBody && areq.GetBody != nil {
+		body, err := q.body(areq)
+		if err != nil {
+			return nil, fmt.Errorf("damper: resending the request body: %w", err)
+		}
+		areq.Body = body
+	}
+	return areq, nil
+}
+
+// retry returns a copy of the request for a retry, with ctx, the URL and
+// headers it had before the first attempt, and no body.
+func (q *request) retry(ctx context.Context) *http.Request {
+	r := q.req.WithContext(ctx)
+	k := q.kept
 	if k == nil {
 		// Nothing changed it: it is as the first attempt sent it.
-		r.Header = c.req.Header.Clone()
+		r.Header = q.req.Header.Clone()
 		return r
 	}
 	if k.url != nil {
@@ -82,8 +125,8 @@ func (c *call) retryRequest(ctx context.Context) *http.Request {
 // tokens. The SDK's body is read in place, any other body into a buffer
 // of its own; no copy is kept: each attempt sends the body GetBody gives
 // it.
-func (c *call) readFacts() error {
-	req := c.req
+func (q *request) readFacts() error {
+	req := q.req
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil
 	}
@@ -94,8 +137,8 @@ func (c *call) readFacts() error {
 	if wt, ok := req.Body.(io.WriterTo); ok && req.ContentLength > 0 {
 		// The SDK's body is a bytes.Reader: it hands its bytes to Write
 		// in one call, and they are read there, with no copy.
-		w := &c.facts
-		*w = factsWriter{c: c, length: req.ContentLength}
+		w := &q.factsIn
+		*w = factsWriter{facts: &q.facts, length: req.ContentLength}
 		_, err := wt.WriteTo(w)
 		switch {
 		case err == nil && w.read:
@@ -115,20 +158,68 @@ func (c *call) readFacts() error {
 	if err != nil {
 		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
-	c.readBody(body)
+	q.facts = readBodyFacts(body)
 	return nil
 }
 
-// readBody reads the facts of the whole request body, body.
-func (c *call) readBody(body []byte) {
-	f := readBodyFacts(body)
-	c.report.Model, c.maxTokens, c.stream, c.inputTokens = f.model, f.maxTokens, f.stream, f.inputTokens
+// own gives the call a copy of its body of its own when GetBody hands out
+// one reader again and again (a caller's *bytes.Reader, which the SDK
+// seeks back for each attempt): two attempts in flight at once, a raced
+// call's, cannot share it. The SDK's own bodies are independent readers
+// of one buffer, and need no copy.
+func (q *request) own() {
+	if q.bodyCopy != nil || q.req.GetBody == nil {
+		return
+	}
+	first, err := q.req.GetBody()
+	if err != nil {
+		return // the attempt that asks again fails with it
+	}
+	second, err := q.req.GetBody()
+	if err != nil {
+		return
+	}
+	if v, w := reflect.ValueOf(first), reflect.ValueOf(second); v.Type() != w.Type() || !v.Comparable() || !v.Equal(w) {
+		_, _ = first.Close(), second.Close()
+		return
+	}
+	defer func() { _ = first.Close() }()
+	if body, err := readInto(nil, first, q.req.ContentLength); err == nil {
+		q.bodyCopy = body
+	}
+}
+
+// body returns the body of an attempt's request, areq: the call's own copy,
+// if it has one, else a fresh one from GetBody.
+func (q *request) body(areq *http.Request) (io.ReadCloser, error) {
+	if q.bodyCopy != nil {
+		return io.NopCloser(bytes.NewReader(q.bodyCopy)), nil
+	}
+	return areq.GetBody()
+}
+
+// withModel returns the request body with its model set to model ("" for
+// the body as it is).
+func (q *request) withModel(model string) ([]byte, error) {
+	if q.req.GetBody == nil {
+		return nil, errors.New("damper: the Messages request body cannot be resent (no GetBody)")
+	}
+	rc, err := q.body(q.req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	body, err := readInto(nil, rc, q.req.ContentLength)
+	if err != nil || model == "" {
+		return body, err
+	}
+	return sjson.SetBytes(body, "model", model)
 }
 
 // factsWriter reads the facts of a body written to it whole, in one Write
 // of length bytes; a body written in parts is refused, to be read again.
 type factsWriter struct {
-	c      *call
+	facts  *bodyFacts
 	length int64
 	read   bool
 }
@@ -141,7 +232,7 @@ func (w *factsWriter) Write(p []byte) (int, error) {
 		w.read = false
 		return 0, errPartialWrite
 	}
-	w.c.readBody(p) // p is not kept
+	*w.facts = readBodyFacts(p) // p is not kept
 	w.read = true
 	return len(p), nil
 }

@@ -213,16 +213,16 @@ func TestReadFacts(t *testing.T) {
 			if tc.getBody != nil {
 				req.GetBody = tc.getBody
 			}
-			c := &call{req: req}
-			err = c.readFacts()
+			q := &request{req: req}
+			err = q.readFacts()
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("readFacts: %v, want %v", err, tc.wantErr)
 			}
 			if tc.wantErr != nil {
 				return
 			}
-			if c.report.Model != "claude-opus-4-1" || c.maxTokens != 77 || !c.stream || c.inputTokens != EstimateInputTokens(body) {
-				t.Errorf("facts: %q, %d, %v, %d tokens", c.report.Model, c.maxTokens, c.stream, c.inputTokens)
+			if f := q.facts; f.model != "claude-opus-4-1" || f.maxTokens != 77 || !f.stream || f.inputTokens != EstimateInputTokens(body) {
+				t.Errorf("facts: %q, %d, %v, %d tokens", f.model, f.maxTokens, f.stream, f.inputTokens)
 			}
 		})
 	}

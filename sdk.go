@@ -17,9 +17,11 @@ import (
 )
 
 // The SDK adapter: what is specific to the official Go SDK sits here, and
-// the engine (call.go, attempt.go, stream.go, gates.go) works on
-// *http.Request and *http.Response alone, so that another front (a proxy
-// serving the Messages API) can drive it.
+// the engine works on *http.Request and *http.Response alone, so that
+// another front (a proxy serving the Messages API) can drive it. The
+// adapter decides what is the SDK's (the errors its callers get, whether
+// a middleware follows Damper's) and hands it to the call as it starts
+// (front): the engine never calls back into it.
 
 // Option returns the SDK option that puts Damper in charge of a client's
 // Messages calls. Give it to anthropic.NewClient (or to one call).
@@ -95,15 +97,14 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 	if req.Context().Value(handedOverKey{}) != nil {
 		return noRetry(req), errBackendInBackend
 	}
-	sink := reports.take(req)
-	c, err := d.newCall(req, &sdkClient)
+	c, err := d.newCall(req, front{
+		client: &sdkClient, next: next, changesRequest: changesRequest(next),
+		sink: reports.take(req),
+	})
 	if err != nil {
 		return noRetry(req), err
 	}
-	if sink != nil {
-		c.sink = sink
-	}
-	res, err := c.run(next)
+	res, err := c.run()
 	if err != nil {
 		return noRetry(req), err
 	}
@@ -157,18 +158,6 @@ var ErrOptionOrder = errors.New("damper: the Messages request reached Damper alr
 // x-should-retry: false.
 var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
 
-// clientAdapter is how the client in front of the engine reports a
-// provider's errors: the engine builds the errors it returns with it, so
-// that a caller gets what its client alone would give.
-type clientAdapter struct {
-	// statusError is the error for a response with an error status,
-	// whose body (at most 1 MiB of it) is body.
-	statusError func(req *http.Request, res *http.Response, body []byte) error
-	// eventError is the error for an SSE error event of a stream, whose
-	// data is data.
-	eventError func(res *http.Response, data []byte) error
-}
-
 // sdkClient reports errors as the SDK does: *anthropic.Error.
 var sdkClient = clientAdapter{statusError: sdkStatusError, eventError: sdkEventError}
 
@@ -208,9 +197,6 @@ func noRetry(req *http.Request) *http.Response {
 		Request: req,
 	}
 }
-
-// reportSinkKey carries the *Report of [ReportInto] to Damper's middleware.
-type reportSinkKey struct{}
 
 // ReportInto is a per-call option that makes Damper write the call's
 // [Report] into dst once the call returns (and again when a stream ends).
@@ -272,12 +258,4 @@ func (t *reportTable) take(req *http.Request) *Report {
 		return p.(weak.Pointer[Report]).Value()
 	}
 	return nil
-}
-
-// ContextWithReport returns a copy of ctx that makes Damper write the
-// [Report] of a call made with it into dst, as [ReportInto] does, for
-// every call, including one refused before its first attempt. Give each
-// call its own destination.
-func ContextWithReport(ctx context.Context, dst *Report) context.Context {
-	return context.WithValue(ctx, reportSinkKey{}, dst)
 }

@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,11 +19,12 @@ import (
 // Policy.MaxHoldBack, while no content has come.
 const initialHold = 4 << 10
 
-// streamAttempt takes a stream's response once its headers have arrived and
+// holdBack takes a stream's response once its headers have arrived and
 // reads it until its first content, which it releases to the caller with
 // every event held before it; or until the attempt fails, whose failure it
 // returns, the response closed.
-func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
+func (a *attempt) holdBack(res *http.Response) attemptResult {
+	c := a.c
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
 	b.sc.TrackUsage = c.d.policy.RateLimit != nil || c.trace.tokensOn()
@@ -60,7 +62,7 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 				if kind == sse.MessageStop {
 					held = held[:from] // nothing after message_stop is read
 				}
-				return c.release(b, held, from, kind == sse.MessageStop, fail)
+				return a.release(b, held, from, kind == sse.MessageStop, fail)
 			case sse.ErrorEvent:
 				data, _ := b.sc.EventData()
 				return fail(c.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
@@ -79,9 +81,9 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 		switch b.sc.EOF() {
 		case sse.Content:
 			b.srcDone = true
-			return c.release(b, held, len(held), false, fail)
+			return a.release(b, held, len(held), false, fail)
 		case sse.MessageStop:
-			return c.release(b, held, len(held), true, fail)
+			return a.release(b, held, len(held), true, fail)
 		case sse.ErrorEvent:
 			data, _ := b.sc.EventData()
 			return fail(c.client.eventError(res, data), Failure{Body: append([]byte(nil), data...)})
@@ -92,8 +94,9 @@ func (c *call) streamAttempt(a *attempt, res *http.Response) attemptResult {
 
 // release hands the stream to the caller: the held bytes, of which the
 // first scanned have been scanned already, then the rest of the body.
-func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, fail func(error, Failure) attemptResult) attemptResult {
-	if !b.att.stopTimer() {
+func (a *attempt) release(b *streamBody, held []byte, scanned int, complete bool, fail func(error, Failure) attemptResult) attemptResult {
+	c := a.c
+	if !a.stopTimer() {
 		// The attempt's timer fired as the content came: the attempt is
 		// over, and nothing has reached the caller yet.
 		var err error = attemptTimeoutError{d: c.d.policy.PerAttemptTimeout}
@@ -103,15 +106,13 @@ func (c *call) release(b *streamBody, held []byte, scanned int, complete bool, f
 		return fail(err, Failure{})
 	}
 	now := c.d.clock.Now()
-	if b.att.race != nil && !b.att.race.claim() {
+	if a.race != nil && !a.race.claim() {
 		lost := fail(errHedgeLost, Failure{})
 		lost.firstAt = now
 		return lost
 	}
 	first := now.Sub(c.start)
-	c.mu.Lock()
-	c.report.FirstContent = first
-	c.mu.Unlock()
+	c.report.firstContent(first)
 	c.trace.firstChunkAt(first, b.model)
 	b.held, b.skip = held, scanned
 	b.noteUsage()
@@ -149,7 +150,7 @@ const maxErrorEvent = sse.MaxEventData + 64<<10
 // streamBody is the body of a stream whose first content has come. Read is
 // called by one goroutine at a time (the SDK's decoder); Close may be called
 // from any, the idle timer runs on the clock's, and contextDone on one of
-// its own.
+// its own. The stream ends its attempt, then the call (finish).
 type streamBody struct {
 	c   *call
 	att *attempt // the attempt the stream is: it ends with the stream
@@ -180,10 +181,11 @@ type streamBody struct {
 	idle      time.Duration
 	readSince atomic.Int64 // when the current Read began to wait (UnixNano); 0 when none waits
 	stalled   atomic.Bool
-	idleMu    sync.Mutex
-	idleArmed bool // requires idleMu
-	idleOff   bool // requires idleMu
+	idleMu    sync.Mutex // guards the timers: the idle timer's state and stopWatch
+	idleArmed bool       // requires idleMu
+	idleOff   bool       // requires idleMu
 	idleStop  func() bool
+	stopWatch func() bool // stops the watch on the call's context (watch); requires idleMu
 
 	// The answer's usage so far, for the rate limiter and the token
 	// metrics: Read writes it, and the stream's end, on any goroutine,
@@ -220,7 +222,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	// contextDone leaves the end to a Read under way: this one.
 	if b.ctxDone.Load() {
 		b.endOnContext()
-		b.c.publish()
+		b.c.report.publish()
 	}
 	return n, err
 }
@@ -449,41 +451,62 @@ func (b *streamBody) fail(last error, f Failure) {
 // Close), and writes the report to the caller's sink.
 func (b *streamBody) end(outcome Outcome, err error, f *Failure) {
 	b.finish(outcome, err, f)
-	b.c.publish()
+	b.c.report.publish()
 	if e, ok := err.(*Error); ok {
-		e.Report = b.c.snapshot()
+		e.Report = b.c.report.snapshot()
 	}
 }
 
-// finish ends the call once (see call.end): the first of the stream's end,
-// Close and the end of the call's context stops the stream's timers, closes
-// its body and ends its attempt, whose record is the answer's or, after a
-// failure f, the failure's as classified.
+// finish ends the stream, and with it the call, once (see call.end): the
+// first of the stream's end, Close and the end of the call's context stops
+// the stream's timers, closes its body, ends its attempt, whose record is
+// the answer's or, after a failure f, the failure's as classified, and
+// then the call.
 func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
-	b.c.end(outcome, err, func() {
-		b.idleMu.Lock()
-		b.idleOff = true
-		if b.idleStop != nil {
-			b.idleStop()
-		}
-		b.idleMu.Unlock()
-		_ = b.rc.Close()
-		b.usageMu.Lock()
-		u := b.usage
-		b.usageMu.Unlock()
-		b.c.settleEnd(u)
-		b.c.trace.streamUsage(u, b.complete.Load())
-		if f == nil {
-			b.att.end(succeeded(b.res))
-			return
-		}
-		ar := failed(f, b.c.classify(*f))
+	c := b.c
+	if !c.ending.begin() {
+		return
+	}
+	defer c.ending.done()
+	b.idleMu.Lock()
+	b.idleOff = true
+	if b.idleStop != nil {
+		b.idleStop()
+	}
+	if b.stopWatch != nil {
+		b.stopWatch()
+	}
+	b.idleMu.Unlock()
+	_ = b.rc.Close()
+	b.usageMu.Lock()
+	u := b.usage
+	b.usageMu.Unlock()
+	b.att.settleEnd(u)
+	c.trace.streamUsage(u, b.complete.Load())
+	if f == nil {
+		b.att.end(succeeded(b.res))
+	} else {
+		ar := failed(f, c.d.classify(*f))
 		ar.StatusCode = b.res.StatusCode
 		if f.Err == nil {
 			ar.Err = err.Error() // an SSE error event: the error built from it
 		}
 		b.att.end(ar)
-	})
+	}
+	c.close(outcome)
+}
+
+// watch ends the stream when the call's context ends, between its caller's
+// reads (contextDone), from now until the stream's end.
+func (b *streamBody) watch() {
+	stop := context.AfterFunc(b.c.ctx, b.contextDone)
+	b.idleMu.Lock()
+	if b.idleOff {
+		stop() // the stream has ended already
+	} else {
+		b.stopWatch = stop
+	}
+	b.idleMu.Unlock()
 }
 
 // Close closes the body. Closed before the caller has the whole message,

@@ -1,0 +1,213 @@
+package damper
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// parseRoot parses the root package's files but its tests.
+func parseRoot(t *testing.T) map[string]*ast.File {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	files := make(map[string]*ast.File)
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = f
+	}
+	return files
+}
+
+// receiver is the name of the type a method's receiver expression names.
+func receiver(e ast.Expr) string {
+	for {
+		switch x := e.(type) {
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.IndexListExpr:
+			e = x.X
+		case *ast.Ident:
+			return x.Name
+		default:
+			return ""
+		}
+	}
+}
+
+// No type of the root package has more than 20 methods: a type that does
+// everything (as the call once did) is split into parts with one
+// responsibility each.
+func TestMethodsPerType(t *testing.T) {
+	count := make(map[string]int)
+	for _, f := range parseRoot(t) {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+				count[receiver(fd.Recv.List[0].Type)]++
+			}
+		}
+	}
+	if count["call"] == 0 {
+		t.Fatal("found no method of call: the test no longer reads the package")
+	}
+	for name, n := range count {
+		if n > 20 {
+			t.Errorf("type %s has %d methods, more than 20", name, n)
+		}
+	}
+}
+
+// Every write to a call's report is callReport's (report.go): the rest of
+// the engine hands it facts, and no statement elsewhere assigns to a field
+// of c.report.
+func TestReportWrittenInOnePlace(t *testing.T) {
+	throughReport := func(e ast.Expr) bool {
+		for {
+			switch x := e.(type) {
+			case *ast.SelectorExpr:
+				if x.Sel.Name == "report" {
+					return true
+				}
+				e = x.X
+			case *ast.IndexExpr:
+				e = x.X
+			case *ast.StarExpr:
+				e = x.X
+			case *ast.ParenExpr:
+				e = x.X
+			default:
+				return false
+			}
+		}
+	}
+	for name, f := range parseRoot(t) {
+		if name == "report.go" {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var lhs []ast.Expr
+			switch s := n.(type) {
+			case *ast.AssignStmt:
+				lhs = s.Lhs
+			case *ast.IncDecStmt:
+				lhs = []ast.Expr{s.X}
+			}
+			for _, e := range lhs {
+				// c.report itself (a whole Report) is not the call's.
+				if sel, ok := e.(*ast.SelectorExpr); ok && sel.Sel.Name == "report" {
+					continue
+				}
+				if throughReport(e) {
+					t.Errorf("%s writes the report in place: %s; hand callReport the fact instead", name, chain(e))
+				}
+			}
+			return true
+		})
+	}
+}
+
+// chain renders e, a selector chain, for a message.
+func chain(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.SelectorExpr:
+		return chain(x.X) + "." + x.Sel.Name
+	case *ast.IndexExpr:
+		return chain(x.X) + "[...]"
+	case *ast.StarExpr:
+		return "*" + chain(x.X)
+	case *ast.ParenExpr:
+		return "(" + chain(x.X) + ")"
+	case *ast.Ident:
+		return x.Name
+	}
+	return "?"
+}
+
+// The engine never calls back into an adapter: no engine file names what
+// the SDK adapter (sdk.go) or the proxy (proxy.go) declares. What is
+// particular to a client comes in the call's front.
+func TestEngineNamesNoAdapter(t *testing.T) {
+	files := parseRoot(t)
+	adapters := make(map[string]string) // name → its adapter's file
+	for _, name := range []string{"sdk.go", "proxy.go"} {
+		f := files[name]
+		if f == nil {
+			t.Fatalf("no %s", name)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					adapters[d.Name.Name] = name
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						adapters[s.Name.Name] = name
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							adapters[n.Name] = name
+						}
+					}
+				}
+			}
+		}
+	}
+	engine := []string{"call.go", "report.go", "request.go", "attempt.go", "answer.go", "stream.go", "race.go", "hedge.go", "gates.go", "fallback.go"}
+	for _, name := range engine {
+		f := files[name]
+		if f == nil {
+			t.Fatalf("no %s", name)
+		}
+		for _, id := range topLevelUses(f) {
+			if from, ok := adapters[id]; ok {
+				t.Errorf("%s names %s, declared by the adapter in %s", name, id, from)
+			}
+		}
+	}
+}
+
+// topLevelUses lists the identifiers f uses that may name a package-level
+// declaration: every identifier but a selector's field or method name, a
+// composite literal's key, and a field's or parameter's name.
+func topLevelUses(f *ast.File) []string {
+	skip := make(map[*ast.Ident]bool)
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.SelectorExpr:
+			skip[x.Sel] = true
+		case *ast.KeyValueExpr:
+			if id, ok := x.Key.(*ast.Ident); ok {
+				skip[id] = true
+			}
+		case *ast.Field:
+			for _, id := range x.Names {
+				skip[id] = true
+			}
+		}
+		return true
+	})
+	var uses []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && !skip[id] {
+			uses = append(uses, id.Name)
+		}
+		return true
+	})
+	return uses
+}
