@@ -22,7 +22,7 @@ func TestPolicyDefaults(t *testing.T) {
 		MaxAttempts: 3, PerAttemptTimeout: time.Minute, RetryBudgetRatio: 0.1,
 		RetryBudgetWindow: time.Minute, RetryBudgetMinTokens: 10, BackoffBase: time.Second,
 		BackoffMax: 30 * time.Second, MaxRetryAfter: time.Minute, PriceTable: damper.DefaultPriceTable(),
-		MaxHoldBack: damper.DefaultMaxHoldBack, MaxEventBytes: damper.DefaultMaxEventBytes,
+		MaxHoldBack: defaults.MaxHoldBack, MaxEventBytes: defaults.MaxEventBytes,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("defaults = %+v\nwant %+v", p, want)
@@ -134,9 +134,9 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 	if p := d.Policy(); !reflect.DeepEqual(*p.Breaker, wantB) || *p.Throttle != wantT {
 		t.Fatalf("Breaker %+v, Throttle %+v; want %+v, %+v", p.Breaker, p.Throttle, wantB, wantT)
 	}
-	if !reflect.DeepEqual(wantB, damper.BreakerPolicy{FailureRatio: damper.DefaultBreakerFailureRatio, MinAttempts: damper.DefaultBreakerMinAttempts,
-		Window: damper.DefaultBreakerWindow, OpenFor: damper.DefaultBreakerOpenFor, MaxOpenFor: damper.DefaultBreakerMaxOpenFor}) ||
-		wantT != (damper.ThrottlePolicy{MaxTokens: damper.DefaultThrottleMaxTokens, TokenRatio: damper.DefaultThrottleTokenRatio}) {
+	if !reflect.DeepEqual(wantB, damper.BreakerPolicy{FailureRatio: defaults.Breaker.FailureRatio, MinAttempts: defaults.Breaker.MinAttempts,
+		Window: defaults.Breaker.Window, OpenFor: defaults.Breaker.OpenFor, MaxOpenFor: defaults.Breaker.MaxOpenFor}) ||
+		wantT != (damper.ThrottlePolicy{MaxTokens: defaults.Throttle.MaxTokens, TokenRatio: defaults.Throttle.TokenRatio}) {
 		t.Error("the Default constants disagree with the documented defaults")
 	}
 
@@ -262,3 +262,14 @@ func siblings(n int) []string {
 	}
 	return s
 }
+
+// defaults is the zero Policy, with every part, as New fills it in: each
+// field's default as its declaration's tag gives it.
+var defaults = func() damper.Policy {
+	d, err := damper.New(damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{},
+		RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}, Fallback: &damper.FallbackPolicy{}})
+	if err != nil {
+		panic(err)
+	}
+	return d.Policy()
+}()
