@@ -121,7 +121,11 @@ func fill(v reflect.Value, a at, file *read) error {
 			return file.bad[fa.key]
 		}
 		switch f.kind {
-		case kindSkip, kindBool, kindString:
+		case kindSkip, kindBool:
+		case kindString:
+			if fv.String() == "" && f.def.IsValid() {
+				fv.Set(f.def)
+			}
 		case kindInline:
 			if err := fill(fv, a, file); err != nil {
 				return err
