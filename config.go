@@ -10,48 +10,6 @@ import (
 	"github.com/damper-ai/damper-go/internal/conf"
 )
 
-// A Policy file, JSON or YAML, holds the fields of a [Policy] under the
-// snake_case keys their declarations name (each field's `key` tag), and
-// its parts under theirs:
-//
-//	max_attempts: 3
-//	per_attempt_timeout: 45s
-//	retry_budget_ratio: 0      # explicitly zero: the budget never grows
-//	retry_budget_min_tokens: 20
-//	on_budget_exhausted: passthrough
-//	breaker:
-//	  failure_ratio: 0.5
-//	  open_for: 2s
-//	  max_open_for: 10s
-//	throttle: {}               # a throttle with its defaults
-//	rate_limit:
-//	  max_wait: 10s
-//	  priority: batch
-//	  limits:
-//	    claude-sonnet-4: {requests_per_minute: 4000}
-//
-// A key that is absent means the default, as a zero field of Policy does;
-// an absent breaker, throttle, rate_limit, hedge or fallback means none,
-// and {} one with its defaults. A value written 0 means zero: in the
-// fields that take [None] (retry_budget_ratio, retry_budget_min_tokens,
-// backoff_base, max_retry_after, rate_limit.max_wait) it becomes None, in
-// the fields where 0 already means something (max_retry_cost_usd and
-// stream_idle_timeout: off; the limits: learned; hedge.delay: a quantile)
-// it is 0, and in the others, where zero cannot be used, it is an error.
-// Durations are strings that [time.ParseDuration] reads ("30s", "1m30s";
-// the number 0 is zero too); on_budget_exhausted is "raise" or
-// "passthrough", priority "interactive" or "batch". null is not a value:
-// leave the key out.
-//
-// A file cannot hold the Classifier, the PriceTable or the breaker's
-// OnStateChange, which are code: set them on the Policy that the file
-// gives.
-//
-// Reading is strict: an unknown or repeated key, a value of the wrong type,
-// a bad duration or name, and a value the Policy cannot use are each a
-// [*ConfigError] naming the key's path, such as "breaker.open_for", and
-// the value.
-
 // ConfigError is a configuration that cannot be loaded: a document that
 // is not JSON or YAML, or a key or value of a Policy file that is wrong.
 type ConfigError struct {
@@ -97,10 +55,52 @@ func configError(err error) error {
 	return &ConfigError{Err: err}
 }
 
-// ParsePolicyJSON returns the Policy of a JSON document (see [Policy] for
-// the keys), with the zero value in every field whose key is absent, as
-// [New] expects. null is the zero Policy. It checks the values as New
-// does; its error is a [*ConfigError].
+// ParsePolicyJSON returns the Policy of a JSON document, with the zero
+// value in every field whose key is absent, as [New] expects. null is the
+// zero Policy. It checks the values as New does; its error is a
+// [*ConfigError].
+//
+// A Policy file, JSON or YAML, holds the fields of a [Policy] under the
+// snake_case keys their declarations name (each field's `key` tag), and
+// its parts under theirs:
+//
+//	max_attempts: 3
+//	per_attempt_timeout: 45s
+//	retry_budget_ratio: 0      # explicitly zero: the budget never grows
+//	retry_budget_min_tokens: 20
+//	on_budget_exhausted: passthrough
+//	breaker:
+//	  failure_ratio: 0.5
+//	  open_for: 2s
+//	  max_open_for: 10s
+//	throttle: {}               # a throttle with its defaults
+//	rate_limit:
+//	  max_wait: 10s
+//	  priority: batch
+//	  limits:
+//	    claude-sonnet-4: {requests_per_minute: 4000}
+//
+// A key that is absent means the default, as a zero field of Policy does;
+// an absent breaker, throttle, rate_limit, hedge or fallback means none,
+// and {} one with its defaults. A value written 0 means zero: in the
+// fields that take [None] (retry_budget_ratio, retry_budget_min_tokens,
+// backoff_base, max_retry_after, rate_limit.max_wait) it becomes None, in
+// the fields where 0 already means something (max_retry_cost_usd and
+// stream_idle_timeout: off; the limits: learned; hedge.delay: a quantile)
+// it is 0, and in the others, where zero cannot be used, it is an error.
+// Durations are strings that [time.ParseDuration] reads ("30s", "1m30s";
+// the number 0 is zero too); on_budget_exhausted is "raise" or
+// "passthrough", priority "interactive" or "batch". null is not a value:
+// leave the key out.
+//
+// A file cannot hold the Classifier, the PriceTable or the breaker's
+// OnStateChange, which are code: set them on the Policy that the file
+// gives.
+//
+// Reading is strict: an unknown or repeated key, a value of the wrong type,
+// a bad duration or name, and a value the Policy cannot use are each a
+// [*ConfigError] naming the key's path, such as "breaker.open_for", and
+// the value.
 func ParsePolicyJSON(data []byte) (Policy, error) {
 	var p Policy
 	if err := conf.DecodeJSON(data, &p); err != nil {

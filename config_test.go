@@ -75,7 +75,7 @@ func roundTripPolicies() map[string]damper.Policy {
 	}
 }
 
-func TestPolicyConfigRoundTrip(t *testing.T) {
+func TestPolicyFileRoundTrip(t *testing.T) {
 	for name, p := range roundTripPolicies() {
 		t.Run(name, func(t *testing.T) {
 			if _, err := damper.New(p); err != nil {
@@ -108,9 +108,9 @@ func TestPolicyConfigRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigWrites: None is written 0, a default is left out, and
+// TestPolicyFileWrites: None is written 0, a default is left out, and
 // durations are strings.
-func TestPolicyConfigWrites(t *testing.T) {
+func TestPolicyFileWrites(t *testing.T) {
 	js, err := json.Marshal((damper.Policy{
 		RetryBudgetRatio: damper.None, BackoffBase: damper.None, MaxAttempts: 4, BackoffMax: 90 * time.Second,
 		Breaker: &damper.BreakerPolicy{}, RateLimit: &damper.RateLimitPolicy{Priority: damper.Batch},
@@ -222,9 +222,9 @@ func TestParsePolicyExample(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigZeroAndAbsent: an absent key is the default, a written 0
+// TestPolicyFileZeroAndAbsent: an absent key is the default, a written 0
 // is zero, and {} is a sub-policy with its defaults.
-func TestPolicyConfigZeroAndAbsent(t *testing.T) {
+func TestPolicyFileZeroAndAbsent(t *testing.T) {
 	tests := []struct {
 		doc  string
 		want damper.Policy
@@ -261,9 +261,9 @@ func TestPolicyConfigZeroAndAbsent(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigErrors: every error names the key's path and the value
+// TestPolicyFileErrors: every error names the key's path and the value
 // as written, in JSON and in YAML alike.
-func TestPolicyConfigErrors(t *testing.T) {
+func TestPolicyFileErrors(t *testing.T) {
 	tests := []struct {
 		doc  string // JSON, and so YAML too
 		path string // the ConfigError's Path
@@ -373,9 +373,9 @@ func TestPolicyConfigErrors(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigDocumentErrors: documents that are not JSON, or not
+// TestPolicyFileDocumentErrors: documents that are not JSON, or not
 // YAML, or repeat a key.
-func TestPolicyConfigDocumentErrors(t *testing.T) {
+func TestPolicyFileDocumentErrors(t *testing.T) {
 	tests := []struct {
 		parse func([]byte) (damper.Policy, error)
 		doc   string
@@ -423,9 +423,9 @@ func TestPolicyYAMLRepeatedKey(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigUnmarshalFails: json.Unmarshal of a bad document leaves
+// TestPolicyFileUnmarshalFails: json.Unmarshal of a bad document leaves
 // the Policy as it was.
-func TestPolicyConfigUnmarshalFails(t *testing.T) {
+func TestPolicyFileUnmarshalFails(t *testing.T) {
 	p := damper.RecommendedPolicy()
 	p.MaxAttempts, p.Breaker.OpenFor = 5, 3*time.Second
 	before, _ := json.Marshal(p)
@@ -440,9 +440,9 @@ func TestPolicyConfigUnmarshalFails(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigEmbedded: a larger configuration file, such as the
+// TestPolicyFileEmbedded: a larger configuration file, such as the
 // proxy's, holds a Policy as one of its fields.
-func TestPolicyConfigEmbedded(t *testing.T) {
+func TestPolicyFileEmbedded(t *testing.T) {
 	type proxyConfig struct {
 		Listen string        `json:"listen"`
 		Policy damper.Policy `json:"policy"`

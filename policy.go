@@ -14,8 +14,13 @@ import (
 // zero value of every field means the default written beside it, and [New]
 // validates it and copies it, so changing a Policy after New has no effect.
 // A field whose zero would otherwise be hidden by its default takes [None]
-// for an explicit zero; its documentation says so. [PolicyConfig] loads a
-// Policy from a JSON or YAML file.
+// for an explicit zero; its documentation says so.
+//
+// Each field is declared once: its tags give its key in a JSON or YAML
+// file, its default and its bounds, from which New fills it in and checks
+// it, and [ParsePolicyYAML], [ParsePolicyJSON] and [LoadPolicyFile] read a
+// file (see ParsePolicyJSON for the format) and [Policy.MarshalJSON]
+// writes one. Fields a file cannot hold, which are code, are tagged out.
 type Policy struct {
 	// MaxAttempts is the number of provider attempts per logical request,
 	// the first one included. Default 3; 1 turns retries off; at most 100.
