@@ -219,7 +219,9 @@ func (s *schema) place(fe *FieldError, a at, file *read) *FieldError {
 	}
 	key := name
 	why := fe.Why
-	for _, f := range s.fields {
+	byLength := slices.Clone(s.fields) // "MaxOpenFor (" before "OpenFor ("
+	slices.SortFunc(byLength, func(a, b *field) int { return len(b.name) - len(a.name) })
+	for _, f := range byLength {
 		if f.name == name {
 			key = f.key
 		}
