@@ -556,7 +556,7 @@ func TestAttemptInTheCallersContext(t *testing.T) {
 		client := memClient(newDamper(t, damper.Policy{}), srv)
 		var rep damper.Report
 		msg, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5"),
-			option.WithRequestTimeout(damper.DefaultPerAttemptTimeout/2), damper.ReportInto(&rep))
+			option.WithRequestTimeout(defaults.PerAttemptTimeout/2), damper.ReportInto(&rep))
 		if err != nil || msg.ID != "msg_ok" || rep.Attempts != 3 || rep.Outcome != damper.OutcomeSuccess {
 			t.Fatalf("message %v, err %v, report %+v; want the answer on the third attempt", msg, err, rep)
 		}
@@ -589,7 +589,7 @@ func TestAttemptInTheCallersContextWithAMiddlewareAfter(t *testing.T) {
 		client := anthropic.NewClient(newDamper(t, damper.Policy{}).Option(), rewriter,
 			option.WithBaseURL("http://api.invalid"), option.WithAPIKey("test-key"),
 			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv)}),
-			option.WithRequestTimeout(damper.DefaultPerAttemptTimeout/2))
+			option.WithRequestTimeout(defaults.PerAttemptTimeout/2))
 		if _, err := client.Messages.New(context.Background(), params("claude-sonnet-4-5")); err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func BenchmarkSuccessfulCallMemory(b *testing.B) {
 // request timeout shorter than Damper's per-attempt timeout, which then
 // bounds every attempt.
 func BenchmarkSuccessfulCallPaired(b *testing.B) {
-	timeout := option.WithRequestTimeout(damper.DefaultPerAttemptTimeout / 2)
+	timeout := option.WithRequestTimeout(defaults.PerAttemptTimeout / 2)
 	cases := []struct {
 		name     string
 		inMemory bool
@@ -151,7 +151,7 @@ func BenchmarkSuccessfulCallPaired(b *testing.B) {
 // iterations.
 func BenchmarkSuccessfulCallFloor(b *testing.B) {
 	floor := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(damper.DefaultPerAttemptTimeout))
+		ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(defaults.PerAttemptTimeout))
 		defer cancel()
 		res, err := next(req.WithContext(ctx))
 		if err != nil {

@@ -3,7 +3,6 @@ package damper
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/damper-ai/damper-go/internal/breaker"
@@ -19,35 +18,27 @@ import (
 // each field; a nil *BreakerPolicy in a Policy means no breaker.
 type BreakerPolicy struct {
 	// FailureRatio is the share of failed attempts, among those with a
-	// verdict in Window, at which the breaker opens. Default 0.5.
-	FailureRatio float64
+	// verdict in Window, at which the breaker opens. Default 0.5; above 0,
+	// at most 1.
+	FailureRatio float64 `key:"failure_ratio" default:"0.5" in:"(0,1]" unit:"a share"`
 	// MinAttempts is the fewest attempts with a verdict in Window for the
-	// breaker to open. Default 20; at most 1,000,000.
-	MinAttempts int
+	// breaker to open. Default 20; at least 1, at most 1,000,000.
+	MinAttempts int `key:"min_attempts" default:"20" min:"1" max:"1000000"`
 	// Window is how far back the closed breaker counts. Default 30 s; at
-	// most 24 h.
-	Window time.Duration
+	// least 30 ns, at most 24 h.
+	Window time.Duration `key:"window" default:"30s" min:">0" max:"24h"`
 	// OpenFor is how long an open breaker refuses every attempt before it
 	// admits a probe. Default 30 s; at most 24 h.
-	OpenFor time.Duration
+	OpenFor time.Duration `key:"open_for" default:"30s" min:">0" max:"24h"`
 	// MaxOpenFor caps the open period, which each failed probe doubles.
-	// Default 300 s; at most 24 h.
-	MaxOpenFor time.Duration
+	// Default 300 s; at least OpenFor, at most 24 h.
+	MaxOpenFor time.Duration `key:"max_open_for" default:"300s" min:">0" max:"24h"`
 	// OnStateChange, when set, hears every change of state, in order and
 	// one at a time, with no lock held: it may call back into the Damper.
 	// It runs on the goroutine of the call that caused the change, so it
 	// should be quick.
-	OnStateChange func(CircuitChange)
+	OnStateChange func(CircuitChange) `key:"-"` // code
 }
-
-// Defaults of the BreakerPolicy fields.
-const (
-	DefaultBreakerFailureRatio = 0.5
-	DefaultBreakerMinAttempts  = 20
-	DefaultBreakerWindow       = 30 * time.Second
-	DefaultBreakerOpenFor      = 30 * time.Second
-	DefaultBreakerMaxOpenFor   = 300 * time.Second
-)
 
 // CircuitState is the state of a circuit breaker. The zero value means
 // that no breaker is configured.
@@ -83,41 +74,17 @@ type CircuitChange struct {
 
 // withDefaults returns a copy of p with every zero field set to its
 // default, or an error naming the first field that cannot be used.
-func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) {
-	switch {
-	case math.IsNaN(p.FailureRatio) || p.FailureRatio < 0 || p.FailureRatio > 1:
-		return nil, fieldError("Breaker.FailureRatio", p.FailureRatio, "must be a share in (0, 1] (0 means the default, 0.5)")
-	case p.MinAttempts < 0:
-		return nil, fieldError("Breaker.MinAttempts", p.MinAttempts, "must be at least 1 (0 means the default, 20)")
-	case p.Window < 0:
-		return nil, fieldError("Breaker.Window", p.Window, "must be positive (0 means the default, 30s)")
-	case p.OpenFor < 0:
-		return nil, fieldError("Breaker.OpenFor", p.OpenFor, "must be positive (0 means the default, 30s)")
-	case p.MaxOpenFor < 0:
-		return nil, fieldError("Breaker.MaxOpenFor", p.MaxOpenFor, "must be positive (0 means the default, 5m0s)")
-	case p.MinAttempts > maxCount:
-		return nil, atMost("Breaker.MinAttempts", p.MinAttempts, maxCount)
-	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"Breaker.Window", p.Window}, {"Breaker.OpenFor", p.OpenFor}, {"Breaker.MaxOpenFor", p.MaxOpenFor}} {
-		if err := atMostDuration(f.name, f.d); err != nil {
-			return nil, err
-		}
-	}
-	p.FailureRatio = orDefault(p.FailureRatio, DefaultBreakerFailureRatio)
-	p.MinAttempts = orDefault(p.MinAttempts, DefaultBreakerMinAttempts)
-	p.Window = orDefault(p.Window, DefaultBreakerWindow)
-	p.OpenFor = orDefault(p.OpenFor, DefaultBreakerOpenFor)
-	p.MaxOpenFor = orDefault(p.MaxOpenFor, DefaultBreakerMaxOpenFor)
+func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) { return filledPart(p, "Breaker") }
+
+// check is what the tags of BreakerPolicy cannot say.
+func (p *BreakerPolicy) check(BreakerPolicy) error {
 	if p.Window < breaker.Buckets {
-		return nil, fieldError("Breaker.Window", p.Window, fmt.Sprintf("must be at least %v", time.Duration(breaker.Buckets)))
+		return fieldError("Window", p.Window, fmt.Sprintf("must be at least %v", time.Duration(breaker.Buckets)))
 	}
 	if p.MaxOpenFor < p.OpenFor {
-		return nil, fieldError("Breaker.MaxOpenFor", p.MaxOpenFor, fmt.Sprintf("must not be shorter than OpenFor (%v)", p.OpenFor))
+		return fieldError("MaxOpenFor", p.MaxOpenFor, fmt.Sprintf("must not be shorter than OpenFor (%v)", p.OpenFor))
 	}
-	return &p, nil
+	return nil
 }
 
 // circuitGate is the breaker as the engine sees it: a gate before every

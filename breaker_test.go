@@ -289,7 +289,7 @@ func TestBreakerTripsAtRatioAndMinimum(t *testing.T) {
 				step := dampertest.OK()
 				switch c {
 				case 'W':
-					r.clk.Advance(damper.DefaultBreakerWindow)
+					r.clk.Advance(defaults.Breaker.Window)
 					continue
 				case 'F':
 					step = dampertest.Status(529)
@@ -407,7 +407,7 @@ func TestBreakerIgnoresCallerFailures(t *testing.T) {
 			// open it; as failures, it would have opened long ago.
 			rep, err := r.call(t, context.Background(), dampertest.Status(529))
 			wantSent(t, rep, err, closed, false, "overloaded")
-			r.checkChanges(t, change(closed, open, r.clk.Now(), r.clk.Now().Add(damper.DefaultBreakerOpenFor)))
+			r.checkChanges(t, change(closed, open, r.clk.Now(), r.clk.Now().Add(defaults.Breaker.OpenFor)))
 		})
 	}
 }
@@ -618,7 +618,7 @@ func TestBreakerOnStateChangeCallsBack(t *testing.T) {
 	}
 	wantRefused(t, calls[0].err, t0, open, t0.Add(10*time.Second))
 	// Half-open, the place is the probe's, whose call caused the change.
-	wantRefused(t, calls[1].err, t1, halfOpen, t1.Add(damper.DefaultPerAttemptTimeout))
+	wantRefused(t, calls[1].err, t1, halfOpen, t1.Add(defaults.PerAttemptTimeout))
 	wantSent(t, calls[2].rep, calls[2].err, closed, false, "")
 	if n := r.srv.Count(""); n != 4 {
 		t.Errorf("server got %d requests, want 4", n)

@@ -75,26 +75,17 @@ func roundTripPolicies() map[string]damper.Policy {
 	}
 }
 
-func TestPolicyConfigRoundTrip(t *testing.T) {
+func TestPolicyFileRoundTrip(t *testing.T) {
 	for name, p := range roundTripPolicies() {
 		t.Run(name, func(t *testing.T) {
 			if _, err := damper.New(p); err != nil {
 				t.Fatalf("the policy itself is not valid: %v", err)
 			}
-			c := damper.NewPolicyConfig(p)
-			got, err := c.Policy()
-			if err != nil {
-				t.Fatalf("config.Policy(): %v", err)
-			}
-			if !reflect.DeepEqual(got, p) {
-				t.Fatalf("Policy → config → Policy:\n got %+v\nwant %+v", got, p)
-			}
-
-			js, err := json.Marshal(c)
+			js, err := json.Marshal(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err = damper.ParsePolicyJSON(js)
+			got, err := damper.ParsePolicyJSON(js)
 			if err != nil {
 				t.Fatalf("ParsePolicyJSON(%s): %v", js, err)
 			}
@@ -102,7 +93,7 @@ func TestPolicyConfigRoundTrip(t *testing.T) {
 				t.Fatalf("through JSON %s:\n got %+v\nwant %+v", js, got, p)
 			}
 
-			ys, err := yaml.Marshal(c)
+			ys, err := yaml.Marshal(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,10 +108,10 @@ func TestPolicyConfigRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigWrites: None is written 0, a default is left out, and
+// TestPolicyFileWrites: None is written 0, a default is left out, and
 // durations are strings.
-func TestPolicyConfigWrites(t *testing.T) {
-	js, err := json.Marshal(damper.NewPolicyConfig(damper.Policy{
+func TestPolicyFileWrites(t *testing.T) {
+	js, err := json.Marshal((damper.Policy{
 		RetryBudgetRatio: damper.None, BackoffBase: damper.None, MaxAttempts: 4, BackoffMax: 90 * time.Second,
 		Breaker: &damper.BreakerPolicy{}, RateLimit: &damper.RateLimitPolicy{Priority: damper.Batch},
 	}))
@@ -132,12 +123,15 @@ func TestPolicyConfigWrites(t *testing.T) {
 		t.Errorf("JSON = %s\nwant   %s", js, want)
 	}
 	// What a file cannot hold is left out.
-	c := damper.NewPolicyConfig(damper.Policy{
+	js, err = json.Marshal(damper.Policy{
 		PriceTable: damper.DefaultPriceTable(),
 		Classifier: func(_ damper.Failure, c damper.Classification) damper.Classification { return c },
 		Breaker:    &damper.BreakerPolicy{OnStateChange: func(damper.CircuitChange) {}},
 	})
-	p, err := c.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := damper.ParsePolicyJSON(js)
 	if err != nil || p.PriceTable != nil || p.Classifier != nil || p.Breaker == nil || p.Breaker.OnStateChange != nil {
 		t.Errorf("Policy() = %+v, %v; want the breaker alone", p, err)
 	}
@@ -194,9 +188,9 @@ func examplePolicy() damper.Policy {
 	}
 }
 
-// TestPolicyConfigZeroAndAbsent: an absent key is the default, a written 0
+// TestPolicyFileZeroAndAbsent: an absent key is the default, a written 0
 // is zero, and {} is a sub-policy with its defaults.
-func TestPolicyConfigZeroAndAbsent(t *testing.T) {
+func TestPolicyFileZeroAndAbsent(t *testing.T) {
 	tests := []struct {
 		doc  string
 		want damper.Policy
@@ -233,9 +227,9 @@ func TestPolicyConfigZeroAndAbsent(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigErrors: every error names the key's path and the value
+// TestPolicyFileErrors: every error names the key's path and the value
 // as written, in JSON and in YAML alike.
-func TestPolicyConfigErrors(t *testing.T) {
+func TestPolicyFileErrors(t *testing.T) {
 	tests := []struct {
 		doc  string // JSON, and so YAML too
 		path string // the ConfigError's Path
@@ -345,9 +339,9 @@ func TestPolicyConfigErrors(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigDocumentErrors: documents that are not JSON, or not
+// TestPolicyFileDocumentErrors: documents that are not JSON, or not
 // YAML, or repeat a key.
-func TestPolicyConfigDocumentErrors(t *testing.T) {
+func TestPolicyFileDocumentErrors(t *testing.T) {
 	tests := []struct {
 		parse func([]byte) (damper.Policy, error)
 		doc   string
@@ -395,56 +389,42 @@ func TestPolicyYAMLRepeatedKey(t *testing.T) {
 	}
 }
 
-// TestPolicyConfigOverrides: a document sets only its keys over a
-// PolicyConfig filled in from code, and changes nothing when it fails.
-func TestPolicyConfigOverrides(t *testing.T) {
-	c := damper.NewPolicyConfig(damper.RecommendedPolicy())
-	if err := json.Unmarshal([]byte(`{"max_attempts": 5, "breaker": {"open_for": "3s"}}`), &c); err != nil {
-		t.Fatal(err)
+// TestPolicyFileUnmarshalFails: json.Unmarshal of a bad document leaves
+// the Policy as it was.
+func TestPolicyFileUnmarshalFails(t *testing.T) {
+	p := damper.RecommendedPolicy()
+	p.MaxAttempts, p.Breaker.OpenFor = 5, 3*time.Second
+	before, _ := json.Marshal(p)
+	breaker := p.Breaker
+	err := json.Unmarshal([]byte(`{"max_attempts": 6, "breaker": {"open_for": "4s", "max_open_for": true}}`), &p)
+	var ce *damper.ConfigError
+	if !errors.As(err, &ce) || ce.Path != "breaker.max_open_for" {
+		t.Fatalf("error %v, want a *ConfigError for breaker.max_open_for", err)
 	}
-	p, err := c.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := damper.RecommendedPolicy()
-	want.MaxAttempts, want.Breaker.OpenFor = 5, 3*time.Second
-	if !reflect.DeepEqual(p, want) {
-		t.Fatalf("overridden:\n got %+v\nwant %+v", p, want)
-	}
-
-	before, _ := json.Marshal(c)
-	breaker := c.Breaker
-	err = json.Unmarshal([]byte(`{"max_attempts": 6, "breaker": {"open_for": "4s", "max_open_for": true}}`), &c)
-	if err == nil {
-		t.Fatal("a bad document was accepted")
-	}
-	if after, _ := json.Marshal(c); string(after) != string(before) || c.Breaker != breaker || *breaker.OpenFor != damper.Duration(3*time.Second) {
-		t.Fatalf("a failed decoding changed the config: %s, was %s", after, before)
+	if after, _ := json.Marshal(p); string(after) != string(before) || p.Breaker != breaker || breaker.OpenFor != 3*time.Second {
+		t.Fatalf("a failed decoding changed the policy: %s, was %s", after, before)
 	}
 }
 
-// TestPolicyConfigEmbedded: a larger configuration file, such as the
-// proxy's, holds a PolicyConfig as one of its fields.
-func TestPolicyConfigEmbedded(t *testing.T) {
+// TestPolicyFileEmbedded: a larger configuration file, such as the
+// proxy's, holds a Policy as one of its fields.
+func TestPolicyFileEmbedded(t *testing.T) {
 	type proxyConfig struct {
-		Listen string              `json:"listen"`
-		Policy damper.PolicyConfig `json:"policy"`
+		Listen string        `json:"listen"`
+		Policy damper.Policy `json:"policy"`
 	}
 	var pc proxyConfig
 	doc := "listen: :8080\npolicy:\n  max_attempts: 2\n  retry_budget_min_tokens: 0\n  throttle: {}\n"
 	if err := yaml.UnmarshalStrict([]byte(doc), &pc); err != nil {
 		t.Fatal(err)
 	}
-	p, err := pc.Policy.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := pc.Policy
 	want := damper.Policy{MaxAttempts: 2, RetryBudgetMinTokens: damper.None, Throttle: &damper.ThrottlePolicy{}}
 	if pc.Listen != ":8080" || !reflect.DeepEqual(p, want) {
 		t.Fatalf("got %q, %+v; want :8080, %+v", pc.Listen, p, want)
 	}
 
-	err = yaml.UnmarshalStrict([]byte("listen: :8080\npolicy:\n  breaker: {window: 1}\n"), &pc)
+	err := yaml.UnmarshalStrict([]byte("listen: :8080\npolicy:\n  breaker: {window: 1}\n"), &pc)
 	var ce *damper.ConfigError
 	if !errors.As(err, &ce) || ce.Path != "breaker.window" {
 		t.Fatalf("error %v, want a *ConfigError for breaker.window", err)
@@ -489,19 +469,21 @@ func TestLoadPolicyFile(t *testing.T) {
 	}
 }
 
-func TestDurationJSON(t *testing.T) {
-	var d damper.Duration
+// TestPolicyFileDurations: a duration is a string with its unit, or the
+// number 0.
+func TestPolicyFileDurations(t *testing.T) {
 	for in, want := range map[string]time.Duration{`"1m30s"`: 90 * time.Second, `0`: 0, `"0"`: 0, `"250ms"`: 250 * time.Millisecond} {
-		if err := json.Unmarshal([]byte(in), &d); err != nil || time.Duration(d) != want {
-			t.Errorf("%s: %v, %v; want %v", in, d, err, want)
+		p, err := damper.ParsePolicyJSON([]byte(`{"stream_idle_timeout": ` + in + `}`))
+		if err != nil || p.StreamIdleTimeout != want {
+			t.Errorf("%s: %v, %v; want %v", in, p.StreamIdleTimeout, err, want)
 		}
 	}
 	for _, in := range []string{`30`, `"3x"`, `{}`} {
-		if err := json.Unmarshal([]byte(in), &d); err == nil {
-			t.Errorf("%s: accepted as %v", in, d)
+		if p, err := damper.ParsePolicyJSON([]byte(`{"stream_idle_timeout": ` + in + `}`)); err == nil {
+			t.Errorf("%s: accepted as %v", in, p.StreamIdleTimeout)
 		}
 	}
-	if js, _ := json.Marshal(damper.Duration(90 * time.Second)); string(js) != `"1m30s"` {
+	if js, _ := json.Marshal(damper.Policy{StreamIdleTimeout: 90 * time.Second}); string(js) != `{"stream_idle_timeout":"1m30s"}` {
 		t.Errorf("Marshal = %s", js)
 	}
 }
@@ -514,7 +496,7 @@ func TestPolicyNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := d.Policy()
-	if p.RetryBudgetRatio != 0 || p.RetryBudgetMinTokens != 0 || p.BackoffBase != 0 || p.MaxRetryAfter != 0 || p.BackoffMax != damper.DefaultBackoffMax {
+	if p.RetryBudgetRatio != 0 || p.RetryBudgetMinTokens != 0 || p.BackoffBase != 0 || p.MaxRetryAfter != 0 || p.BackoffMax != defaults.BackoffMax {
 		t.Errorf("filled in: %+v", p)
 	}
 	tests := []struct {
@@ -648,7 +630,7 @@ breaker:
 
 // FuzzParsePolicy: the parsers never panic, fail only with a ConfigError,
 // and a document they accept is a valid Policy that survives the round
-// trip through a PolicyConfig, JSON and YAML.
+// trip through JSON and YAML.
 func FuzzParsePolicy(f *testing.F) {
 	f.Add([]byte(exampleYAML))
 	f.Add([]byte(exampleJSON))
@@ -658,7 +640,7 @@ func FuzzParsePolicy(f *testing.F) {
 	f.Add([]byte("max_attempts: 1\nmax_attempts: 2\n"))
 	f.Add([]byte("rate_limit: {limits: {'': {}}}"))
 	for _, p := range roundTripPolicies() {
-		js, _ := json.Marshal(damper.NewPolicyConfig(p))
+		js, _ := json.Marshal(p)
 		f.Add(js)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -674,18 +656,14 @@ func FuzzParsePolicy(f *testing.F) {
 			if _, err := damper.New(p); err != nil {
 				t.Fatalf("%s: accepted %+v, which New rejects: %v", name, p, err)
 			}
-			c := damper.NewPolicyConfig(p)
-			if got, err := c.Policy(); err != nil || !reflect.DeepEqual(got, p) {
-				t.Fatalf("%s: Policy → config → Policy: %+v, %v; want %+v", name, got, err, p)
-			}
-			js, err := json.Marshal(c)
+			js, err := json.Marshal(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got, err := damper.ParsePolicyJSON(js); err != nil || !reflect.DeepEqual(got, p) {
 				t.Fatalf("%s: through JSON %s: %+v, %v; want %+v", name, js, got, err, p)
 			}
-			ys, err := yaml.Marshal(c)
+			ys, err := yaml.Marshal(p)
 			if err != nil {
 				t.Fatal(err)
 			}

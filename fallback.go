@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // Fallback: a call's routes, each a backend and a model, and when the call
@@ -41,35 +43,34 @@ type FallbackPolicy struct {
 	// OnSpendLimit moves a call on a spend-limit 429 (the organisation's
 	// or the contract's limit reached), which is final on its backend;
 	// a Bedrock or Vertex account has billing of its own.
-	OnSpendLimit bool
+	OnSpendLimit bool `key:"on_spend_limit"`
 	// Models lists, per model as the caller names it, the sibling models
 	// to fall back to, in order, once every backend has been tried with
 	// the model itself: {"claude-opus-4-5": {"claude-sonnet-4-5"}}. Each
 	// sibling is priced by Policy.PriceTable for the cost ceiling. At most
 	// 1,000 models, 16 siblings per model, and 256 bytes of UTF-8 a name.
-	Models map[string][]string
+	Models map[string][]string `key:"models" max:"1000" unit:"models"`
 }
 
-func (p *FallbackPolicy) check() error {
-	if len(p.Models) > maxFallbackModels {
-		return fieldError("Fallback.Models", fmt.Sprintf("%d models", len(p.Models)), fmt.Sprintf("must be at most %d", maxFallbackModels))
-	}
+// check is what the tags of FallbackPolicy cannot say: the models' names
+// and their siblings.
+func (p *FallbackPolicy) check(FallbackPolicy) error {
 	for model, siblings := range p.Models {
 		if model == "" {
-			return fieldError("Fallback.Models", model, "a model name is required")
+			return fieldError("Models", model, "a model name is required")
 		}
 		if !boundedName(model) {
-			return fieldError("Fallback.Models", quoteKey(model), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
+			return fieldError("Models", conf.Text(quoteKey(model)), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
 		}
 		if len(siblings) > maxFallbackSiblings { // each is a route on every backend
-			return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), fmt.Sprintf("%d siblings", len(siblings)), fmt.Sprintf("must be at most %d", maxFallbackSiblings))
+			return fieldError(fmt.Sprintf("Models[%q]", model), conf.Text(fmt.Sprintf("%d siblings", len(siblings))), fmt.Sprintf("must be at most %d", maxFallbackSiblings))
 		}
 		for _, s := range siblings {
 			if s == "" || s == model {
-				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), siblings, "siblings must be other, non-empty model names")
+				return fieldError(fmt.Sprintf("Models[%q]", model), siblings, "siblings must be other, non-empty model names")
 			}
 			if !boundedName(s) {
-				return fieldError(fmt.Sprintf("Fallback.Models[%q]", model), quoteKey(s), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
+				return fieldError(fmt.Sprintf("Models[%q]", model), conf.Text(quoteKey(s)), fmt.Sprintf("a model name is at most %d bytes of UTF-8", maxModelID))
 			}
 		}
 	}

@@ -41,33 +41,28 @@ import (
 // *HedgePolicy in a Policy means no hedging.
 type HedgePolicy struct {
 	// Delay, when set, is a fixed delay before the hedge; at most 24 h.
-	Delay time.Duration
+	// Zero: a quantile of recent attempts.
+	Delay time.Duration `key:"delay" min:">0" max:"24h" zero:"a quantile of recent attempts"`
 	// Quantile is the quantile of recent attempts' time to answer (a plain
 	// call) or to first content (a stream) after which a hedge leaves, in
 	// (0, 1). Default 0.95. Not used with Delay.
-	Quantile float64
+	Quantile float64 `key:"quantile" default:"0.95" in:"(0,1)"`
 	// MinDelay is the least delay a Quantile gives: at least this long is
 	// waited before a hedge. Default 0; at most 24 h.
-	MinDelay time.Duration
+	MinDelay time.Duration `key:"min_delay" min:"0" max:"24h"`
 	// Window is the number of recent attempts kept per limit group, plain
-	// calls and streams apart, for the Quantile. Default 200; at most
-	// 10,000.
-	Window int
+	// calls and streams apart, for the Quantile. Default 200; at least 1,
+	// at most 10,000 (each window is allocated whole).
+	Window int `key:"window" default:"200" min:"1" max:"10000"`
 	// MinSamples is the number of attempts a Quantile needs before it is
-	// used: until then no call is hedged. Default 20; at most Window.
-	MinSamples int
+	// used: until then no call is hedged. Default 20, or Window when it
+	// is smaller; at least 1, at most Window.
+	MinSamples int `key:"min_samples" default:"20" min:"1"`
 	// OnlyWhenAsked hedges only the calls whose context asks for it (see
 	// [ContextWithHedging]); by default every call is hedged but those
 	// whose context declines.
-	OnlyWhenAsked bool
+	OnlyWhenAsked bool `key:"only_when_asked"`
 }
-
-// Defaults of the HedgePolicy fields.
-const (
-	DefaultHedgeQuantile   = 0.95
-	DefaultHedgeWindow     = 200
-	DefaultHedgeMinSamples = 20
-)
 
 // hedgingKey marks a context asking for hedging, or declining it.
 type hedgingKey struct{}
@@ -80,36 +75,16 @@ func ContextWithHedging(ctx context.Context, on bool) context.Context {
 	return context.WithValue(ctx, hedgingKey{}, on)
 }
 
-// withDefaults returns a copy of p with every zero field set to its
-// default, or an error naming the first field that cannot be used.
-func (p HedgePolicy) withDefaults() (*HedgePolicy, error) {
-	switch {
-	case p.Delay < 0:
-		return nil, fieldError("Hedge.Delay", p.Delay, "must be positive (0 means a quantile of recent attempts)")
-	case math.IsNaN(p.Quantile) || p.Quantile < 0 || p.Quantile >= 1:
-		return nil, fieldError("Hedge.Quantile", p.Quantile, "must be in (0, 1) (0 means the default, 0.95)")
-	case p.MinDelay < 0:
-		return nil, fieldError("Hedge.MinDelay", p.MinDelay, "must be at least 0")
-	case p.Window < 0:
-		return nil, fieldError("Hedge.Window", p.Window, "must be at least 1 (0 means the default, 200)")
-	case p.MinSamples < 0:
-		return nil, fieldError("Hedge.MinSamples", p.MinSamples, "must be at least 1 (0 means the default, 20)")
-	case p.Window > maxHedgeWindow: // each window is allocated whole
-		return nil, atMost("Hedge.Window", p.Window, maxHedgeWindow)
+// check is what the tags of HedgePolicy cannot say: MinSamples is at
+// most Window, and so is its default.
+func (p *HedgePolicy) check(given HedgePolicy) error {
+	if given.MinSamples == 0 {
+		p.MinSamples = min(p.MinSamples, p.Window)
 	}
-	if err := atMostDuration("Hedge.Delay", p.Delay); err != nil {
-		return nil, err
-	}
-	if err := atMostDuration("Hedge.MinDelay", p.MinDelay); err != nil {
-		return nil, err
-	}
-	p.Quantile = orDefault(p.Quantile, DefaultHedgeQuantile)
-	p.Window = orDefault(p.Window, DefaultHedgeWindow)
-	p.MinSamples = orDefault(p.MinSamples, min(DefaultHedgeMinSamples, p.Window))
 	if p.MinSamples > p.Window {
-		return nil, fieldError("Hedge.MinSamples", p.MinSamples, fmt.Sprintf("must not exceed Window (%d)", p.Window))
+		return fieldError("MinSamples", p.MinSamples, fmt.Sprintf("must not exceed Window (%d)", p.Window))
 	}
-	return &p, nil
+	return nil
 }
 
 // admitHedge admits and starts the hedge of the attempt under way, or

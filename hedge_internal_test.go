@@ -14,7 +14,7 @@ import (
 // through the flood, and windows idle for latencyWindowIdle are dropped.
 func TestHedgerWindowsBounded(t *testing.T) {
 	clock := dampertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	p, err := HedgePolicy{Window: 20, MinSamples: 2}.withDefaults()
+	p, err := filledPart(HedgePolicy{Window: 20, MinSamples: 2}, "Hedge")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,46 +1,55 @@
 package damper
 
 import (
+	"errors"
 	"fmt"
-	"math"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // Policy says when Damper retries a Messages call. It is a plain value: the
 // zero value of every field means the default written beside it, and [New]
 // validates it and copies it, so changing a Policy after New has no effect.
 // A field whose zero would otherwise be hidden by its default takes [None]
-// for an explicit zero; its documentation says so. [PolicyConfig] loads a
-// Policy from a JSON or YAML file.
+// for an explicit zero; its documentation says so.
+//
+// Each field is declared once: its tags give its key in a JSON or YAML
+// file, its default and its bounds, from which New fills it in and checks
+// it, and [ParsePolicyYAML], [ParsePolicyJSON] and [LoadPolicyFile] read a
+// file (see ParsePolicyJSON for the format) and [Policy.MarshalJSON]
+// writes one. Fields a file cannot hold, which are code, are tagged out.
 type Policy struct {
 	// MaxAttempts is the number of provider attempts per logical request,
 	// the first one included. Default 3; 1 turns retries off; at most 100.
-	MaxAttempts int
+	MaxAttempts int `key:"max_attempts" default:"3" min:"1" max:"100"`
 
 	// PerAttemptTimeout bounds one attempt: for a plain call, the whole
 	// response; for a stream, the time to its first content. Default 60 s;
 	// at most 24 h, as every duration of a Policy.
-	PerAttemptTimeout time.Duration
+	PerAttemptTimeout time.Duration `key:"per_attempt_timeout" default:"60s" min:">0" max:"24h"`
 
 	// MaxRetryCostUSD is a ceiling on the summed estimated cost of the retries
 	// of one logical request (see [EstimateInputTokens] for the estimate).
 	// Zero means no ceiling; at most 1,000,000.
-	MaxRetryCostUSD float64
+	MaxRetryCostUSD float64 `key:"max_retry_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
 
 	// RetryBudgetRatio is the number of budget units that each successful
 	// first attempt adds to the current window. Default 0.1; [None] for 0,
 	// a budget that never grows beyond RetryBudgetMinTokens; at most 1000.
-	RetryBudgetRatio float64
+	RetryBudgetRatio float64 `key:"retry_budget_ratio" default:"0.1" none:"means 0" min:"0" max:"1000"`
 
 	// RetryBudgetWindow is the length of the budget's fixed window; units
 	// left at its end do not carry over. Default 60 s; at most 24 h.
-	RetryBudgetWindow time.Duration
+	RetryBudgetWindow time.Duration `key:"retry_budget_window" default:"60s" min:">0" max:"24h"`
 
 	// RetryBudgetMinTokens is the number of units every window starts with.
 	// Default 10; [None] for 0, a window that starts empty and allows only
 	// the retries its successful first attempts earn. With RetryBudgetRatio
 	// also None the budget refuses every retry. At most 1,000,000.
-	RetryBudgetMinTokens int
+	RetryBudgetMinTokens int `key:"retry_budget_min_tokens" default:"10" none:"means 0" min:"0" max:"1000000"`
 
 	// BackoffBase and BackoffMax shape the full-jitter backoff used when the
 	// provider gives no delay: retry n waits a uniform random time in
@@ -49,38 +58,38 @@ type Policy struct {
 	// BackoffBase takes [None] for 0: a retry waits only for a provider
 	// delay, and that with no spread added (BackoffBase also caps the
 	// spread), so clients told the same delay come back together.
-	BackoffBase time.Duration
-	BackoffMax  time.Duration
+	BackoffBase time.Duration `key:"backoff_base" default:"1s" none:"means 0" min:"0" max:"24h"`
+	BackoffMax  time.Duration `key:"backoff_max" default:"30s" min:">0" max:"24h"`
 
 	// IgnoreRetryAfter makes Damper disregard retry-after and retry-after-ms.
 	// By default a provider delay is honoured, up to MaxRetryAfter.
-	IgnoreRetryAfter bool
+	IgnoreRetryAfter bool `key:"ignore_retry_after"`
 
 	// MaxRetryAfter is the longest provider delay Damper waits. A longer one
 	// fails the call at once with [ErrRetryAfterTooLong], and the error
 	// carries the delay so that a queue can reschedule. Default 60 s;
 	// [None] for 0: Damper waits for no provider delay, and every call
 	// given one fails at once, for a queue to reschedule. At most 24 h.
-	MaxRetryAfter time.Duration
+	MaxRetryAfter time.Duration `key:"max_retry_after" default:"60s" none:"means 0" min:"0" max:"24h"`
 
 	// OnBudgetExhausted says what a caller gets when the retry budget refuses
 	// a retry. Default [RaiseBudgetExhausted].
-	OnBudgetExhausted BudgetExhaustedAction
+	OnBudgetExhausted BudgetExhaustedAction `key:"on_budget_exhausted" enum:"raise:RaiseBudgetExhausted,passthrough:PassthroughBudgetExhausted"`
 
 	// PriceTable prices models for the cost ceiling and the report. Nil
 	// means [DefaultPriceTable]; a table given here replaces it entirely.
-	PriceTable *PriceTable
+	PriceTable *PriceTable `key:"-"` // code: a price table file may come later
 
 	// Classifier, when set, sees every failed attempt with Damper's own
 	// classification and returns the one to act on.
-	Classifier Classifier
+	Classifier Classifier `key:"-"` // code
 
 	// MaxHoldBack is the most bytes of a stream Damper holds back before
 	// its first content (see Streams in the package documentation); a
 	// stream that sends more fails with [ErrHoldBackExceeded], not retried.
 	// Default 1 MiB, far above the few hundred bytes the API sends; at most
 	// 64 MiB.
-	MaxHoldBack int
+	MaxHoldBack int `key:"max_hold_back" default:"1048576" min:">0" max:"67108864" unit:"bytes"`
 
 	// MaxEventBytes bounds one SSE event of a stream: its lines and the
 	// empty line that ends it. Whoever reads a stream holds an event whole
@@ -91,7 +100,7 @@ type Policy struct {
 	// again); after it, as [ErrAmbiguous], and a proxy client gets an SSE
 	// error event. Default 16 MiB: far above the API's events, and half
 	// the 32 MiB line the SDK's decoder accepts at most.
-	MaxEventBytes int
+	MaxEventBytes int `key:"max_event_bytes" default:"16777216" min:">0" unit:"bytes"`
 
 	// StreamIdleTimeout, when set, fails a stream after its first content
 	// whose body sends nothing for this long while the caller waits for the
@@ -99,28 +108,28 @@ type Policy struct {
 	// hang. Zero means no limit (the caller's context still bounds the
 	// stream). Pings count as data: choose a limit well above the longest
 	// pause you expect between events, such as a minute. At most 24 h.
-	StreamIdleTimeout time.Duration
+	StreamIdleTimeout time.Duration `key:"stream_idle_timeout" min:">0" max:"24h" zero:"no idle limit"`
 
 	// Breaker, when set, stops sending to a provider that fails most
 	// attempts on its health (see [BreakerPolicy]). Nil: no breaker.
-	Breaker *BreakerPolicy
+	Breaker *BreakerPolicy `key:"breaker"`
 
 	// Throttle, when set, stops retries once failures outweigh successes
 	// (see [ThrottlePolicy]); a retry then needs both the throttle and the
 	// retry budget. Nil: no throttle.
-	Throttle *ThrottlePolicy
+	Throttle *ThrottlePolicy `key:"throttle"`
 	// RateLimit, when set, keeps the Damper's attempts under the API's rate
 	// limits, learned from its headers or configured (see
 	// [RateLimitPolicy]). Nil: no rate limiter.
-	RateLimit *RateLimitPolicy
+	RateLimit *RateLimitPolicy `key:"rate_limit"`
 	// Hedge, when set, sends one more attempt beside one that is slow to
 	// start answering; the first to answer wins (see [HedgePolicy]). Nil:
 	// no hedging.
-	Hedge *HedgePolicy
+	Hedge *HedgePolicy `key:"hedge"`
 	// Fallback says when a call moves to another backend (see
 	// [WithBackends]) or a sibling model (see [FallbackPolicy]). Nil: on
 	// the provider's health and rate limits only, to the backends alone.
-	Fallback *FallbackPolicy
+	Fallback *FallbackPolicy `key:"fallback"`
 }
 
 // None, in a [Policy] field whose zero value means its default, means
@@ -145,16 +154,10 @@ const None = -1
 // Policy, by contrast, keeps the retry budget alone.
 func RecommendedPolicy() Policy {
 	return Policy{
-		Breaker:  &BreakerPolicy{OpenFor: RecommendedBreakerOpenFor, MaxOpenFor: RecommendedBreakerMaxOpenFor},
+		Breaker:  &BreakerPolicy{OpenFor: 2 * time.Second, MaxOpenFor: 10 * time.Second},
 		Throttle: &ThrottlePolicy{},
 	}
 }
-
-// The open periods of the breaker of [RecommendedPolicy].
-const (
-	RecommendedBreakerOpenFor    = 2 * time.Second
-	RecommendedBreakerMaxOpenFor = 10 * time.Second
-)
 
 // BudgetExhaustedAction is what a call returns when the retry budget
 // refuses a retry.
@@ -176,220 +179,78 @@ func (a BudgetExhaustedAction) String() string {
 	case PassthroughBudgetExhausted:
 		return "passthrough"
 	}
-	return fmt.Sprintf("BudgetExhaustedAction(%d)", int(a))
+	return strconv.Itoa(int(a)) // an unknown action is its number
 }
 
-// Defaults of the Policy fields.
-const (
-	DefaultMaxAttempts          = 3
-	DefaultPerAttemptTimeout    = 60 * time.Second
-	DefaultRetryBudgetRatio     = 0.1
-	DefaultRetryBudgetWindow    = 60 * time.Second
-	DefaultRetryBudgetMinTokens = 10
-	DefaultBackoffBase          = time.Second
-	DefaultBackoffMax           = 30 * time.Second
-	DefaultMaxRetryAfter        = 60 * time.Second
-	DefaultMaxHoldBack          = 1 << 20
-	DefaultMaxEventBytes        = 16 << 20
-)
+func init() {
+	conf.Register((*Policy).check)
+	conf.Register((*BreakerPolicy).check)
+	conf.Register((*ThrottlePolicy).check)
+	conf.Register((*RateLimitPolicy).check)
+	conf.Register((*HedgePolicy).check)
+	conf.Register((*FallbackPolicy).check)
+}
 
-// The largest values of the Policy fields, and of its parts' fields. Each
-// is far beyond any use, and keeps every sum, doubling and allocation made
-// from the field in range: no value that New accepts can overflow a time
-// or a size.
-const (
-	maxPolicyDuration   = 24 * time.Hour // every duration
-	maxAttempts         = 100
-	maxRetryCostUSD     = 1e6
-	maxRetryBudgetRatio = 1000
-	maxCount            = 1_000_000 // RetryBudgetMinTokens, Breaker.MinAttempts
-	maxHoldBack         = 64 << 20
-	maxHedgeWindow      = 10_000
-	maxPerMinute        = 1_000_000_000 // each of RateLimits
-	maxFallbackSiblings = 16
-	maxFallbackModels   = 1_000 // keys of Fallback.Models
-	maxConfiguredGroups = 256   // keys of RateLimit.Limits
-)
+// maxFallbackSiblings bounds the siblings of one model in
+// Fallback.Models: each is a route on every backend.
+const maxFallbackSiblings = 16
 
-// withDefaults returns p with every zero field set to its default and every
-// None set to 0, or an error naming the first field whose value cannot be
-// used.
+// policyDefaults returns the zero Policy, with every part, filled in: each
+// field's default as its tag declares it.
+var policyDefaults = sync.OnceValue(func() Policy {
+	p, err := Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RateLimit: &RateLimitPolicy{},
+		Hedge: &HedgePolicy{}, Fallback: &FallbackPolicy{}}.withDefaults()
+	if err != nil {
+		panic(err) // a default outside its bounds: TestPolicyTags fails too
+	}
+	return p
+})
+
+// withDefaults returns p with every zero field set to its default (the
+// default tag of its declaration) and every None set to 0, or an error
+// naming the first field whose value cannot be used. It runs once, in New:
+// no call reads a tag.
 func (p Policy) withDefaults() (Policy, error) {
-	if err := p.checkBounds(); err != nil {
-		return p, err
-	}
-	if p.MaxAttempts < 0 {
-		return p, fieldError("MaxAttempts", p.MaxAttempts, "must be at least 1 (0 means the default, 3)")
-	}
-	if p.PerAttemptTimeout < 0 {
-		return p, fieldError("PerAttemptTimeout", p.PerAttemptTimeout, "must be positive (0 means the default, 60s)")
-	}
-	if math.IsNaN(p.MaxRetryCostUSD) || math.IsInf(p.MaxRetryCostUSD, 0) || p.MaxRetryCostUSD < 0 {
-		return p, fieldError("MaxRetryCostUSD", p.MaxRetryCostUSD, "must be a finite number of dollars, at least 0 (0 means no ceiling)")
-	}
-	if p.RetryBudgetRatio != None && (math.IsNaN(p.RetryBudgetRatio) || math.IsInf(p.RetryBudgetRatio, 0) || p.RetryBudgetRatio < 0) {
-		return p, fieldError("RetryBudgetRatio", p.RetryBudgetRatio, "must be a finite number, at least 0 (0 means the default, 0.1; None means 0)")
-	}
-	if p.RetryBudgetWindow < 0 {
-		return p, fieldError("RetryBudgetWindow", p.RetryBudgetWindow, "must be positive (0 means the default, 1m0s)")
-	}
-	if p.RetryBudgetMinTokens < 0 && p.RetryBudgetMinTokens != None {
-		return p, fieldError("RetryBudgetMinTokens", p.RetryBudgetMinTokens, "must be at least 0 (0 means the default, 10; None means 0)")
-	}
-	if p.BackoffBase < 0 && p.BackoffBase != None {
-		return p, fieldError("BackoffBase", p.BackoffBase, "must be at least 0 (0 means the default, 1s; None means 0)")
-	}
-	if p.BackoffMax < 0 {
-		return p, fieldError("BackoffMax", p.BackoffMax, "must be positive (0 means the default, 30s)")
-	}
-	if p.MaxRetryAfter < 0 && p.MaxRetryAfter != None {
-		return p, fieldError("MaxRetryAfter", p.MaxRetryAfter, "must be at least 0 (0 means the default, 1m0s; None means 0)")
-	}
-	if p.MaxHoldBack < 0 {
-		return p, fieldError("MaxHoldBack", p.MaxHoldBack, "must be a positive number of bytes (0 means the default, 1048576)")
-	}
-	if p.MaxEventBytes < 0 {
-		return p, fieldError("MaxEventBytes", p.MaxEventBytes, "must be a positive number of bytes (0 means the default, 16777216)")
-	}
-	if p.StreamIdleTimeout < 0 {
-		return p, fieldError("StreamIdleTimeout", p.StreamIdleTimeout, "must be positive (0 means no idle limit)")
-	}
-	if p.OnBudgetExhausted != RaiseBudgetExhausted && p.OnBudgetExhausted != PassthroughBudgetExhausted {
-		return p, fieldError("OnBudgetExhausted", int(p.OnBudgetExhausted), "must be RaiseBudgetExhausted or PassthroughBudgetExhausted")
-	}
-
-	p.MaxAttempts = orDefault(p.MaxAttempts, DefaultMaxAttempts)
-	p.PerAttemptTimeout = orDefault(p.PerAttemptTimeout, DefaultPerAttemptTimeout)
-	p.RetryBudgetRatio = orDefaultOrNone(p.RetryBudgetRatio, DefaultRetryBudgetRatio)
-	p.RetryBudgetWindow = orDefault(p.RetryBudgetWindow, DefaultRetryBudgetWindow)
-	p.RetryBudgetMinTokens = orDefaultOrNone(p.RetryBudgetMinTokens, DefaultRetryBudgetMinTokens)
-	p.BackoffBase = orDefaultOrNone(p.BackoffBase, DefaultBackoffBase)
-	p.BackoffMax = orDefault(p.BackoffMax, DefaultBackoffMax)
-	p.MaxRetryAfter = orDefaultOrNone(p.MaxRetryAfter, DefaultMaxRetryAfter)
-	p.MaxHoldBack = orDefault(p.MaxHoldBack, DefaultMaxHoldBack)
-	p.MaxEventBytes = orDefault(p.MaxEventBytes, DefaultMaxEventBytes)
-	if p.PriceTable == nil {
-		p.PriceTable = DefaultPriceTable()
-	}
-	if p.Breaker != nil {
-		b, err := p.Breaker.withDefaults()
-		if err != nil {
-			return p, err
-		}
-		p.Breaker = b
-	}
-	if p.Throttle != nil {
-		t, err := p.Throttle.withDefaults()
-		if err != nil {
-			return p, err
-		}
-		p.Throttle = t
-	}
-
-	if p.RateLimit != nil {
-		r, err := p.RateLimit.withDefaults()
-		if err != nil {
-			return p, err
-		}
-		p.RateLimit = r
-	}
-	if p.Hedge != nil {
-		h, err := p.Hedge.withDefaults()
-		if err != nil {
-			return p, err
-		}
-		p.Hedge = h
-	}
-	if p.Fallback != nil {
-		if err := p.Fallback.check(); err != nil {
-			return p, err
-		}
-		p.Fallback = p.Fallback.clone()
-	}
-	if p.BackoffBase > p.BackoffMax {
-		return p, fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
+	if err := conf.Fill(&p); err != nil {
+		return Policy{}, policyError(err, "")
 	}
 	return p, nil
 }
 
-// checkBounds returns an error naming the first field of p above its
-// largest value.
-func (p Policy) checkBounds() error {
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"PerAttemptTimeout", p.PerAttemptTimeout},
-		{"RetryBudgetWindow", p.RetryBudgetWindow},
-		{"BackoffBase", p.BackoffBase},
-		{"BackoffMax", p.BackoffMax},
-		{"MaxRetryAfter", p.MaxRetryAfter},
-		{"StreamIdleTimeout", p.StreamIdleTimeout},
-	} {
-		if err := atMostDuration(f.name, f.d); err != nil {
-			return err
-		}
+// check is what the tags of Policy cannot say: how its fields bound each
+// other, and the default price table.
+func (p *Policy) check(Policy) error {
+	if p.BackoffBase > p.BackoffMax {
+		return fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
 	}
-	switch {
-	case p.MaxAttempts > maxAttempts:
-		return atMost("MaxAttempts", p.MaxAttempts, maxAttempts)
-	case p.MaxRetryCostUSD > maxRetryCostUSD:
-		return atMost("MaxRetryCostUSD", p.MaxRetryCostUSD, maxRetryCostUSD)
-	case p.RetryBudgetRatio > maxRetryBudgetRatio:
-		return atMost("RetryBudgetRatio", p.RetryBudgetRatio, maxRetryBudgetRatio)
-	case p.RetryBudgetMinTokens > maxCount:
-		return atMost("RetryBudgetMinTokens", p.RetryBudgetMinTokens, maxCount)
-	case p.MaxHoldBack > maxHoldBack:
-		return atMost("MaxHoldBack", p.MaxHoldBack, maxHoldBack)
+	if p.PriceTable == nil {
+		p.PriceTable = DefaultPriceTable()
 	}
 	return nil
 }
 
-// atMost is the error of a field whose value v is above its largest, most.
-func atMost[T int | float64 | time.Duration](field string, v, most T) error {
-	return fieldError(field, v, fmt.Sprintf("must be at most %v", most))
-}
-
-// atMostDuration is the error of a duration field above
-// maxPolicyDuration, or nil.
-func atMostDuration(field string, d time.Duration) error {
-	if d > maxPolicyDuration {
-		return atMost(field, d, maxPolicyDuration)
+// filledPart returns a part of a Policy, the field of its name, filled in
+// as New fills it in, for a store given the part alone.
+func filledPart[T any](p T, name string) (*T, error) {
+	if err := conf.Fill(&p); err != nil {
+		return nil, policyError(err, name+".")
 	}
-	return nil
+	return &p, nil
 }
 
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
-// orDefaultOrNone is orDefault for a field that takes None: None is 0.
-func orDefaultOrNone[T int | float64 | time.Duration](v, def T) T {
-	switch v {
-	case 0:
-		return def
-	case None:
-		return 0
-	}
-	return v
-}
-
+// fieldError is the error of a check: field, of the struct checked, holds
+// value, which cannot be used. A value already written for a message
+// (a count, a quoted key) is a [conf.Text].
 func fieldError(field string, value any, why string) error {
-	return &policyFieldError{field: field, value: value, why: why}
+	return &conf.FieldError{Field: field, Value: value, Why: why}
 }
 
-// policyFieldError is a Policy field whose value cannot be used; the
-// configuration loader reads its parts to name the key in the file.
-type policyFieldError struct {
-	field string // as in Go, below Policy: "Breaker.OpenFor"
-	value any
-	why   string
-}
-
-func (e *policyFieldError) Error() string {
-	return fmt.Sprintf("damper: Policy.%s = %v: %s", e.field, e.value, e.why)
+// policyError is err, a [*conf.FieldError] of a Policy's field below
+// prefix, as New returns it: "damper: Policy.Breaker.OpenFor = -1s: ...".
+func policyError(err error, prefix string) error {
+	var fe *conf.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("damper: Policy.%s%w", prefix, fe)
+	}
+	return fmt.Errorf("damper: Policy: %w", err)
 }

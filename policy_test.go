@@ -1,6 +1,7 @@
 package damper_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 func TestPolicyDefaults(t *testing.T) {
@@ -22,7 +26,7 @@ func TestPolicyDefaults(t *testing.T) {
 		MaxAttempts: 3, PerAttemptTimeout: time.Minute, RetryBudgetRatio: 0.1,
 		RetryBudgetWindow: time.Minute, RetryBudgetMinTokens: 10, BackoffBase: time.Second,
 		BackoffMax: 30 * time.Second, MaxRetryAfter: time.Minute, PriceTable: damper.DefaultPriceTable(),
-		MaxHoldBack: damper.DefaultMaxHoldBack, MaxEventBytes: damper.DefaultMaxEventBytes,
+		MaxHoldBack: defaults.MaxHoldBack, MaxEventBytes: defaults.MaxEventBytes,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("defaults = %+v\nwant %+v", p, want)
@@ -134,9 +138,9 @@ func TestPolicyBreakerThrottleDefaults(t *testing.T) {
 	if p := d.Policy(); !reflect.DeepEqual(*p.Breaker, wantB) || *p.Throttle != wantT {
 		t.Fatalf("Breaker %+v, Throttle %+v; want %+v, %+v", p.Breaker, p.Throttle, wantB, wantT)
 	}
-	if !reflect.DeepEqual(wantB, damper.BreakerPolicy{FailureRatio: damper.DefaultBreakerFailureRatio, MinAttempts: damper.DefaultBreakerMinAttempts,
-		Window: damper.DefaultBreakerWindow, OpenFor: damper.DefaultBreakerOpenFor, MaxOpenFor: damper.DefaultBreakerMaxOpenFor}) ||
-		wantT != (damper.ThrottlePolicy{MaxTokens: damper.DefaultThrottleMaxTokens, TokenRatio: damper.DefaultThrottleTokenRatio}) {
+	if !reflect.DeepEqual(wantB, damper.BreakerPolicy{FailureRatio: defaults.Breaker.FailureRatio, MinAttempts: defaults.Breaker.MinAttempts,
+		Window: defaults.Breaker.Window, OpenFor: defaults.Breaker.OpenFor, MaxOpenFor: defaults.Breaker.MaxOpenFor}) ||
+		wantT != (damper.ThrottlePolicy{MaxTokens: defaults.Throttle.MaxTokens, TokenRatio: defaults.Throttle.TokenRatio}) {
 		t.Error("the Default constants disagree with the documented defaults")
 	}
 
@@ -261,4 +265,133 @@ func siblings(n int) []string {
 		s[i] = "claude-sibling-" + strconv.Itoa(i)
 	}
 	return s
+}
+
+// defaults is the zero Policy, with every part, as New fills it in: each
+// field's default as its declaration's tag gives it.
+var defaults = func() damper.Policy {
+	d, err := damper.New(damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{},
+		RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}, Fallback: &damper.FallbackPolicy{}})
+	if err != nil {
+		panic(err)
+	}
+	return d.Policy()
+}()
+
+// TestPolicyTags: every field of Policy, of its parts and of ProxyConfig
+// is declared by its tags (a key, or "-" for code), each default parses
+// and lies inside its bounds, and the file format and the struct agree:
+// a Policy with every field a file holds set to another value than its
+// default, written and read back, is the same, and New takes it.
+func TestPolicyTags(t *testing.T) {
+	for _, v := range []any{damper.Policy{}, damper.ProxyConfig{}} {
+		if err := conf.Check(reflect.TypeOf(v)); err != nil {
+			t.Errorf("%T: %v", v, err)
+		}
+	}
+	for _, none := range []bool{false, true} {
+		var p damper.Policy
+		if err := conf.Sample(&p, none); err != nil {
+			t.Fatal(err)
+		}
+		if p.Breaker == nil || p.RateLimit == nil || len(p.RateLimit.Limits) != 1 || p.Fallback == nil || len(p.Fallback.Models) != 1 ||
+			p.MaxAttempts == defaults.MaxAttempts || p.Hedge.Quantile == defaults.Hedge.Quantile || !p.IgnoreRetryAfter {
+			t.Fatalf("sample %+v: a field is left at its default", p)
+		}
+		if none && (p.RetryBudgetRatio != damper.None || p.MaxRetryAfter != damper.None || p.RateLimit.MaxWait != damper.None) {
+			t.Fatalf("sample %+v: None is not set", p)
+		}
+		if _, err := damper.New(p); err != nil {
+			t.Fatalf("New(sample): %v", err)
+		}
+		js, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := damper.ParsePolicyJSON(js); err != nil || !reflect.DeepEqual(got, p) {
+			t.Fatalf("through JSON %s:\n got %+v, %v\nwant %+v", js, got, err, p)
+		}
+		ys, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := damper.ParsePolicyYAML(ys); err != nil || !reflect.DeepEqual(got, p) {
+			t.Fatalf("through YAML\n%s\n got %+v, %v\nwant %+v", ys, got, err, p)
+		}
+		// Every field a file holds is written: as many keys as tags.
+		var doc map[string]any
+		if err := json.Unmarshal(js, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if n, want := countKeys(doc), countTags(reflect.TypeFor[damper.Policy]()); n != want {
+			t.Errorf("%d keys written, %d fields with a key: %s", n, want, js)
+		}
+	}
+}
+
+// countKeys counts the keys of a document, nested objects' included, a
+// map's entries counted once (as one entry's keys).
+func countKeys(doc map[string]any) int {
+	n := 0
+	for k, v := range doc {
+		n++
+		if m, ok := v.(map[string]any); ok {
+			if k == "limits" || k == "models" {
+				for _, e := range m {
+					if em, ok := e.(map[string]any); ok {
+						n += countKeys(em)
+					}
+					break
+				}
+				continue
+			}
+			n += countKeys(m)
+		}
+	}
+	return n
+}
+
+// countTags counts the fields of t, and of the structs it holds, that a
+// file holds.
+func countTags(t reflect.Type) int {
+	n := 0
+	for f := range t.Fields() {
+		key := f.Tag.Get("key")
+		if key == "-" || !f.IsExported() {
+			continue
+		}
+		n++
+		switch ft := f.Type; {
+		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct:
+			n += countTags(ft.Elem())
+		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
+			n += countTags(ft.Elem())
+		}
+	}
+	return n
+}
+
+// TestPolicyFileZeroRules: what a 0 written in a file means follows from a
+// field's tags alone: None where the field takes it, zero where it has no
+// default, an error elsewhere; -1 is never None in a file.
+func TestPolicyFileZeroRules(t *testing.T) {
+	for _, tt := range []struct {
+		doc  string
+		want damper.Policy
+		err  string
+	}{
+		{doc: `{"rate_limit": {"max_wait": 0}}`, want: damper.Policy{RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}}},
+		{doc: `{"hedge": {"delay": "0s", "min_delay": 0}}`, want: damper.Policy{Hedge: &damper.HedgePolicy{}}},
+		{doc: `{"hedge": {"window": 0}}`, err: `hedge.window: 0: must be at least 1 (leave the key out for the default, 200)`},
+		{doc: `{"rate_limit": {"max_wait": "-1ns"}}`, err: `rate_limit.max_wait: "-1ns": must be positive (leave the key out for the default, 30s)`},
+		{doc: `{"max_event_bytes": 0}`, err: `max_event_bytes: 0: must be a positive number of bytes (leave the key out for the default, 16777216)`},
+	} {
+		p, err := damper.ParsePolicyJSON([]byte(tt.doc))
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: error %v, want %q", tt.doc, err, tt.err)
+		case tt.err == "" && (err != nil || !reflect.DeepEqual(p, tt.want)):
+			t.Errorf("%s: %+v, %v; want %+v", tt.doc, p, err, tt.want)
+		}
+	}
 }

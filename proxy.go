@@ -18,19 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // The proxy adapter: the engine driven by HTTP requests from clients in any
 // language, in place of the Go SDK's middleware (sdk.go).
-
-// DefaultMaxRequestBytes is the request size a [Proxy] accepts by default:
-// the Messages API's own limit, 32 MB.
-const DefaultMaxRequestBytes = 32 << 20
-
-// DefaultWriteTimeout is how long one write to a client may block by
-// default before the proxy gives the client up (see
-// [ProxyConfig.WriteTimeout]).
-const DefaultWriteTimeout = time.Minute
 
 // What the proxy accepts of a Messages request before anything is sent.
 const (
@@ -74,32 +67,36 @@ const (
 	HeaderRetryCost = "Damper-Retry-Cost-Usd"
 )
 
-// ProxyConfig is what a [Proxy] needs besides its Damper.
+// ProxyConfig is what a [Proxy] needs besides its Damper. Its fields are
+// declared as a [Policy]'s are, each with its key in a configuration file
+// (the damper command's proxy reads upstream, max_request_bytes and
+// write_timeout from its file), its default and its bounds.
 type ProxyConfig struct {
 	// Upstream is the one API every request goes to, as an http or https
 	// URL with at most a path: "https://api.anthropic.com". A request's
 	// path is appended to Upstream's.
-	Upstream string
+	Upstream string `key:"upstream"`
 	// Transport sends every request upstream; nil means
 	// [NewProxyTransport]'s. It must not follow redirects to other hosts
 	// (an http.RoundTripper never does).
-	Transport http.RoundTripper
-	// MaxRequestBytes bounds a request's body, on every path; 0 means
-	// [DefaultMaxRequestBytes]. A longer body is answered with 413.
-	MaxRequestBytes int64
+	Transport http.RoundTripper `key:"-"` // code
+	// MaxRequestBytes bounds a request's body, on every path. Default 32
+	// MiB, the Messages API's own limit. A longer body is answered with
+	// 413.
+	MaxRequestBytes int64 `key:"max_request_bytes" default:"33554432" min:">0" unit:"bytes"`
 	// WriteTimeout bounds how long one write of an answer to the client
 	// may block, a stream's included: a client that stops reading has
-	// its call ended after it, and the upstream connection freed. 0 means
-	// [DefaultWriteTimeout]. The proxy sets the connection's write
-	// deadline itself, so an http.Server's WriteTimeout, a bound on the
-	// whole answer that would cut long streams, does not apply to it.
-	WriteTimeout time.Duration
+	// its call ended after it, and the upstream connection freed. Default
+	// 1 minute. The proxy sets the connection's write deadline itself, so
+	// an http.Server's WriteTimeout, a bound on the whole answer that
+	// would cut long streams, does not apply to it.
+	WriteTimeout time.Duration `key:"write_timeout" default:"1m" min:">0"`
 	// Logger gets one line per request: its method and path (each cut at
 	// 256 bytes), status and duration (a slog duration) and, for a
 	// Messages call that passed the checks at the door, its report's
 	// model, outcome and attempts. No header, body or credential is
 	// logged. nil means no lines.
-	Logger *slog.Logger
+	Logger *slog.Logger `key:"-"` // code
 }
 
 // Proxy serves the Messages API over HTTP through a Damper, so that a
@@ -174,21 +171,12 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MaxRequestBytes < 0 {
-		return nil, fmt.Errorf("damper: ProxyConfig.MaxRequestBytes = %d: must be positive, or 0 for the default", cfg.MaxRequestBytes)
-	}
-	if cfg.WriteTimeout < 0 {
-		return nil, fmt.Errorf("damper: ProxyConfig.WriteTimeout = %v: must be positive, or 0 for the default", cfg.WriteTimeout)
+	if err := conf.Fill(&cfg); err != nil {
+		return nil, fmt.Errorf("damper: ProxyConfig.%w", err)
 	}
 	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, write: cfg.WriteTimeout, log: cfg.Logger}
 	if p.rt == nil {
 		p.rt = NewProxyTransport()
-	}
-	if p.maxBody == 0 {
-		p.maxBody = DefaultMaxRequestBytes
-	}
-	if p.write == 0 {
-		p.write = DefaultWriteTimeout
 	}
 	p.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

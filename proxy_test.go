@@ -692,7 +692,7 @@ func TestProxyBodyGrowsAsItArrives(t *testing.T) {
 	waiting, release := make(chan struct{}), make(chan struct{})
 	body := &stallingBody{first: []byte("{"), waiting: waiting, release: release}
 	req := httptest.NewRequest(http.MethodPost, "/v1/messages", body)
-	req.ContentLength = damper.DefaultMaxRequestBytes
+	req.ContentLength = 32 << 20
 	var before, during runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
 )
@@ -57,32 +58,27 @@ type RateLimitPolicy struct {
 	// is learned. A configured limit may be lower than the API's, to leave
 	// room for other services: the headers then only lower the bucket's
 	// level, never its limit.
-	Limits map[string]RateLimits
+	Limits map[string]RateLimits `key:"limits" max:"256" unit:"groups"`
 	// MaxWait is the longest an attempt waits in line. Default 30 s; at
 	// most 24 h; [None] never waits: an attempt that finds no room fails
 	// at once with [ErrRateLimited].
-	MaxWait time.Duration
+	MaxWait time.Duration `key:"max_wait" default:"30s" none:"never waits" min:">0" max:"24h"`
 	// Priority is the priority of calls whose context does not give one
 	// (see [ContextWithPriority]). Default [Interactive].
-	Priority Priority
+	Priority Priority `key:"priority" enum:"interactive:Interactive,batch:Batch"`
 	// BatchShare is the share of each bucket that batch calls may use; the
-	// rest is kept for interactive calls. Default 0.8; 1 keeps nothing back.
-	BatchShare float64
+	// rest is kept for interactive calls. Default 0.8; above 0, at most 1;
+	// 1 keeps nothing back.
+	BatchShare float64 `key:"batch_share" default:"0.8" in:"(0,1]" unit:"a share"`
 }
 
 // RateLimits are the per-minute limits of one limit group; zero means
 // learned from the API's headers. Each is at most 1,000,000,000.
 type RateLimits struct {
-	RequestsPerMinute     int
-	InputTokensPerMinute  int
-	OutputTokensPerMinute int
+	RequestsPerMinute     int `key:"requests_per_minute" min:"0" max:"1000000000" zero:"learned"`
+	InputTokensPerMinute  int `key:"input_tokens_per_minute" min:"0" max:"1000000000" zero:"learned"`
+	OutputTokensPerMinute int `key:"output_tokens_per_minute" min:"0" max:"1000000000" zero:"learned"`
 }
-
-// Defaults of the RateLimitPolicy fields.
-const (
-	DefaultRateLimitMaxWait    = 30 * time.Second
-	DefaultRateLimitBatchShare = 0.8
-)
 
 // Priority is a call's place in the rate limiter's line.
 type Priority uint8
@@ -116,59 +112,26 @@ func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
 
-// withDefaults returns a copy of p with every zero field set to its
-// default, or an error naming the first field that cannot be used.
-func (p RateLimitPolicy) withDefaults() (*RateLimitPolicy, error) {
-	switch {
-	case p.MaxWait < 0 && p.MaxWait != None:
-		return nil, fieldError("RateLimit.MaxWait", p.MaxWait, "must be positive (0 means the default, 30s; None never waits)")
-	case p.MaxWait > maxPolicyDuration:
-		return nil, atMost("RateLimit.MaxWait", p.MaxWait, maxPolicyDuration)
-	case p.Priority != Interactive && p.Priority != Batch:
-		return nil, fieldError("RateLimit.Priority", p.Priority, "must be Interactive or Batch")
-	case math.IsNaN(p.BatchShare) || p.BatchShare < 0 || p.BatchShare > 1:
-		return nil, fieldError("RateLimit.BatchShare", p.BatchShare, "must be a share in (0, 1] (0 means the default, 0.8)")
-	}
-	if len(p.Limits) > maxConfiguredGroups {
-		return nil, fieldError("RateLimit.Limits", fmt.Sprintf("%d groups", len(p.Limits)), fmt.Sprintf("must be at most %d", maxConfiguredGroups))
-	}
+// check is what the tags of RateLimitPolicy cannot say: each key of
+// Limits names a group, once, and becomes the group's name.
+func (p *RateLimitPolicy) check(RateLimitPolicy) error {
 	limits := make(map[string]RateLimits, len(p.Limits))
 	keyOf := make(map[string]string, len(p.Limits)) // the key that named each group
 	for _, key := range slices.Sorted(maps.Keys(p.Limits)) {
-		l := p.Limits[key]
-		field := fmt.Sprintf("RateLimit.Limits[%q]", key)
 		group := LimitGroup(key)
 		switch {
 		case key == "":
-			return nil, fieldError("RateLimit.Limits", `""`, "a limit group needs a name (see LimitGroup)")
+			return fieldError("Limits", conf.Text(`""`), "a limit group needs a name (see LimitGroup)")
 		case !boundedName(key):
-			return nil, fieldError("RateLimit.Limits", quoteKey(key), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxModelID))
+			return fieldError("Limits", conf.Text(quoteKey(key)), fmt.Sprintf("a key is a model ID or a limit group's name, at most %d bytes of UTF-8", maxModelID))
 		case keyOf[group] != "":
-			return nil, fieldError(field, strconv.Quote(key), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
-		case l.RequestsPerMinute < 0:
-			return nil, fieldError(field+".RequestsPerMinute", l.RequestsPerMinute, "must be at least 0 (0 means learned)")
-		case l.InputTokensPerMinute < 0:
-			return nil, fieldError(field+".InputTokensPerMinute", l.InputTokensPerMinute, "must be at least 0 (0 means learned)")
-		case l.OutputTokensPerMinute < 0:
-			return nil, fieldError(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, "must be at least 0 (0 means learned)")
-		case l.RequestsPerMinute > maxPerMinute:
-			return nil, atMost(field+".RequestsPerMinute", l.RequestsPerMinute, maxPerMinute)
-		case l.InputTokensPerMinute > maxPerMinute:
-			return nil, atMost(field+".InputTokensPerMinute", l.InputTokensPerMinute, maxPerMinute)
-		case l.OutputTokensPerMinute > maxPerMinute:
-			return nil, atMost(field+".OutputTokensPerMinute", l.OutputTokensPerMinute, maxPerMinute)
+			return fieldError(fmt.Sprintf("Limits[%q]", key), conf.Text(strconv.Quote(key)), fmt.Sprintf("names the limit group %q, as %q does: give each group its limits once", group, keyOf[group]))
 		}
 		keyOf[group] = key
-		limits[group] = l
+		limits[group] = p.Limits[key]
 	}
 	p.Limits = limits
-	if p.MaxWait == None {
-		p.MaxWait = 0
-	} else {
-		p.MaxWait = orDefault(p.MaxWait, DefaultRateLimitMaxWait)
-	}
-	p.BatchShare = orDefault(p.BatchShare, DefaultRateLimitBatchShare)
-	return &p, nil
+	return nil
 }
 
 // quoteKey quotes the start of a key too long or not UTF-8, for an error.

@@ -148,9 +148,9 @@ func checkCall(ck *checker, p reqPlan, maxAttempts int, res soakResult, received
 // backoffs date every first-attempt success and every authorized retry
 // exactly, on the bubble's clock.
 func checkBudget(ck *checker, st *soakStats, name string, pol damper.Policy, results []soakResult) {
-	window := cmpOr(pol.RetryBudgetWindow, damper.DefaultRetryBudgetWindow)
-	minTokens := float64(cmpOr(pol.RetryBudgetMinTokens, damper.DefaultRetryBudgetMinTokens))
-	ratio := cmpOr(pol.RetryBudgetRatio, damper.DefaultRetryBudgetRatio)
+	window := cmpOr(pol.RetryBudgetWindow, defaults.RetryBudgetWindow)
+	minTokens := float64(cmpOr(pol.RetryBudgetMinTokens, defaults.RetryBudgetMinTokens))
+	ratio := cmpOr(pol.RetryBudgetRatio, defaults.RetryBudgetRatio)
 	type counts struct{ successes, retries int }
 	windows := map[int64]*counts{}
 	at := func(t time.Time) *counts {

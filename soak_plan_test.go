@@ -107,9 +107,9 @@ func faultRate(id, spell int) float64 {
 func drawPlan(rng *rand.Rand, id, spell int, profiles []soakProfile) reqPlan {
 	p := reqPlan{id: id, damper: rng.IntN(len(profiles)), stream: rng.IntN(2) == 0}
 	pol := profiles[p.damper].policy
-	maxAttempts := cmpOr(pol.MaxAttempts, damper.DefaultMaxAttempts)
+	maxAttempts := cmpOr(pol.MaxAttempts, defaults.MaxAttempts)
 	perAttempt := pol.PerAttemptTimeout
-	maxAfter := cmpOr(pol.MaxRetryAfter, damper.DefaultMaxRetryAfter)
+	maxAfter := cmpOr(pol.MaxRetryAfter, defaults.MaxRetryAfter)
 	pr := profiles[p.damper]
 	p.model = pr.model
 	p.deadline = pr.deadlines[rng.IntN(len(pr.deadlines))]

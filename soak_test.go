@@ -138,7 +138,7 @@ func runSoak(ck *checker, tel *soakTelemetry, workers int, plans []reqPlan, prof
 				pr := profiles[p.damper]
 				res, evs, msg := soakCall(clients[p.damper][i%2], p)
 				results[i] = res
-				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, damper.DefaultMaxAttempts), res, received(i), evs, msg, lossy, slack)
+				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, defaults.MaxAttempts), res, received(i), evs, msg, lossy, slack)
 				tel.check(ck, fmt.Sprintf("request %d", i), res)
 			}
 		})

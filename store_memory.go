@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"cmp"
 	"context"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,7 @@ func (MemoryStore) LimitBuckets(s LimitSettings) (LimitBuckets, error) {
 	l := s.Limits
 	return memoryBuckets{ratelimit.New(ratelimit.Settings{
 		Limits:     ratelimit.Amounts{float64(l.RequestsPerMinute), float64(l.InputTokensPerMinute), float64(l.OutputTokensPerMinute)},
-		BatchShare: orDefault(s.BatchShare, DefaultRateLimitBatchShare), FollowOthers: true,
+		BatchShare: cmp.Or(s.BatchShare, policyDefaults().RateLimit.BatchShare), FollowOthers: true,
 	})}, nil
 }
 

@@ -18,34 +18,25 @@ import (
 // each field; a nil *ThrottlePolicy in a Policy means no throttle.
 type ThrottlePolicy struct {
 	// MaxTokens is the number of tokens, and where the count starts.
-	// Default 10; at most 1000.
-	MaxTokens int
-	// TokenRatio is what each answered attempt earns, at most 1. Default
-	// 0.2: the count holds while fewer than one attempt in six fails.
-	TokenRatio float64
+	// Default 10; at least 1, at most 1000.
+	MaxTokens int `key:"max_tokens" default:"10" in:"[1,1000]"`
+	// TokenRatio is what each answered attempt earns, at least 0.001 and
+	// at most 1. Default 0.2: the count holds while fewer than one attempt
+	// in six fails.
+	TokenRatio float64 `key:"token_ratio" default:"0.2" in:"(0,1]"`
 }
-
-// Defaults of the ThrottlePolicy fields.
-const (
-	DefaultThrottleMaxTokens  = 10
-	DefaultThrottleTokenRatio = 0.2
-)
 
 // withDefaults returns a copy of p with every zero field set to its
 // default, or an error naming the first field that cannot be used.
-func (p ThrottlePolicy) withDefaults() (*ThrottlePolicy, error) {
-	if p.MaxTokens < 0 || p.MaxTokens > 1000 {
-		return nil, fieldError("Throttle.MaxTokens", p.MaxTokens, "must be in [1, 1000] (0 means the default, 10)")
-	}
-	if math.IsNaN(p.TokenRatio) || p.TokenRatio < 0 || p.TokenRatio > 1 {
-		return nil, fieldError("Throttle.TokenRatio", p.TokenRatio, "must be in (0, 1] (0 means the default, 0.2)")
-	}
-	p.MaxTokens = orDefault(p.MaxTokens, DefaultThrottleMaxTokens)
-	p.TokenRatio = orDefault(p.TokenRatio, DefaultThrottleTokenRatio)
+func (p ThrottlePolicy) withDefaults() (*ThrottlePolicy, error) { return filledPart(p, "Throttle") }
+
+// check is what the tags of ThrottlePolicy cannot say: the count keeps
+// thousandths of a token.
+func (p *ThrottlePolicy) check(ThrottlePolicy) error {
 	if math.Round(p.TokenRatio*1000) < 1 {
-		return nil, fieldError("Throttle.TokenRatio", p.TokenRatio, "must be at least 0.001")
+		return fieldError("TokenRatio", p.TokenRatio, "must be at least 0.001")
 	}
-	return &p, nil
+	return nil
 }
 
 // retryThrottle is the throttle's rule over its count of tokens, kept in

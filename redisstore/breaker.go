@@ -102,11 +102,11 @@ func (s *Store) Breaker(st damper.BreakerSettings) (damper.Breaker, error) {
 	b.local = local
 	p := st.BreakerPolicy
 	// MemoryStore has checked the values; fill in the defaults it filled.
-	p.FailureRatio = orDefault(p.FailureRatio, damper.DefaultBreakerFailureRatio)
-	p.MinAttempts = orDefault(p.MinAttempts, damper.DefaultBreakerMinAttempts)
-	p.Window = orDefault(p.Window, damper.DefaultBreakerWindow)
-	p.OpenFor = orDefault(p.OpenFor, damper.DefaultBreakerOpenFor)
-	p.MaxOpenFor = orDefault(p.MaxOpenFor, damper.DefaultBreakerMaxOpenFor)
+	p.FailureRatio = orDefault(p.FailureRatio, defaults.Breaker.FailureRatio)
+	p.MinAttempts = orDefault(p.MinAttempts, defaults.Breaker.MinAttempts)
+	p.Window = orDefault(p.Window, defaults.Breaker.Window)
+	p.OpenFor = orDefault(p.OpenFor, defaults.Breaker.OpenFor)
+	p.MaxOpenFor = orDefault(p.MaxOpenFor, defaults.Breaker.MaxOpenFor)
 	b.slice = max(int64(p.Window)/30, 1)
 	ttl := time.Duration(math.MaxInt64)
 	if longest := max(p.MaxOpenFor, p.Window); longest < ttl/3 {

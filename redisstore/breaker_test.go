@@ -93,8 +93,8 @@ func TestBreakerMatchesMemory(t *testing.T) {
 			mem, err := damper.MemoryStore{}.Breaker(ms)
 			mustNil(t, err)
 			red := brkShared(t, thrStore(t, client, redisstore.Options{Name: fmt.Sprintf("brk-eq-%d", n), Timeout: 5 * time.Second}), rs)
-			window, openFor := orDur(st.Window, damper.DefaultBreakerWindow), orDur(st.OpenFor, damper.DefaultBreakerOpenFor)
-			maxOpenFor := orDur(st.MaxOpenFor, damper.DefaultBreakerMaxOpenFor)
+			window, openFor := orDur(st.Window, defaults.Breaker.Window), orDur(st.OpenFor, defaults.Breaker.OpenFor)
+			maxOpenFor := orDur(st.MaxOpenFor, defaults.Breaker.MaxOpenFor)
 
 			// The first attempt counted falls on a slice's edge (base is a
 			// whole minute), where the breaker in memory starts its slices.

@@ -131,7 +131,7 @@ func (s *Store) LimitBuckets(st damper.LimitSettings) (damper.LimitBuckets, erro
 	}
 	share := st.BatchShare
 	if share == 0 {
-		share = damper.DefaultRateLimitBatchShare
+		share = defaults.RateLimit.BatchShare
 	}
 	local, err := damper.MemoryStore{}.LimitBuckets(st)
 	if err != nil {

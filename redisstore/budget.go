@@ -39,13 +39,13 @@ type Options struct {
 	Name string
 
 	// Ratio is the units each successful first attempt adds to its window.
-	// Default [damper.DefaultRetryBudgetRatio]; damper.None for 0.
+	// Default Policy.RetryBudgetRatio's, 0.1; damper.None for 0.
 	Ratio float64
 	// Window is the length of the fixed window. Default
-	// [damper.DefaultRetryBudgetWindow].
+	// Policy.RetryBudgetWindow's, 60 s.
 	Window time.Duration
 	// MinTokens is the units every window starts with. Default
-	// [damper.DefaultRetryBudgetMinTokens]; damper.None for 0.
+	// Policy.RetryBudgetMinTokens's, 10; damper.None for 0.
 	MinTokens int
 
 	// Timeout bounds each operation's wait for Redis, whatever the client's
@@ -150,16 +150,16 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 	}
 	switch {
 	case o.Ratio != damper.None && (math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) || o.Ratio < 0):
-		return nil, fmt.Errorf("redisstore: Options.Ratio = %v: must be a finite number, at least 0 (0 means the default, %v; damper.None means 0)", o.Ratio, damper.DefaultRetryBudgetRatio)
+		return nil, fmt.Errorf("redisstore: Options.Ratio = %v: must be a finite number, at least 0 (0 means the default, %v; damper.None means 0)", o.Ratio, defaults.RetryBudgetRatio)
 	case o.Window < 0:
-		return nil, fmt.Errorf("redisstore: Options.Window = %v: must be positive (0 means the default, %v)", o.Window, damper.DefaultRetryBudgetWindow)
+		return nil, fmt.Errorf("redisstore: Options.Window = %v: must be positive (0 means the default, %v)", o.Window, defaults.RetryBudgetWindow)
 	case o.MinTokens < 0 && o.MinTokens != damper.None:
-		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, damper.DefaultRetryBudgetMinTokens)
+		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, defaults.RetryBudgetMinTokens)
 	}
 	return newBudget(newLink(client, o, "retry budget", "budget"), damper.BudgetSettings{
-		Ratio:     orDefault(o.Ratio, damper.DefaultRetryBudgetRatio),
-		Window:    orDefault(o.Window, damper.DefaultRetryBudgetWindow),
-		MinTokens: orDefault(o.MinTokens, damper.DefaultRetryBudgetMinTokens),
+		Ratio:     orDefault(o.Ratio, defaults.RetryBudgetRatio),
+		Window:    orDefault(o.Window, defaults.RetryBudgetWindow),
+		MinTokens: orDefault(o.MinTokens, defaults.RetryBudgetMinTokens),
 	})
 }
 

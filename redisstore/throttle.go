@@ -46,7 +46,7 @@ func (s *Store) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
 	}
 	maxTokens := p.MaxTokens
 	if maxTokens == 0 {
-		maxTokens = damper.DefaultThrottleMaxTokens
+		maxTokens = defaults.Throttle.MaxTokens
 	}
 	return &throttle{
 		link:   s.link,

@@ -59,7 +59,7 @@ func TestThrottleMatchesMemory(t *testing.T) {
 			rt, mt := thrThrottle(t, s, p), thrMemory(t, p)
 			full := int64(max(p.MaxTokens, 1)) * 1000
 			if p.MaxTokens == 0 {
-				full = damper.DefaultThrottleMaxTokens * 1000
+				full = int64(defaults.Throttle.MaxTokens) * 1000
 			}
 			if got, err := rt.Tokens(ctx); got != full || err != nil {
 				t.Fatalf("Tokens of a new throttle = %d, %v; want %d, full", got, err, full)

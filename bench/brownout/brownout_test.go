@@ -156,7 +156,7 @@ func TestCapacityDropRecovery(t *testing.T) {
 			t.Errorf("%s goodput %.2f/s above damper+breaker's %.2f/s", name, x.Goodput, rec.Goodput)
 		}
 	}
-	if !rec.Recovered || rec.Recovery > damper.RecommendedBreakerOpenFor {
+	if !rec.Recovered || rec.Recovery > recommended.Breaker.OpenFor {
 		t.Errorf("damper+breaker recovery = %v (recovered %v), want within one open period", rec.Recovery, rec.Recovered)
 	}
 	if _, refused := s.breakerActivity("capacity-drop-costly", "damper+breaker"); refused == 0 {

@@ -168,7 +168,7 @@ func (s *Suite) defaultChecks(add addCheck) {
 		ok && best > 0 && d1.Goodput >= 0.95*best,
 		"damper %.2f/s, best %s %.2f/s (%.1f %%)", d1.Goodput, bestBy, best, 100*d1.Goodput/max(best, 1e-9))
 
-	window := damper.DefaultRetryBudgetWindow
+	window := defaults.RetryBudgetWindow
 	for _, name := range []string{"capacity-drop", "capacity-drop-costly"} {
 		f, ok := s.figures(name)[damperName]
 		add(fmt.Sprintf("%s: Damper recovers to %.0f %% goodput within one budget window (%v) of the cause ending", name, 100*RecoveryShare, window),

@@ -119,7 +119,7 @@ func DamperThrottle() Contender {
 // throttle's settings.
 func DamperThrottleWith(name string, t damper.ThrottlePolicy) Contender {
 	path := fmt.Sprintf("real code: SDK v2 client + damper.New(damper.Policy{Throttle: &damper.ThrottlePolicy{}}) middleware, the default policy plus the retry throttle (%d tokens, ratio %g), on the virtual clock",
-		damper.DefaultThrottleMaxTokens, damper.DefaultThrottleTokenRatio)
+		defaults.Throttle.MaxTokens, defaults.Throttle.TokenRatio)
 	if t != (damper.ThrottlePolicy{}) {
 		path = fmt.Sprintf("real code: SDK v2 client + damper.New(damper.Policy{Throttle: &damper.ThrottlePolicy{MaxTokens: %d, TokenRatio: %g}}) middleware on the virtual clock", t.MaxTokens, t.TokenRatio)
 	}

@@ -311,7 +311,7 @@ const (
 // takes at most a service time; and a second, as the probe is its
 // replica's next call and the figure counts whole seconds.
 func (s *FallbackSuite) BackWithin() time.Duration {
-	return damper.RecommendedBreakerMaxOpenFor + s.Scenario.Provider.ServiceMax + time.Second
+	return recommended.Breaker.MaxOpenFor + s.Scenario.Provider.ServiceMax + time.Second
 }
 
 // Checks evaluates the fallback targets.

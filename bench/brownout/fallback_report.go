@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/damper-ai/damper-go"
 )
 
 // FallbackHeading is the heading of the fallback part of the section.
@@ -80,9 +78,9 @@ func (s *FallbackSuite) writeFallbackWhy(b *strings.Builder) {
 	fmt.Fprintf(b, "With the secondary as a backend, the recommended policy answers %.2f %% of them, %d by the secondary. Their first moves were %s. ",
 		100*c.SuccessShare, c.BySecondary, movesText(c.Moves))
 	fmt.Fprintf(b, "Until a replica's breaker opens, which takes %s for the last of them (the breaker needs half of the attempts of its %s window to fail, and the window still holds the successes before the outage), each request tries the primary first: once the throttle has closed, a single 529 and a move with no backoff; before, up to %d attempts with backoff. ",
-		secs(c.AllOpen), secs0(damper.DefaultBreakerWindow), damper.DefaultMaxAttempts)
+		secs(c.AllOpen), secs0(defaults.Breaker.Window), defaults.MaxAttempts)
 	fmt.Fprintf(b, "Once every breaker is open, the primary gets %.2f attempts a second, one probe per replica per open period (%d replicas, %s each once doubled: %.1f a second), and %d of the outage's %d requests send it nothing; the probe that fails moves on to the secondary too. In all, the primary gets %d attempts during the outage, %.1f %% of the SDK loop's. ",
-		c.OpenRate, s.Scenario.Replicas, secs0(damper.RecommendedBreakerMaxOpenFor), float64(s.Scenario.Replicas)/damper.RecommendedBreakerMaxOpenFor.Seconds(),
+		c.OpenRate, s.Scenario.Replicas, secs0(recommended.Breaker.MaxOpenFor), float64(s.Scenario.Replicas)/recommended.Breaker.MaxOpenFor.Seconds(),
 		c.Skipped, c.Requests, c.PrimaryAttempts, 100*float64(c.PrimaryAttempts)/float64(max(sdk.PrimaryAttempts, 1)))
 	if c.PrimaryAttempts == rec.PrimaryAttempts && c.Skipped == rec.Skipped {
 		b.WriteString("These are damper+breaker's figures at the primary exactly: a move sends nothing more to the primary and changes none of its budget, throttle and breaker, so falling back adds nothing to the load of the provider that is down. ")
@@ -90,10 +88,10 @@ func (s *FallbackSuite) writeFallbackWhy(b *strings.Builder) {
 		fmt.Fprintf(b, "Without the backend, damper+breaker sends it %d. ", rec.PrimaryAttempts)
 	}
 	fmt.Fprintf(b, "When the outage ends at %s, each breaker finds the primary back with its next probe, at most its longest open period (%s) and a service time later: %.1f %% of the requests of the minute after are the primary's, and every request from %s after the end on.\n\n",
-		secs0(inc.Start+inc.Length), secs0(damper.RecommendedBreakerMaxOpenFor), 100*c.AfterByPrimary, backText(c))
+		secs0(inc.Start+inc.Length), secs0(recommended.Breaker.MaxOpenFor), 100*c.AfterByPrimary, backText(c))
 	fmt.Fprintf(b, "**Why the breaker matters.** damper+fallback, the default policy with the same backend and no breaker, answers %.2f %% of the requests of the outage too, but every request tries the primary first: it sends the primary %d attempts during the outage (%.2f a second, %.3fx), against %d for the recommended policy. Its moves are %s: a retry at the primary is made while its budget has units (each %s window starts with %d a replica), with backoff before it, and the move comes once the budget refuses; so its p99 is %s against %s. A provider in an outage is then still sent about one attempt per request from every client, which is the load it has to come back under.\n",
 		100*n.SuccessShare, n.PrimaryAttempts, n.PrimaryRate, float64(n.PrimaryAttempts)/float64(max(n.Requests, 1)), c.PrimaryAttempts,
-		movesText(n.Moves), secs0(damper.DefaultRetryBudgetWindow), damper.DefaultRetryBudgetMinTokens, secs(n.P99), secs(c.P99))
+		movesText(n.Moves), secs0(defaults.RetryBudgetWindow), defaults.RetryBudgetMinTokens, secs(n.P99), secs(c.P99))
 }
 
 // movesText writes the moves by reason, the most frequent first.

@@ -43,10 +43,10 @@ func (s *Suite) Markdown(contenders []Contender, sweep *Sweep, breakers *Suite, 
 	b.WriteString("\n**Contenders.** *no-retry* is the control: one attempt per logical request, so its amplification is 1.000x by definition and its goodput is what the provider serves with no retries at all. ")
 	b.WriteString("*damper* is Damper's default policy, `damper.Policy{}`, which limits retries with its retry budget alone. ")
 	fmt.Fprintf(&b, "*damper+throttle* adds the retry throttle with its defaults (%d tokens, ratio %g): gRPC's rule, a failed attempt costs a token, a success earns %g, and no retry is made while half of the tokens or fewer are left; a retry then needs both the throttle and the budget. ",
-		damper.DefaultThrottleMaxTokens, damper.DefaultThrottleTokenRatio, damper.DefaultThrottleTokenRatio)
+		defaults.Throttle.MaxTokens, defaults.Throttle.TokenRatio, defaults.Throttle.TokenRatio)
 	fmt.Fprintf(&b, "*damper+breaker* is `damper.RecommendedPolicy()`, the policy Damper recommends for production: the default policy plus the throttle with its defaults and the circuit breaker with its defaults but for shorter open periods. The breaker opens when at least %.0f %% of at least %d attempts with a verdict in the last %s failed on the provider's health (5xx, 529, transport failures, attempt timeouts); it then refuses every call, sending nothing and spending no budget, for %s, and then admits one probe at a time; a failed probe opens it again for twice as long, up to %s, and a successful one closes it (the breaker's own defaults are %s and %s: see the breaker sweep below). ",
-		100*damper.DefaultBreakerFailureRatio, damper.DefaultBreakerMinAttempts, secs0(damper.DefaultBreakerWindow), secs0(damper.RecommendedBreakerOpenFor), secs0(damper.RecommendedBreakerMaxOpenFor),
-		secs0(damper.DefaultBreakerOpenFor), secs0(damper.DefaultBreakerMaxOpenFor))
+		100*defaults.Breaker.FailureRatio, defaults.Breaker.MinAttempts, secs0(defaults.Breaker.Window), secs0(recommended.Breaker.OpenFor), secs0(recommended.Breaker.MaxOpenFor),
+		secs0(defaults.Breaker.OpenFor), secs0(defaults.Breaker.MaxOpenFor))
 	b.WriteString("Each replica has its own Damper, and so its own budget, throttle and breaker.\n\n")
 
 	b.WriteString("**Figures** are over the logical requests issued during the incident: *amplification* is provider attempts per logical request (a call that an open breaker refuses makes none, so amplification can fall below 1); *goodput* successful requests per second; latency is from issue to the end of the call, failures included; *failed fast* is the share that failed before its deadline, *timed out* the share ended by it. ")
@@ -92,11 +92,11 @@ func (s *Suite) writeWorstOutage(b *strings.Builder, runs []OutageRun) {
 	for i, run := range runs {
 		starts[i] = strconv.Itoa(int(run.Start / time.Second))
 	}
-	window := damper.DefaultRetryBudgetWindow
+	window := defaults.RetryBudgetWindow
 	d := worst[damperName]
 	fmt.Fprintf(b, "### Full outage: worst case over %d start times\n\n", len(runs))
 	fmt.Fprintf(b, "The same outage, run with its incident starting at %s s. ", strings.Join(starts, ", "))
-	fmt.Fprintf(b, "Damper's budget windows are fixed, %s long and aligned to the minute of the run, so what an outage costs under the budget depends on where in a window it begins: it can spend the units that successes earned earlier in that window (%g each), more of them the later it begins, but units do not carry over, so the later it begins, the fewer seconds are left to spend them in. ", secs0(window), damper.DefaultRetryBudgetRatio)
+	fmt.Fprintf(b, "Damper's budget windows are fixed, %s long and aligned to the minute of the run, so what an outage costs under the budget depends on where in a window it begins: it can spend the units that successes earned earlier in that window (%g each), more of them the later it begins, but units do not carry over, so the later it begins, the fewer seconds are left to spend them in. ", secs0(window), defaults.RetryBudgetRatio)
 	fmt.Fprintf(b, "These starts cover one whole window every 5 s, and its last second; Damper's worst case begins %s into a window. ", secs0(d.Start%window))
 	b.WriteString("Each row is a contender's worst case: the start that gave it the highest amplification (the earliest, in a tie) and the figures of that run; *lowest* is its lowest amplification over all the starts.\n\n")
 	b.WriteString("| contender | worst amplification | at start | lowest | goodput /s | success | failed fast | recovery |\n")
@@ -130,13 +130,13 @@ func (s *Suite) writeWhyMissed(b *strings.Builder, checks []Check) {
 			d, t, r := worst[damperName], worst["damper+throttle"], worst[recommendedName]
 			b.WriteString("**Why the default policy's outage target is missed.** gRPC's throttler refuses every retry once its token count falls to half of its maximum, and only successes refill it (0.1 token each), so in a full outage each replica retries about five times and then not at all until the provider answers again. ")
 			fmt.Fprintf(b, "Damper's default policy limits retries with its budget alone, which starts every %s window with %d units per replica, by design (so that a service that is quiet or has just started can still retry), so a long outage costs each replica up to %d retries a window, plus %g per success still counted in the window in which the outage began; the worst case is an outage that begins late in a window (%.3fx, at %s). ",
-				secs0(damper.DefaultRetryBudgetWindow), damper.DefaultRetryBudgetMinTokens, damper.DefaultRetryBudgetMinTokens, damper.DefaultRetryBudgetRatio, d.Figures.Amplification, secs0(d.Start))
+				secs0(defaults.RetryBudgetWindow), defaults.RetryBudgetMinTokens, defaults.RetryBudgetMinTokens, defaults.RetryBudgetRatio, d.Figures.Amplification, secs0(d.Start))
 			fmt.Fprintf(b, "The stricter rules are opt-in: with the throttle, Damper's worst case is %.3fx, and the recommended policy's is %.3fx, the lowest of all contenders, because its breakers open and each replica then sends one probe per open period. ",
 				t.Figures.Amplification, r.Figures.Amplification)
 			fmt.Fprintf(b, "The price of gRPC's ratio of 0.1 shows in the brownout table: with 10 %% of attempts failing, its tokens drain and it drops retries that would have succeeded (goodput %.2f/s, against %.2f/s for damper+throttle, whose ratio of %g holds its tokens).\n\n",
-				bo["grpc-throttle"].Goodput, bo["damper+throttle"].Goodput, damper.DefaultThrottleTokenRatio)
+				bo["grpc-throttle"].Goodput, bo["damper+throttle"].Goodput, defaults.Throttle.TokenRatio)
 		case c.Target == targetRecovery:
-			period := damper.RecommendedBreakerOpenFor
+			period := recommended.Breaker.OpenFor
 			cc := s.figures("capacity-drop-costly")
 			rc := cc[recommendedName]
 			delete(cc, recommendedName)
@@ -144,7 +144,7 @@ func (s *Suite) writeWhyMissed(b *strings.Builder, checks []Check) {
 			fmt.Fprintf(b, "**Why the recommended policy's recovery target is missed.** An open breaker refuses every call until its open period ends, whether or not the provider has recovered in the meantime: only a probe tells it. In the costly capacity drop, most replicas' breakers open, admit a probe that succeeds once the load is gone, close, and open again when the load they let back in overloads the provider; when the drop ends, the replicas whose breakers are open at that moment go on refusing calls for the rest of their open period (%s, and twice that after a failed probe), so the recommended policy recovers %s after the drop ends, where the first of the other contenders, %s, recovers after %s. ",
 				secs0(period), recoveryText(rc), firstBy, recoveryText(first))
 			fmt.Fprintf(b, "The other incidents show the same cost. In the capacity drop with free rejections, a probe that fails just before the drop ends holds its replica's breaker open for %s more (recovery %s). In the full outage, each failed probe doubles the open period (%s, %s, %s, up to %s), so after 120 s of outage each replica goes on refusing calls until its next probe, long after the provider is back (recovery %s in the worst case). ",
-				secs0(2*period), recoveryText(s.figures("capacity-drop")[recommendedName]), secs0(period), secs0(2*period), secs0(4*period), secs0(damper.RecommendedBreakerMaxOpenFor), recoveryText(worst[recommendedName].Figures))
+				secs0(2*period), recoveryText(s.figures("capacity-drop")[recommendedName]), secs0(period), secs0(2*period), secs0(4*period), secs0(recommended.Breaker.MaxOpenFor), recoveryText(worst[recommendedName].Figures))
 			b.WriteString("In exchange, while the provider is down each replica sends one probe per open period instead of retries, and in the costly capacity drop the recommended policy keeps far more goodput than any other contender.\n\n")
 		}
 	}
@@ -158,7 +158,7 @@ func writeSweep(b *strings.Builder, sweep *Sweep) {
 	cc := sweep.figures("capacity-drop-costly")
 	b.WriteString("### The throttle's settings\n\n")
 	fmt.Fprintf(b, "Damper's default policy plus the retry throttle at each setting below, through the same scenarios (the outage at the same %d start times, its worst case shown). The defaults are %d tokens and ratio %g. ",
-		len(sweep.OutageRuns()), damper.DefaultThrottleMaxTokens, damper.DefaultThrottleTokenRatio)
+		len(sweep.OutageRuns()), defaults.Throttle.MaxTokens, defaults.Throttle.TokenRatio)
 	var ratios []string
 	seen := map[float64]bool{}
 	for _, r := range sweep.Settings {
@@ -190,7 +190,7 @@ func writeBreakerSweep(b *strings.Builder, sweep *Suite) {
 	cc := sweep.figures("capacity-drop-costly")
 	b.WriteString("### The breaker's open periods\n\n")
 	fmt.Fprintf(b, "The recommended policy with each pair of open periods below (the first, and the longest that doubling after failed probes reaches), through the same scenarios (the outage at the same %d start times, its worst case shown). The breaker's own defaults are the first row; the recommended policy's is %s.\n\n",
-		len(sweep.OutageRuns()), breakerName(damper.BreakerPolicy{OpenFor: damper.RecommendedBreakerOpenFor, MaxOpenFor: damper.RecommendedBreakerMaxOpenFor}))
+		len(sweep.OutageRuns()), breakerName(damper.BreakerPolicy{OpenFor: recommended.Breaker.OpenFor, MaxOpenFor: recommended.Breaker.MaxOpenFor}))
 	b.WriteString("| breaker | outage: worst amplification | outage: recovery | brownout: goodput /s | capacity drop: recovery | costly drop: goodput /s | costly drop: recovery |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, name := range contenderNames(sweep) {

@@ -51,9 +51,9 @@ func throttleName(t damper.ThrottlePolicy) string {
 // recommended one (2 s up to 10 s) among them, and a shorter one still.
 func BreakerSettings() []damper.BreakerPolicy {
 	return []damper.BreakerPolicy{
-		{OpenFor: damper.DefaultBreakerOpenFor, MaxOpenFor: damper.DefaultBreakerMaxOpenFor},
+		{OpenFor: defaults.Breaker.OpenFor, MaxOpenFor: defaults.Breaker.MaxOpenFor},
 		{OpenFor: 5 * time.Second, MaxOpenFor: time.Minute},
-		{OpenFor: damper.RecommendedBreakerOpenFor, MaxOpenFor: damper.RecommendedBreakerMaxOpenFor},
+		{OpenFor: recommended.Breaker.OpenFor, MaxOpenFor: recommended.Breaker.MaxOpenFor},
 		{OpenFor: time.Second, MaxOpenFor: 4 * time.Second},
 	}
 }

@@ -20,10 +20,10 @@ var FixedDelay = DefaultModel.FastMax
 
 // failsafe-go's adaptive hedge is given Damper's defaults: the 95th
 // percentile of about the last 200 round trips, once 20 have been seen.
-const (
-	adaptiveQuantile = damper.DefaultHedgeQuantile
-	adaptiveWindow   = damper.DefaultHedgeWindow
-	adaptiveMin      = damper.DefaultHedgeMinSamples
+var (
+	adaptiveQuantile = defaults.Hedge.Quantile
+	adaptiveWindow   = defaults.Hedge.Window
+	adaptiveMin      = defaults.Hedge.MinSamples
 )
 
 // Contender is one way of calling the Messages API over the provider.
@@ -74,7 +74,7 @@ func Damper() Contender {
 func DamperHedge() Contender {
 	return damperContender("damper+hedge",
 		fmt.Sprintf("SDK v2 client + `damper.New(damper.Policy{Hedge: &damper.HedgePolicy{}})`: a hedge after the p%g of the last %d attempts' time to first content, once %d have been seen",
-			100*damper.DefaultHedgeQuantile, damper.DefaultHedgeWindow, damper.DefaultHedgeMinSamples),
+			100*defaults.Hedge.Quantile, defaults.Hedge.Window, defaults.Hedge.MinSamples),
 		&damper.HedgePolicy{})
 }
 
@@ -130,7 +130,7 @@ func FailsafeQuantile() Contender {
 			adaptiveQuantile, adaptiveWindow, adaptiveMin, 100*adaptiveQuantile, adaptiveWindow, adaptiveMin),
 		Hedging: true,
 		newClient: func(rt http.RoundTripper) (anthropic.Client, error) {
-			hp := hedgepolicy.NewWithDelayQuantile[*http.Response](adaptiveQuantile, adaptiveWindow, adaptiveMin)
+			hp := hedgepolicy.NewWithDelayQuantile[*http.Response](adaptiveQuantile, uint(adaptiveWindow), uint(adaptiveMin))
 			return newSDKClient(failsafehttp.NewRoundTripper(rt, hp), option.WithMaxRetries(0)), nil
 		},
 	}

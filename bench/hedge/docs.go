@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/damper-ai/damper-go"
 )
 
 // Heading is the heading of the scenario's section of docs/BENCHMARKS.md.
@@ -87,7 +85,7 @@ func Markdown(s Scenario, main, after []Result, targets []Target) string {
 			h.Contender.Name, thousands(h.Hedges), thousands(h.HedgesWon))
 	}
 	p("A fixed delay at the top of the fast range (%s) hedges the slow attempts and almost nothing else, but only a caller who knows the latency ahead of time can set it; a quantile learns it from the attempts it sees. ", fmtDuration(FixedDelay))
-	p("Damper's quantile is that of the last %d attempts' times to first content; failsafe-go's adaptive policy keeps a moving estimate of its quantile over its round trips (an age of %d). ", damper.DefaultHedgeWindow, adaptiveWindow)
+	p("Damper's quantile is that of the last %d attempts' times to first content; failsafe-go's adaptive policy keeps a moving estimate of its quantile over its round trips (an age of %d). ", defaults.Hedge.Window, adaptiveWindow)
 	p("What is left of the tail is the requests whose attempt and hedge were both slow.\n\n")
 
 	p("**With the wait after the headers.** A provider may send its headers and message_start at once and spend its time to first token after them. ")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/outage"
 )
 
@@ -29,6 +30,10 @@ type demoFlags struct {
 
 func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, error) {
 	def := outage.DefaultConfig()
+	var pol damper.Policy // the defaults, from the Policy's declaration
+	if err := conf.Fill(&pol); err != nil {
+		return demoFlags{}, err
+	}
 	var f demoFlags
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.IntVar(&f.cfg.Requests, "requests", def.Requests, "logical requests to make")
@@ -39,10 +44,10 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, error) {
 			"scheduling: ten requests may each get one retry and then be refused, so the budget-exhausted\n"+
 			"count can rise from 995 up to 1,000 and the successes fall to 0")
 	fs.Uint64Var(&f.cfg.Seed, "seed", def.Seed, "seed of the backoff jitter")
-	maxAttempts := fs.Int("max-attempts", damper.DefaultMaxAttempts, "attempts per logical request, the first included, for both strategies")
-	ratio := fs.Float64("budget-ratio", damper.DefaultRetryBudgetRatio, "retry budget units added per successful first attempt")
-	minTokens := fs.Int("budget-min", damper.DefaultRetryBudgetMinTokens, "retry budget units each window starts with")
-	window := fs.Duration("budget-window", damper.DefaultRetryBudgetWindow, "length of the retry budget's fixed window")
+	maxAttempts := fs.Int("max-attempts", pol.MaxAttempts, "attempts per logical request, the first included, for both strategies")
+	ratio := fs.Float64("budget-ratio", pol.RetryBudgetRatio, "retry budget units added per successful first attempt")
+	minTokens := fs.Int("budget-min", pol.RetryBudgetMinTokens, "retry budget units each window starts with")
+	window := fs.Duration("budget-window", pol.RetryBudgetWindow, "length of the retry budget's fixed window")
 	fs.Float64Var(&f.maxAmplification, "max-amplification", defaultMaxAmplification, "exit with status 1 when Damper's attempts per logical request exceed this")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
 	fs.StringVar(&f.svg, "svg", "", "also write a chart of provider attempts over virtual time to this `file`")

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,9 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"sigs.k8s.io/yaml"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // proxyFile is the proxy's configuration file, JSON or YAML:
@@ -34,22 +33,25 @@ import (
 //	listen: 127.0.0.1:8787
 //	upstream: https://api.anthropic.com
 //	drain_timeout: 30s
-//	policy:                 # a Damper policy, as damper.PolicyConfig reads it
+//	policy:                 # a Damper policy, as damper.ParsePolicyYAML reads it
 //	  max_attempts: 3
 //	  breaker: {}
+//
+// Each key is declared once, by its field's tags, as a Policy's are: its
+// name, default and bounds; the keys of damper.ProxyConfig are its own.
 type proxyFile struct {
-	Listen            string               `json:"listen,omitempty"`
-	Upstream          string               `json:"upstream,omitempty"`
-	MaxRequestBytes   int64                `json:"max_request_bytes,omitempty"`
-	DrainTimeout      *damper.Duration     `json:"drain_timeout,omitempty"`
-	ShutdownDelay     *damper.Duration     `json:"shutdown_delay,omitempty"`
-	ReadHeaderTimeout *damper.Duration     `json:"read_header_timeout,omitempty"`
-	ReadTimeout       *damper.Duration     `json:"read_timeout,omitempty"`
-	IdleTimeout       *damper.Duration     `json:"idle_timeout,omitempty"`
-	WriteTimeout      *damper.Duration     `json:"write_timeout,omitempty"`
-	LogLevel          string               `json:"log_level,omitempty"`
-	Name              string               `json:"name,omitempty"`
-	Policy            *damper.PolicyConfig `json:"policy,omitempty"`
+	Listen string `key:"listen" default:"127.0.0.1:8787"`
+	// Upstream's default is the command's: the library's has none.
+	damper.ProxyConfig `key:",inline"`
+	DrainTimeout       time.Duration `key:"drain_timeout" default:"30s" min:">0"`
+	// ShutdownDelay is how long /readyz says 503 before the drain.
+	ShutdownDelay     time.Duration  `key:"shutdown_delay" min:"0" zero:"no delay"`
+	ReadHeaderTimeout time.Duration  `key:"read_header_timeout" default:"10s" min:">0"`
+	ReadTimeout       time.Duration  `key:"read_timeout" default:"1m" min:">0"`
+	IdleTimeout       time.Duration  `key:"idle_timeout" default:"2m" min:">0"`
+	LogLevel          string         `key:"log_level" default:"info"`
+	Name              string         `key:"name"`
+	Policy            *damper.Policy `key:"policy"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -70,24 +72,38 @@ type proxySettings struct {
 	policyFromDefault bool
 }
 
-const (
-	defaultProxyListen   = "127.0.0.1:8787"
-	defaultProxyUpstream = "https://api.anthropic.com"
-)
+const defaultProxyUpstream = "https://api.anthropic.com"
 
 func defaultProxySettings() proxySettings {
-	return proxySettings{
-		listen:            defaultProxyListen,
-		upstream:          defaultProxyUpstream,
-		maxRequestBytes:   damper.DefaultMaxRequestBytes,
-		drain:             30 * time.Second,
-		readHeader:        10 * time.Second,
-		read:              time.Minute,
-		idle:              2 * time.Minute,
-		write:             damper.DefaultWriteTimeout,
-		level:             slog.LevelInfo,
-		policyFromDefault: true,
+	var s proxySettings
+	if err := s.apply(proxyFile{}); err != nil {
+		panic(err) // a default outside its bounds
 	}
+	return s
+}
+
+// apply sets s from f, its zero fields filled in with their defaults. The
+// policy is kept as the file has it, for New to fill in.
+func (s *proxySettings) apply(f proxyFile) error {
+	policy := f.Policy
+	f.Policy = nil
+	if err := conf.Fill(&f); err != nil {
+		return err
+	}
+	level, err := parseLevel(f.LogLevel)
+	if err != nil {
+		return &conf.Error{Path: "log_level", Err: fmt.Errorf("%q: %w", f.LogLevel, err)}
+	}
+	*s = proxySettings{
+		listen: f.Listen, upstream: cmp.Or(f.Upstream, defaultProxyUpstream),
+		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
+		readHeader: f.ReadHeaderTimeout, read: f.ReadTimeout, idle: f.IdleTimeout, write: f.WriteTimeout,
+		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
+	}
+	if policy != nil {
+		s.policy = *policy
+	}
+	return nil
 }
 
 func parseProxy(args []string, stdout, stderr io.Writer) (proxySettings, error) {
@@ -208,75 +224,17 @@ func (s *proxySettings) loadFile(name string) error {
 		return err
 	}
 	s.configFile = name
-	bad := func(key string, format string, args ...any) error {
-		return fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...))
-	}
-	if !strings.EqualFold(filepath.Ext(name), ".json") {
-		if data, err = yaml.YAMLToJSONStrict(data); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
 	var f proxyFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		var ce *damper.ConfigError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &ce):
-			return bad(strings.TrimSuffix("policy."+ce.Path, "."), "%v", ce.Err)
-		case errors.As(err, &te):
-			return bad(te.Field, "want a %v, got a JSON %s", te.Type, te.Value)
-		}
+	if strings.EqualFold(filepath.Ext(name), ".json") {
+		err = conf.DecodeJSON(data, &f)
+	} else {
+		err = conf.DecodeYAML(data, &f)
+	}
+	if err == nil {
+		err = s.apply(f)
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
-	}
-	if f.Listen != "" {
-		s.listen = f.Listen
-	}
-	if f.Upstream != "" {
-		s.upstream = f.Upstream
-	}
-	if f.MaxRequestBytes < 0 {
-		return bad("max_request_bytes", "%d: must be above 0", f.MaxRequestBytes)
-	} else if f.MaxRequestBytes > 0 {
-		s.maxRequestBytes = f.MaxRequestBytes
-	}
-	for _, d := range []struct {
-		key string
-		v   *damper.Duration
-		dst *time.Duration
-	}{
-		{"drain_timeout", f.DrainTimeout, &s.drain},
-		{"shutdown_delay", f.ShutdownDelay, &s.shutdownDelay},
-		{"read_header_timeout", f.ReadHeaderTimeout, &s.readHeader},
-		{"read_timeout", f.ReadTimeout, &s.read},
-		{"idle_timeout", f.IdleTimeout, &s.idle},
-		{"write_timeout", f.WriteTimeout, &s.write},
-	} {
-		if d.v == nil {
-			continue
-		}
-		if *d.v < 0 || *d.v == 0 && d.key != "shutdown_delay" {
-			return bad(d.key, "%v: must be above 0", *d.v)
-		}
-		*d.dst = time.Duration(*d.v)
-	}
-	if f.LogLevel != "" {
-		if s.level, err = parseLevel(f.LogLevel); err != nil {
-			return bad("log_level", "%q: %v", f.LogLevel, err)
-		}
-	}
-	s.name = f.Name
-	if f.Policy != nil {
-		p, err := f.Policy.Policy()
-		if err != nil {
-			var ce *damper.ConfigError
-			if errors.As(err, &ce) {
-				return bad(strings.TrimSuffix("policy."+ce.Path, "."), "%v", ce.Err)
-			}
-			return bad("policy", "%v", err)
-		}
-		s.policy, s.policyFromDefault = p, false
 	}
 	return nil
 }

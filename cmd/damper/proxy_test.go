@@ -535,18 +535,18 @@ policy:
 		args []string
 		want string
 	}{
-		{[]string{"-config", write("a.yaml", "listn: x\n")}, `unknown field "listn"`},
+		{[]string{"-config", write("a.yaml", "listn: x\n")}, `listn: unknown key`},
 		{[]string{"-config", write("b.yaml", "drain_timeout: soon\n")}, `"soon"`},
-		{[]string{"-config", write("c.yaml", "drain_timeout: 0\n")}, "drain_timeout: 0s: must be above 0"},
+		{[]string{"-config", write("c.yaml", "drain_timeout: 0\n")}, `drain_timeout: "0s": must be positive`},
 		{[]string{"-config", write("d.yaml", "policy:\n  breaker:\n    open_for: 1y\n")}, "policy.breaker.open_for"},
-		{[]string{"-config", write("e.json", `{"max_request_bytes": "big"}`)}, "max_request_bytes: want a int64"},
+		{[]string{"-config", write("e.json", `{"max_request_bytes": "big"}`)}, `max_request_bytes: "big": want a whole number`},
 		{[]string{"-config", write("f.yaml", "log_level: loud\n")}, `log_level: "loud"`},
 		{[]string{"-log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"-drain-timeout", "0s"}, "--drain-timeout 0s"},
 		{[]string{"-max-request-bytes", "0"}, "--max-request-bytes 0"},
 		{[]string{"-shutdown-delay", "-1s"}, "--shutdown-delay -1s"},
-		{[]string{"-config", write("g.yaml", "shutdown_delay: -1s\n")}, "shutdown_delay: -1s"},
-		{[]string{"-config", write("h.yaml", "write_timeout: 0s\n")}, "write_timeout: 0s: must be above 0"},
+		{[]string{"-config", write("g.yaml", "shutdown_delay: -1s\n")}, `shutdown_delay: "-1s": must be at least 0`},
+		{[]string{"-config", write("h.yaml", "write_timeout: 0s\n")}, `write_timeout: "0s": must be positive`},
 		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},
 		{[]string{"extra"}, "no arguments"},
 	} {

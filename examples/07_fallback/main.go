@@ -133,7 +133,7 @@ func run() error {
 	}
 	fmt.Printf("\nBedrock answered %d calls, each attempt SigV4-signed at its own time, model %s.\n",
 		bedrockAPI.Count(""), bedrockAPI.Requests()[0].Model)
-	if outage != damper.DefaultBreakerMinAttempts {
+	if outage != d.Policy().Breaker.MinAttempts {
 		return fmt.Errorf("the primary got %d attempts through the outage, want its breaker to stop them", outage)
 	}
 	return nil
