@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
 )
@@ -70,13 +71,10 @@ type RateLimitPolicy struct {
 	BatchShare float64
 }
 
-// RateLimits are the per-minute limits of one limit group; zero means
-// learned from the API's headers. Each is at most 1,000,000,000.
-type RateLimits struct {
-	RequestsPerMinute     int
-	InputTokensPerMinute  int
-	OutputTokensPerMinute int
-}
+// RateLimits are the per-minute limits of one limit group (requests,
+// input tokens, output tokens); zero means learned from the API's headers.
+// Each is at most 1,000,000,000.
+type RateLimits = fleet.RateLimits
 
 // Defaults of the RateLimitPolicy fields.
 const (
@@ -85,27 +83,16 @@ const (
 )
 
 // Priority is a call's place in the rate limiter's line.
-type Priority uint8
+type Priority = fleet.Priority
 
 const (
 	// Interactive calls may use all of every bucket: someone is waiting.
-	Interactive Priority = iota
+	Interactive = fleet.Interactive
 	// Batch calls leave a share of every bucket to interactive calls (see
 	// [RateLimitPolicy.BatchShare]), and wait behind interactive calls
 	// that wait.
-	Batch
+	Batch = fleet.Batch
 )
-
-// String returns "interactive" or "batch".
-func (p Priority) String() string {
-	switch p {
-	case Interactive:
-		return "interactive"
-	case Batch:
-		return "batch"
-	}
-	return fmt.Sprintf("Priority(%d)", int(p))
-}
 
 type priorityKey struct{}
 
@@ -245,23 +232,9 @@ func cacheAwareITPM(group string) bool {
 }
 
 // RateLimitState is one bucket of the rate limiter, as [Damper.RateLimits]
-// reads it.
-type RateLimitState struct {
-	Group string // the limit group (see LimitGroup)
-	// Bucket is "requests", "input_tokens" or "output_tokens".
-	Bucket string
-	// Limit is per minute; 0 while it is not known yet.
-	Limit float64
-	// Remaining is what an interactive attempt could take now; 0 while
-	// attempts wait in line.
-	Remaining float64
-	// Learned is true for a limit learned from the API's headers, false
-	// for a configured one.
-	Learned bool
-	// PausedUntil is when a pause after a rate-limit 429 ends, if one is
-	// under way.
-	PausedUntil time.Time
-}
+// reads it: its group (see [LimitGroup]), its kind, its limit and what
+// remains, whether the limit was learned, and the end of a pause.
+type RateLimitState = fleet.RateLimitState
 
 // RateLimits returns every bucket of the Damper's rate limiter, by group
 // then bucket; nil without Policy.RateLimit.
@@ -278,7 +251,7 @@ func (d *Damper) RateLimits() []RateLimitState {
 type limiter struct {
 	p     *RateLimitPolicy
 	clock Clock
-	store Store
+	store fleet.Store
 	tel   *telemetry
 
 	mu     sync.Mutex
@@ -295,7 +268,7 @@ type limiter struct {
 // limitGroup is one group's buckets, and how long its attempts take.
 type limitGroup struct {
 	name       string
-	g          LimitBuckets
+	g          fleet.LimitBuckets
 	kept       bool       // g is not in memory: its store outlives the call
 	tel        *telemetry // for its store's errors
 	cacheAware bool
@@ -376,7 +349,7 @@ func (a *attemptTimes) room() time.Duration {
 	return max(minAttempt, a.mean+4*a.dev)
 }
 
-func newLimiter(p *RateLimitPolicy, clock Clock, store Store) *limiter {
+func newLimiter(p *RateLimitPolicy, clock Clock, store fleet.Store) *limiter {
 	return &limiter{p: p, clock: clock, store: store, groups: map[string]*limitGroup{}}
 }
 
@@ -401,8 +374,7 @@ func (l *limiter) group(model string) *limitGroup {
 		}
 		if !ok {
 			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
-			_, inMemory := g.g.(memoryBuckets)
-			g.kept = !inMemory
+			g.kept = !fleet.InMemory(g.g)
 			g.lastUse.Store(now.UnixNano())
 			l.groups[name] = g
 		}
@@ -470,14 +442,18 @@ func (l *limiter) maybeSweep(now time.Time) {
 
 // buckets makes the buckets of group: the store's, or, when it keeps none
 // or fails, the buckets in memory.
-func (l *limiter) buckets(group string) LimitBuckets {
-	settings := LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
-	b, err := l.store.LimitBuckets(settings)
-	if err != nil {
-		l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+func (l *limiter) buckets(group string) fleet.LimitBuckets {
+	settings := fleet.LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
+	var b fleet.LimitBuckets
+	if s, ok := l.store.(fleet.LimitStore); ok {
+		var err error
+		if b, err = s.LimitBuckets(settings); err != nil {
+			l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+			b = nil
+		}
 	}
-	if b == nil || err != nil {
-		b, _ = MemoryStore{}.LimitBuckets(settings)
+	if b == nil {
+		b, _ = fleet.MemoryStore{}.LimitBuckets(settings)
 	}
 	return b
 }
@@ -486,7 +462,7 @@ func (l *limiter) buckets(group string) LimitBuckets {
 // attempt.
 type callRate struct {
 	group    *limitGroup
-	cost     RateAmounts
+	cost     fleet.RateAmounts
 	priority Priority
 }
 
@@ -500,7 +476,7 @@ func (l *limiter) forCall(c *call) *callRate {
 		}
 		g := l.group(r.model)
 		r.rate = &callRate{group: g, priority: p,
-			cost: RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
+			cost: fleet.RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
 		c.report.limitGroup(g.name)
 	}
 	return r.rate
@@ -535,11 +511,11 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 		latest = l.latest(c, cr, now)
 	}
 	start := now
-	var ticket *RateTicket
+	var ticket *fleet.RateTicket
 	if cr.priority == Batch {
-		ticket = new(RateTicket)
+		ticket = new(fleet.RateTicket)
 	}
-	var r RateReservation = noReservation{}
+	var r fleet.RateReservation = noReservation{}
 	for {
 		due := now
 		var err error
@@ -581,15 +557,15 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 
 // cancel gives back all that r took, and t's place in the batch line: its
 // attempt was never sent.
-func (g *limitGroup) cancel(c *call, r RateReservation, t *RateTicket, now time.Time) {
+func (g *limitGroup) cancel(c *call, r fleet.RateReservation, t *fleet.RateTicket, now time.Time) {
 	if r.Taken() {
-		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, RateAmounts{}, [3]bool{true, true, true}))
+		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, fleet.RateAmounts{}, [3]bool{true, true, true}))
 	}
 	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
 }
 
 // leave takes t out of the batch line, if it holds a place there.
-func (g *limitGroup) leave(ctx context.Context, t *RateTicket, now time.Time) error {
+func (g *limitGroup) leave(ctx context.Context, t *fleet.RateTicket, now time.Time) error {
 	if t == nil || t.Slot.IsZero() {
 		return nil
 	}
@@ -611,6 +587,11 @@ func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
 func rateDenial(now, due time.Time) *denial {
 	return &denial{gate: gateRateLimit, retryAfter: due.Sub(now), admitAt: due}
 }
+
+// noReservation is a request that took nothing.
+type noReservation struct{}
+
+func (noReservation) Taken() bool { return false }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -642,12 +623,12 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
 	group  *limitGroup
-	r      RateReservation
-	ticket *RateTicket     // a batch attempt's place in the batch line
-	cost   RateAmounts     // what it asked for
-	sent   time.Time       // when the line let it go
-	ctx    context.Context // the call's, without its cancellation when the store outlives the call
-	done   atomic.Bool     // settled: the group is no longer held
+	r      fleet.RateReservation
+	ticket *fleet.RateTicket // a batch attempt's place in the batch line
+	cost   fleet.RateAmounts // what it asked for
+	sent   time.Time         // when the line let it go
+	ctx    context.Context   // the call's, without its cancellation when the store outlives the call
+	done   atomic.Bool       // settled: the group is no longer held
 }
 
 // release lets the group go, once, when the reservation is settled.
@@ -664,7 +645,7 @@ func (p *limitPass) release(now time.Time) {
 // entirely. A stream still open settles at its end (settleEnd).
 func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	if !e.outcome.Success && e.failure == nil {
-		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{true, true, true})
 		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
 		p.release(now)
 		return
@@ -680,7 +661,7 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 		if e.class == Retryable && e.outcome.Signal == CallerTraffic {
 			p.pause(now, e.header)
 		}
-		p.settleBy(now, RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
 	case e.streamOpen:
 		return // settled at the stream's end
 	default:
@@ -699,17 +680,17 @@ func (p *limitPass) settleEnd(now time.Time, u usage) {
 // stands as taken.
 func (p *limitPass) settleUsage(now time.Time, u usage) {
 	if !u.known {
-		p.settleBy(now, RateAmounts{}, [3]bool{})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{})
 		return
 	}
 	in := u.input + u.cacheCreation
 	if !p.group.cacheAware {
 		in += u.cacheRead
 	}
-	p.settleBy(now, RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
+	p.settleBy(now, fleet.RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
 }
 
-func (p *limitPass) settleBy(now time.Time, used RateAmounts, known [3]bool) {
+func (p *limitPass) settleBy(now time.Time, used fleet.RateAmounts, known [3]bool) {
 	p.storeError("settle", p.group.g.Settle(p.ctx, now, p.r, used, known))
 }
 
@@ -756,7 +737,7 @@ var rateHeaderKeys = [ratelimit.NumKinds]struct{ limit, remaining, reset string 
 
 // rateHeaders reads the anthropic-ratelimit-* headers of a response: a
 // bucket counts when both its limit and its remaining count parse.
-func rateHeaders(h http.Header) (o RateObservation, ok bool) {
+func rateHeaders(h http.Header) (o fleet.RateObservation, ok bool) {
 	if h == nil {
 		return o, false
 	}

@@ -70,3 +70,14 @@ var (
 	_ BreakerStore  = MemoryStore{}
 	_ LimitStore    = MemoryStore{}
 )
+
+// InMemory reports whether part is one that [MemoryStore] made, or a
+// [WindowBudget]: a part whose state lives and dies with its process, so
+// that nothing it is asked to record outlives a call that ends first.
+func InMemory(part any) bool {
+	switch part.(type) {
+	case *WindowBudget, memoryBreaker, *memoryThrottle, memoryBuckets:
+		return true
+	}
+	return false
+}
