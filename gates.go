@@ -153,7 +153,7 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 func (c *call) retryWait(n int, f *Failure, now time.Time, rnd float64) (wait, hint time.Duration, hasHint bool) {
 	p := &c.d.policy
 	if !p.IgnoreRetryAfter && f.Header != nil {
-		hint, hasHint = ParseRetryAfter(f.Header, now)
+		hint, hasHint = parseRetryAfter(f.Header, now)
 	}
 	wait = backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
 	return wait, hint, hasHint

@@ -47,31 +47,13 @@ const (
 	initialBodyBuf = 64 << 10
 )
 
-// Headers the proxy reads and writes.
+// Headers the proxy reads and writes (see [Proxy]).
 const (
-	// HeaderTimeout is the request header in which a client may state its
-	// call's deadline, in seconds from the request's arrival ("30",
-	// "2.5"; from 0.001 to 86400): the deadline of the whole call, a
-	// stream's last event included. Without it the call has none but the
-	// client's connection.
-	HeaderTimeout = "Damper-Timeout"
-	// HeaderStainlessTimeout is the request header in which the official
-	// SDKs send their own request timeout, in whole seconds (600 by
-	// default). An SDK applies its timeout until the response's headers
-	// arrive, and so does the proxy: it bounds the time until the proxy
-	// answers (for a stream, until its first content), never how long a
-	// stream then runs. 0, a timeout under a second truncated, sets no
-	// bound.
-	HeaderStainlessTimeout = "X-Stainless-Timeout"
-	// HeaderAttempts is the response header with the number of attempts
-	// the call made (for a stream, until its first content).
-	HeaderAttempts = "Damper-Attempts"
-	// HeaderOutcome is the response header with the call's [Outcome]; a
-	// stream sends it as a trailer, at its end.
-	HeaderOutcome = "Damper-Outcome"
-	// HeaderRetryCost is the response header with the estimated cost of
-	// the call's retries in US dollars ([Report.RetryCostUSD]).
-	HeaderRetryCost = "Damper-Retry-Cost-Usd"
+	headerTimeout          = "Damper-Timeout"
+	headerStainlessTimeout = "X-Stainless-Timeout"
+	headerAttempts         = "Damper-Attempts"
+	headerOutcome          = "Damper-Outcome"
+	headerRetryCost        = "Damper-Retry-Cost-Usd"
 )
 
 // ProxyConfig is what a [Proxy] needs besides its Damper.
@@ -149,6 +131,22 @@ type ProxyConfig struct {
 // 86400. A path with a dot segment ("..", ".", percent-encoded or not) is
 // refused on every route; a path that differs from /v1/messages only by
 // repeated or trailing slashes is a Messages call, sent as /v1/messages.
+//
+// A client may state its call's deadline in the request header
+// Damper-Timeout, in seconds from the request's arrival ("30", "2.5"; from
+// 0.001 to 86400): the deadline of the whole call, a stream's last event
+// included, and not forwarded. Without it the call has none but the
+// client's connection. The official SDKs send their own request timeout
+// in X-Stainless-Timeout, in whole seconds (600 by default); as an SDK
+// does, the proxy applies it until the response's headers: it bounds the
+// time until the proxy answers (for a stream, until its first content),
+// never how long a stream then runs, and 0, a timeout under a second
+// truncated, sets no bound. Every answer to a Messages call carries the
+// call's report in three headers: Damper-Attempts, the number of attempts
+// the call made (for a stream, until its first content); Damper-Outcome,
+// the call's [Outcome] (a stream sends it as a trailer, at its end); and
+// Damper-Retry-Cost-Usd, the estimated cost of its retries in US dollars
+// ([Report.RetryCostUSD]).
 //
 // Memory per request grows with the bytes that have arrived, never with a
 // declared Content-Length, up to MaxRequestBytes.
@@ -411,16 +409,16 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case res.StatusCode >= 400:
 		h.Set("X-Should-Retry", "false")
 	case stream:
-		h.Set("Trailer", HeaderOutcome)
+		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
 		passStream(dw, res.Body, p.d.policy.MaxEventBytes)
-		h.Set(HeaderOutcome, string(rep.Outcome))
+		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode
 	case rep.Outcome == "":
 		// A plain answer is read whole before it is handed on: it is the
 		// call's success. A call that ended already (an answer that is
 		// not JSON) keeps the outcome it ended with.
-		h.Set(HeaderOutcome, string(OutcomeSuccess))
+		h.Set(headerOutcome, string(OutcomeSuccess))
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(dw, res.Body)
@@ -497,11 +495,11 @@ func (c *deadlineContext) cancel() {
 // Damper-Timeout's, of the whole call, and X-Stainless-Timeout's, of the
 // time to the answer's headers; 0 means none.
 func requestTimeouts(h http.Header) (whole, toHeaders time.Duration, err error) {
-	whole, err = headerSeconds(h, HeaderTimeout, false)
+	whole, err = headerSeconds(h, headerTimeout, false)
 	if err != nil {
 		return 0, 0, err
 	}
-	toHeaders, err = headerSeconds(h, HeaderStainlessTimeout, true)
+	toHeaders, err = headerSeconds(h, headerStainlessTimeout, true)
 	return whole, toHeaders, err
 }
 
@@ -566,7 +564,7 @@ func upstreamHeader(in http.Header) http.Header {
 	h := in.Clone()
 	removeHopHeaders(h)
 	h.Del("Accept-Encoding")
-	h.Del(HeaderTimeout)
+	h.Del(headerTimeout)
 	return h
 }
 
@@ -595,10 +593,10 @@ func copyHeader(dst, src http.Header) {
 
 // reportHeader sets the Damper-* headers of rep so far.
 func reportHeader(h http.Header, rep *Report) {
-	h.Set(HeaderAttempts, strconv.Itoa(rep.Attempts))
-	h.Set(HeaderRetryCost, strconv.FormatFloat(rep.RetryCostUSD, 'f', -1, 64))
+	h.Set(headerAttempts, strconv.Itoa(rep.Attempts))
+	h.Set(headerRetryCost, strconv.FormatFloat(rep.RetryCostUSD, 'f', -1, 64))
 	if rep.Outcome != "" {
-		h.Set(HeaderOutcome, string(rep.Outcome))
+		h.Set(headerOutcome, string(rep.Outcome))
 	}
 }
 

@@ -179,7 +179,7 @@ func LimitGroup(model string) string {
 	if len(model) > 2*maxGroupName {
 		return otherGroup
 	}
-	fam := ModelFamily(model)
+	fam := modelFamily(model)
 	parts := strings.Split(fam, "-")
 	// claude-<name>-<major>[-<minor>]: one group per name and major version.
 	if len(parts) >= 3 && parts[0] == "claude" && !isNumber(parts[1]) && isNumber(parts[2]) {
@@ -704,7 +704,7 @@ func (p *limitPass) storeError(op string, err error) {
 // count is below what the attempt asked, or all three when the response
 // names none) until its retry-after, or else each bucket's reset time.
 func (p *limitPass) pause(now time.Time, h http.Header) {
-	delay, hasDelay := ParseRetryAfter(h, now)
+	delay, hasDelay := parseRetryAfter(h, now)
 	var named [ratelimit.NumKinds]bool
 	any := false
 	for k, keys := range rateHeaderKeys {
