@@ -226,6 +226,31 @@ func TestWithStoreAsksOnlyWhatIsConfigured(t *testing.T) {
 	}
 }
 
+// budgetOnly shares the budget alone: it implements fleet.Store and no
+// other part's interface.
+type budgetOnly struct{ s *recordingStore }
+
+func (b budgetOnly) Budget(st fleet.BudgetSettings) (fleet.Budget, error) { return b.s.Budget(st) }
+
+// A store that implements no other part's interface keeps those parts in
+// memory: New asks it for the budget alone, and the calls go through the
+// breaker, throttle and limiter in memory.
+func TestStoreOfTheBudgetAlone(t *testing.T) {
+	s := &recordingStore{}
+	r := newRig(t, storePolicy(), damper.WithStore(budgetOnly{s}))
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("err %v, %d attempts; want a retried success", err, rep.Attempts)
+	}
+	if got := strings.Join(s.asked, ","); got != "budget" {
+		t.Errorf("asked %s; want budget alone", got)
+	}
+	if n := len(r.d.RateLimits()); n != 3 {
+		t.Errorf("%d buckets in memory, want the group's 3", n)
+	}
+}
+
 // A store that cannot make a part fails New with an error that names the
 // part; WithStore(nil) is refused.
 func TestWithStoreErrors(t *testing.T) {
