@@ -165,6 +165,10 @@ func (s BreakerSettings) check() error {
 // memoryBreaker is internal/breaker as a [Breaker].
 type memoryBreaker struct{ b *breaker.Breaker }
 
+func (memoryBreaker) inMemory() {}
+
+var _ BreakerStore = MemoryStore{}
+
 func (m memoryBreaker) Allow(_ context.Context, now time.Time) (CircuitAdmission, error) {
 	a := m.b.Allow(now)
 	return CircuitAdmission{

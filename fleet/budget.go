@@ -158,6 +158,8 @@ func (b *WindowBudget) Balance(now time.Time) float64 {
 	return math.Max(0, math.Floor((b.capacity(w)-float64(w.used.Load()))*1e6)/1e6)
 }
 
+func (*WindowBudget) inMemory() {}
+
 // Observe implements [Budget]: only a successful first attempt counts.
 func (b *WindowBudget) Observe(_ context.Context, now time.Time, a AttemptOutcome) error {
 	if a.First && a.Success {

@@ -64,20 +64,16 @@ type CallContexter interface {
 // its parts never fail.
 type MemoryStore struct{}
 
-var (
-	_ Store         = MemoryStore{}
-	_ ThrottleStore = MemoryStore{}
-	_ BreakerStore  = MemoryStore{}
-	_ LimitStore    = MemoryStore{}
-)
+var _ Store = MemoryStore{}
 
 // InMemory reports whether part is one that [MemoryStore] made, or a
-// [WindowBudget]: a part whose state lives and dies with its process, so
-// that nothing it is asked to record outlives a call that ends first.
+// [WindowBudget] (a type that embeds one included): a part whose state
+// lives and dies with its process, so that nothing it is asked to record
+// outlives a call that ends first, and which needs no context that does.
 func InMemory(part any) bool {
-	switch part.(type) {
-	case *WindowBudget, memoryBreaker, *memoryThrottle, memoryBuckets:
-		return true
-	}
-	return false
+	_, ok := part.(inMemory)
+	return ok
 }
+
+// inMemory is implemented by every part MemoryStore makes.
+type inMemory interface{ inMemory() }

@@ -189,6 +189,10 @@ func (s LimitSettings) check() error {
 // memoryBuckets is internal/ratelimit's Group as [LimitBuckets].
 type memoryBuckets struct{ g *ratelimit.Group }
 
+func (memoryBuckets) inMemory() {}
+
+var _ LimitStore = MemoryStore{}
+
 func (m memoryBuckets) Reserve(_ context.Context, now time.Time, cost RateAmounts, p Priority, latest time.Time, t *RateTicket) (RateReservation, time.Time, error) {
 	var tk *ratelimit.Ticket
 	if t != nil {

@@ -69,3 +69,7 @@ func (t *memoryThrottle) Add(_ context.Context, delta int64) error {
 }
 
 func (t *memoryThrottle) Tokens(context.Context) (int64, error) { return t.tokens.Load(), nil }
+
+func (*memoryThrottle) inMemory() {}
+
+var _ ThrottleStore = MemoryStore{}
