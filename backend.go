@@ -9,6 +9,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // Backends: the places a Messages call can be sent. The client a call
@@ -63,7 +64,7 @@ type Backend struct {
 	// Store keeps this backend's budget, throttle, breaker and rate-limit
 	// buckets; nil keeps them in memory. Give each backend a store of its
 	// own (for Redis, a name of its own).
-	Store Store
+	Store fleet.Store
 }
 
 // WithBackends adds backends that a Messages call falls back to, in order,
@@ -102,10 +103,10 @@ type backend struct {
 	provider string // "" for the primary: the request's own (providerOf)
 	client   *anthropic.Client
 	models   map[string]string
-	store    Store   // where its parts keep their state
-	skips    skipLog // the models logged as having no ID here
+	store    fleet.Store // where its parts keep their state
+	skips    skipLog     // the models logged as having no ID here
 
-	budget       Budget
+	budget       fleet.Budget
 	attemptGates []attemptGate // the limiter, then the breaker
 	observers    []attemptObserver
 	throttle     *retryThrottle // nil without Policy.Throttle
@@ -115,13 +116,13 @@ type backend struct {
 // newBackend makes the budget and limiter of a backend from the Damper's
 // policy and store s (budget, when not nil, is the one to use); wire makes
 // the rest, once the telemetry, which reads those two, is built.
-func (d *Damper) newBackend(name string, s Store, budget Budget) (*backend, error) {
+func (d *Damper) newBackend(name string, s fleet.Store, budget fleet.Budget) (*backend, error) {
 	p := &d.policy
 	b := &backend{name: name, store: s, budget: budget}
 	var err error
 	if b.budget == nil {
-		settings := BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
-		if b.budget, err = fromStore("Budget", s.Budget, MemoryStore.Budget, settings); err != nil {
+		settings := fleet.BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
+		if b.budget, err = fromStore("Budget", s, fleet.Store.Budget, fleet.MemoryStore.Budget, settings); err != nil {
 			return nil, err
 		}
 	}
@@ -142,14 +143,14 @@ func (d *Damper) wire(b *backend) error {
 		b.attemptGates = append(b.attemptGates, b.limiter)
 	}
 	if p.Breaker != nil {
-		br, err := fromStore("Breaker", s.Breaker, MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
+		br, err := fromStore("Breaker", s, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
 		if err != nil {
 			return err
 		}
 		b.attemptGates = append(b.attemptGates, circuitGate{b: br, tel: d.tel})
 	}
 	if p.Throttle != nil {
-		t, err := fromStore("Throttle", s.Throttle, MemoryStore.Throttle, *p.Throttle)
+		t, err := fromStore("Throttle", s, fleet.ThrottleStore.Throttle, fleet.MemoryStore.Throttle, fleet.ThrottleSettings{MaxTokens: p.Throttle.MaxTokens, TokenRatio: p.Throttle.TokenRatio})
 		if err != nil {
 			return err
 		}

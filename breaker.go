@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/breaker"
 )
 
@@ -40,37 +41,24 @@ type BreakerPolicy struct {
 	OnStateChange func(CircuitChange) `key:"-"` // code
 }
 
-// CircuitState is the state of a circuit breaker. The zero value means
-// that no breaker is configured.
-type CircuitState uint8
+// CircuitState is the state of a circuit breaker: closed, open or
+// half-open. The zero value means that no breaker is configured.
+type CircuitState = fleet.CircuitState
 
 const (
 	// CircuitClosed: attempts go through and are counted.
-	CircuitClosed CircuitState = CircuitState(breaker.Closed)
+	CircuitClosed = fleet.CircuitClosed
 	// CircuitOpen: every attempt is refused with [ErrCircuitOpen].
-	CircuitOpen CircuitState = CircuitState(breaker.Open)
+	CircuitOpen = fleet.CircuitOpen
 	// CircuitHalfOpen: one attempt at a time, the probe, goes through.
-	CircuitHalfOpen CircuitState = CircuitState(breaker.HalfOpen)
+	CircuitHalfOpen = fleet.CircuitHalfOpen
 )
 
-// String returns "closed", "open", "half_open", or "" for the zero value.
-func (s CircuitState) String() string {
-	if s == 0 {
-		return ""
-	}
-	return breaker.State(s).String()
-}
-
-// CircuitChange is one change of a breaker's state.
-type CircuitChange struct {
-	// Backend is the backend whose breaker it is: "primary" for the
-	// client's own (see [WithBackends]).
-	Backend  string
-	From, To CircuitState
-	At       time.Time
-	// NextProbe is, for a change to CircuitOpen, when a probe is admitted.
-	NextProbe time.Time
-}
+// CircuitChange is one change of a breaker's state, as
+// [BreakerPolicy.OnStateChange] hears it; its Backend is the backend
+// whose breaker it is: "primary" for the client's own (see
+// [WithBackends]).
+type CircuitChange = fleet.CircuitChange
 
 // withDefaults returns a copy of p with every zero field set to its
 // default, or an error naming the first field that cannot be used.
@@ -90,16 +78,18 @@ func (p *BreakerPolicy) check(BreakerPolicy) error {
 // circuitGate is the breaker as the engine sees it: a gate before every
 // attempt, whose pass tells it how the attempt ended.
 type circuitGate struct {
-	b   Breaker
+	b   fleet.Breaker
 	tel *telemetry
 }
 
 // breakerSettings are the settings of p's breaker, for a Store: every
 // change of state reaches the telemetry, then the policy's callback.
-func breakerSettings(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry, backend string) BreakerSettings {
+func breakerSettings(p *BreakerPolicy, attemptLimit time.Duration, tel *telemetry, backend string) fleet.BreakerSettings {
 	user := p.OnStateChange
-	s := BreakerSettings{BreakerPolicy: *p, ProbeLimit: attemptLimit}
-	s.OnStateChange = nil
+	s := fleet.BreakerSettings{
+		FailureRatio: p.FailureRatio, MinAttempts: p.MinAttempts, Window: p.Window,
+		OpenFor: p.OpenFor, MaxOpenFor: p.MaxOpenFor, ProbeLimit: attemptLimit,
+	}
 	s.OnChange = func(c CircuitChange) {
 		c.Backend = backend
 		tel.circuitChange(c)
@@ -140,17 +130,17 @@ func circuitDenial(now, next time.Time, state CircuitState) *denial {
 // whatever becomes of the call (ctx has no cancellation).
 type circuitPass struct {
 	g   circuitGate
-	t   CircuitTicket
+	t   fleet.CircuitTicket
 	ctx context.Context
 }
 
 func (p circuitPass) settle(now time.Time, e attemptEvent) {
-	v := CircuitNeutral
+	v := fleet.CircuitNeutral
 	switch {
 	case e.outcome.Success:
-		v = CircuitSuccess
+		v = fleet.CircuitSuccess
 	case e.outcome.Signal == ProviderHealth:
-		v = CircuitFailure
+		v = fleet.CircuitFailure
 	}
 	if err := p.g.b.Done(p.ctx, p.t, now, v); err != nil {
 		p.g.tel.logStoreError(p.ctx, partBreaker, "done", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -174,7 +175,7 @@ func TestNewWindowBudgetRejectsBadValues(t *testing.T) {
 		{0.1, -time.Second, 10, "window = -1s"},
 		{0.1, time.Minute, -1, "minTokens = -1"},
 	} {
-		if _, err := damper.NewWindowBudget(tt.ratio, tt.window, tt.minTokens); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := fleet.NewWindowBudget(tt.ratio, tt.window, tt.minTokens); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewWindowBudget(%v, %v, %d) error = %v, want one naming %q", tt.ratio, tt.window, tt.minTokens, err, tt.want)
 		}
 	}
@@ -241,13 +242,13 @@ func TestWindowBudgetFollowsMonotonicTime(t *testing.T) {
 // and answers Acquire with grant and err.
 type storeBudget struct {
 	mu        sync.Mutex
-	observed  []damper.AttemptOutcome
+	observed  []fleet.AttemptOutcome
 	grant     bool
 	err       error
 	available int // calls of Available
 }
 
-func (b *storeBudget) Observe(_ context.Context, _ time.Time, a damper.AttemptOutcome) error {
+func (b *storeBudget) Observe(_ context.Context, _ time.Time, a fleet.AttemptOutcome) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.observed = append(b.observed, a)
@@ -294,7 +295,7 @@ func TestBudgetHearsEveryAttempt(t *testing.T) {
 	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6")); err != nil {
 		t.Fatal(err)
 	}
-	want := []damper.AttemptOutcome{
+	want := []fleet.AttemptOutcome{
 		{First: true, Signal: damper.ProviderHealth},
 		{Signal: damper.CallerTraffic},
 		{Success: true},

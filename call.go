@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // A logical call: its state, its loop (run) and its single end.
@@ -165,7 +167,7 @@ func (c *call) run() (*http.Response, error) {
 			// published now, without an outcome, and again then. A stream
 			// also ends with the call's context, between its caller's
 			// reads.
-			a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
 			if c.report.hasSink() {
 				c.report.settle("", c.d.clock.Now().Sub(c.start), 0)
 				c.report.publish()
@@ -220,12 +222,12 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 	if c.ctx.Err() != nil {
 		cls = Classification{Class: NotRetryable, Kind: "canceled"}
 		a.end(failed(r.failure, cls))
-		a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
 		return cls, true
 	}
 	cls = c.d.classify(*r.failure)
 	a.end(failed(r.failure, cls))
-	a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
 	return cls, false
 }
 
@@ -362,7 +364,7 @@ func (c *call) close(outcome Outcome) {
 	// recording span. A failed call's report also goes on its error and
 	// its log line.
 	b := c.route.b.budget
-	_, inMemory := b.(*WindowBudget)
+	_, inMemory := b.(*fleet.WindowBudget)
 	if inMemory || outcome != OutcomeSuccess || c.report.hasSink() || c.trace.request != nil && c.trace.request.IsRecording() {
 		var err error
 		balance, err = b.Available(keepGoing(c.ctx, b), now)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -360,7 +361,7 @@ func TestCallerDeadlineDuringAttemptIsTheCallers(t *testing.T) {
 		if len(v.seen) != 0 {
 			t.Errorf("the classifier saw %+v, want nothing", v.seen)
 		}
-		if len(b.observed) != 1 || b.observed[0] != (damper.AttemptOutcome{First: true}) {
+		if len(b.observed) != 1 || b.observed[0] != (fleet.AttemptOutcome{First: true}) {
 			t.Errorf("the budget heard %+v, want one first attempt without a signal", b.observed)
 		}
 	})

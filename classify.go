@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/tidwall/gjson"
 )
 
@@ -41,27 +42,17 @@ func (c Class) String() string {
 
 // Signal says whose health a failure speaks of. A circuit breaker listens
 // to provider signals only; a rate limiter to caller traffic.
-type Signal int
+type Signal = fleet.Signal
 
 const (
 	// NoSignal: the failure says nothing about load (a bad request, a
 	// cancelled context).
-	NoSignal Signal = iota
+	NoSignal = fleet.NoSignal
 	// ProviderHealth: 5xx, 529 and transport failures.
-	ProviderHealth
+	ProviderHealth = fleet.ProviderHealth
 	// CallerTraffic: 429, the caller's own rate or spend.
-	CallerTraffic
+	CallerTraffic = fleet.CallerTraffic
 )
-
-func (s Signal) String() string {
-	switch s {
-	case ProviderHealth:
-		return "provider_health"
-	case CallerTraffic:
-		return "caller_traffic"
-	}
-	return "none"
-}
 
 // Classification is the verdict on one failed attempt.
 type Classification struct {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // Damper owns the retries of Messages calls for every client built with its
@@ -30,13 +32,13 @@ type Damper struct {
 	fallbacks    []*backend
 	backendSpecs []Backend // as WithBackends gave them, until New builds them
 
-	budget Budget  // WithBudget's, until New gives it to the primary
-	store  Store   // where the primary's gates keep their state
-	hedge  *hedger // nil without Policy.Hedge
+	budget fleet.Budget // WithBudget's, until New gives it to the primary
+	store  fleet.Store  // where the primary's gates keep their state
+	hedge  *hedger      // nil without Policy.Hedge
 
 	// callContexts are the stores and budget that keep a note of each
 	// call, in its context.
-	callContexts []CallContexter
+	callContexts []fleet.CallContexter
 }
 
 // Setting configures what a Damper runs on rather than how it behaves:
@@ -70,7 +72,7 @@ func WithRand(f func() float64) Setting {
 // WithBudget replaces the in-memory retry budget built from the Policy with
 // b, such as one shared by a fleet, for the client's own backend; the
 // backends of [WithBackends] keep their own.
-func WithBudget(b Budget) Setting {
+func WithBudget(b fleet.Budget) Setting {
 	return func(d *Damper) error {
 		if b == nil {
 			return fmt.Errorf("damper: WithBudget(nil): a budget is required")
@@ -96,7 +98,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	_, d.realClock = d.clock.(realClock)
 	d.timeoutCause = attemptTimeoutError{d: p.PerAttemptTimeout}
 	if d.store == nil {
-		d.store = MemoryStore{}
+		d.store = fleet.MemoryStore{}
 	}
 	d.noteCalls(d.store)
 	d.noteCalls(d.budget)
@@ -107,7 +109,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	for _, spec := range d.backendSpecs {
 		s := spec.Store
 		if s == nil {
-			s = MemoryStore{}
+			s = fleet.MemoryStore{}
 		}
 		d.noteCalls(s)
 		b, err := d.newBackend(spec.Name, s, nil)
@@ -163,24 +165,26 @@ func (d *Damper) Policy() Policy {
 
 // noteCalls keeps x if it keeps a note of each call.
 func (d *Damper) noteCalls(x any) {
-	if c, ok := x.(CallContexter); ok {
+	if c, ok := x.(fleet.CallContexter); ok {
 		d.callContexts = append(d.callContexts, c)
 	}
 }
 
-// fromStore makes a part with the store's method made, or in memory when
-// the store keeps none.
-func fromStore[S, T any](part string, made func(S) (T, error), inMemory func(MemoryStore, S) (T, error), s S) (T, error) {
-	t, err := made(s)
-	if err != nil {
-		return t, fmt.Errorf("damper: the store's %s: %w", part, err)
+// fromStore makes a part with made, when store implements P (the part's
+// interface), or in memory when it does not or keeps none.
+func fromStore[P, S, T any](part string, store fleet.Store, made func(P, S) (T, error), inMemory func(fleet.MemoryStore, S) (T, error), s S) (T, error) {
+	if p, ok := store.(P); ok {
+		t, err := made(p, s)
+		if err != nil {
+			return t, fmt.Errorf("damper: the store's %s: %w", part, err)
+		}
+		if any(t) != nil {
+			return t, nil
+		}
 	}
-	if any(t) == nil {
-		// The policy was validated: the store in memory cannot fail.
-		return inMemory(MemoryStore{}, s)
-	}
-	return t, nil
+	// The policy was validated: the store in memory cannot fail.
+	return inMemory(fleet.MemoryStore{}, s)
 }
 
 // Budget returns the Damper's retry budget.
-func (d *Damper) Budget() Budget { return d.primary.budget }
+func (d *Damper) Budget() fleet.Budget { return d.primary.budget }

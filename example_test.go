@@ -110,6 +110,6 @@ func ExampleNewProxy() {
 		panic(err)
 	}
 	defer res.Body.Close()
-	fmt.Println(res.StatusCode, res.Header.Get(damper.HeaderOutcome), "after", res.Header.Get(damper.HeaderAttempts), "attempts")
+	fmt.Println(res.StatusCode, res.Header.Get("Damper-Outcome"), "after", res.Header.Get("Damper-Attempts"), "attempts")
 	// Output: 200 success after 2 attempts
 }

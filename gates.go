@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // The admission gates. Each is declared here with the outcome its refusal
@@ -151,7 +153,7 @@ func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, r
 func (c *call) retryWait(n int, f *Failure, now time.Time, rnd float64) (wait, hint time.Duration, hasHint bool) {
 	p := &c.d.policy
 	if !p.IgnoreRetryAfter && f.Header != nil {
-		hint, hasHint = ParseRetryAfter(f.Header, now)
+		hint, hasHint = parseRetryAfter(f.Header, now)
 	}
 	wait = backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
 	return wait, hint, hasHint
@@ -207,7 +209,7 @@ type pass interface {
 
 // attemptEvent is what an observer hears of an attempt as it ends.
 type attemptEvent struct {
-	outcome AttemptOutcome
+	outcome fleet.AttemptOutcome
 	class   Class       // a failure's; zero for an answered attempt
 	header  http.Header // the response's, when one came
 	failure *Failure    // nil for an answered attempt
@@ -233,7 +235,7 @@ type attemptObserver interface {
 
 // budgetObserver tells the retry budget of every attempt.
 type budgetObserver struct {
-	b   Budget
+	b   fleet.Budget
 	tel *telemetry
 }
 
@@ -248,8 +250,7 @@ func (o budgetObserver) observeAttempt(ctx context.Context, now time.Time, e att
 // finish what the call began; a part in memory needs no context, and is
 // spared the allocation.
 func keepGoing(ctx context.Context, part any) context.Context {
-	switch part.(type) {
-	case *WindowBudget, memoryBreaker, *memoryThrottle, memoryBuckets:
+	if fleet.InMemory(part) {
 		return ctx
 	}
 	return context.WithoutCancel(ctx)

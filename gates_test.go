@@ -12,6 +12,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 
 	"github.com/damper-ai/damper-go/dampertest"
 )
@@ -33,7 +34,7 @@ func FuzzPlan(f *testing.F) {
 	}
 	p.MaxAttempts = math.MaxInt // every retry number reaches the other gates
 	longest := max(p.MaxRetryAfter, p.BackoffMax)
-	budget, err := NewWindowBudget(0, time.Hour, math.MaxInt32)
+	budget, err := fleet.NewWindowBudget(0, time.Hour, math.MaxInt32)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -163,8 +164,8 @@ func TestAttemptGateWaitsAndObserversHear(t *testing.T) {
 		t.Errorf("gate saw %v, server %d, report %d attempts; want both attempts admitted and sent", g.seen, srv.Count(""), rep.Attempts)
 	}
 	if len(o.events) != 2 ||
-		o.events[0].outcome != (AttemptOutcome{First: true, Signal: ProviderHealth}) || o.events[0].failure == nil || o.events[0].failure.StatusCode != 529 ||
-		o.events[1].outcome != (AttemptOutcome{Success: true}) || o.events[1].failure != nil || o.events[1].header.Get("request-id") == "" {
+		o.events[0].outcome != (fleet.AttemptOutcome{First: true, Signal: ProviderHealth}) || o.events[0].failure == nil || o.events[0].failure.StatusCode != 529 ||
+		o.events[1].outcome != (fleet.AttemptOutcome{Success: true}) || o.events[1].failure != nil || o.events[1].header.Get("request-id") == "" {
 		t.Errorf("observed %+v, want the 529 then the answer, with their headers", o.events)
 	}
 	if len(g.settled) != 2 || g.settled[0].class != Retryable || g.settled[0].failure == nil || !g.settled[1].outcome.Success {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -52,9 +53,9 @@ func params(model string) anthropic.MessageNewParams {
 }
 
 // mustBudget returns a window budget with valid arguments.
-func mustBudget(tb testing.TB, ratio float64, window time.Duration, minTokens int) *damper.WindowBudget {
+func mustBudget(tb testing.TB, ratio float64, window time.Duration, minTokens int) *fleet.WindowBudget {
 	tb.Helper()
-	b, err := damper.NewWindowBudget(ratio, window, minTokens)
+	b, err := fleet.NewWindowBudget(ratio, window, minTokens)
 	if err != nil {
 		tb.Fatal(err)
 	}

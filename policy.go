@@ -32,7 +32,8 @@ type Policy struct {
 	PerAttemptTimeout time.Duration `key:"per_attempt_timeout" default:"60s" min:">0" max:"24h"`
 
 	// MaxRetryCostUSD is a ceiling on the summed estimated cost of the retries
-	// of one logical request (see [EstimateInputTokens] for the estimate).
+	// of one logical request, from an estimate of its input tokens (one per
+	// four bytes of the body, and 1,600 for each base64 image or document).
 	// Zero means no ceiling; at most 1,000,000.
 	MaxRetryCostUSD float64 `key:"max_retry_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
 

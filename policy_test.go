@@ -229,7 +229,7 @@ func TestPolicyBounds(t *testing.T) {
 			Breaker:   &damper.BreakerPolicy{MinAttempts: 1_000_000, Window: day, OpenFor: day, MaxOpenFor: day},
 			Throttle:  &damper.ThrottlePolicy{MaxTokens: 1000},
 			Hedge:     &damper.HedgePolicy{MinDelay: day, Window: 10_000, MinSamples: 10_000},
-			RateLimit: &damper.RateLimitPolicy{MaxWait: day, Limits: map[string]damper.RateLimits{"claude-sonnet-4": {1e9, 1e9, 1e9}}},
+			RateLimit: &damper.RateLimitPolicy{MaxWait: day, Limits: map[string]damper.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1e9, InputTokensPerMinute: 1e9, OutputTokensPerMinute: 1e9}}},
 			Fallback:  &damper.FallbackPolicy{Models: map[string][]string{"claude-a": siblings(16)}}},
 		{RateLimit: &damper.RateLimitPolicy{Limits: limits(256)}, Fallback: &damper.FallbackPolicy{Models: models(1000, []string{"claude-b"})}},
 		{Hedge: &damper.HedgePolicy{Delay: day}},

@@ -35,7 +35,7 @@ type PriceTable struct {
 
 	// resolved remembers the answer for model IDs that are not keys of
 	// prices (dated, platform), so that the regular expressions of
-	// ModelFamily run once per ID, for at most maxResolved IDs.
+	// modelFamily run once per ID, for at most maxResolved IDs.
 	resolved      sync.Map // model ID → priceLookup
 	resolvedCount atomic.Int32
 }
@@ -87,7 +87,7 @@ func (t *PriceTable) Lookup(model string) (Price, bool) {
 		r := r.(priceLookup)
 		return r.p, r.ok
 	}
-	p, ok := t.prices[ModelFamily(model)]
+	p, ok := t.prices[modelFamily(model)]
 	if len(model) <= maxLabelBytes && t.resolvedCount.Load() < maxResolved {
 		if _, loaded := t.resolved.LoadOrStore(model, priceLookup{p, ok}); !loaded {
 			t.resolvedCount.Add(1)
@@ -110,10 +110,10 @@ var (
 	modelSuffix   = regexp.MustCompile(`(?:-v\d+(?::\d+)?|-latest|[-@]\d{8})+$`)
 )
 
-// ModelFamily returns the family of a model ID: "claude-sonnet-4-5" for
+// modelFamily returns the family of a model ID: "claude-sonnet-4-5" for
 // "claude-sonnet-4-5-20250929", "claude-sonnet-4-5@20250929" and
 // "us.anthropic.claude-sonnet-4-5-20250929-v1:0".
-func ModelFamily(model string) string {
+func modelFamily(model string) string {
 	m := strings.ToLower(strings.TrimSpace(model))
 	m = bedrockPrefix.ReplaceAllString(m, "")
 	return modelSuffix.ReplaceAllString(m, "")

@@ -40,31 +40,13 @@ const (
 	initialBodyBuf = 64 << 10
 )
 
-// Headers the proxy reads and writes.
+// Headers the proxy reads and writes (see [Proxy]).
 const (
-	// HeaderTimeout is the request header in which a client may state its
-	// call's deadline, in seconds from the request's arrival ("30",
-	// "2.5"; from 0.001 to 86400): the deadline of the whole call, a
-	// stream's last event included. Without it the call has none but the
-	// client's connection.
-	HeaderTimeout = "Damper-Timeout"
-	// HeaderStainlessTimeout is the request header in which the official
-	// SDKs send their own request timeout, in whole seconds (600 by
-	// default). An SDK applies its timeout until the response's headers
-	// arrive, and so does the proxy: it bounds the time until the proxy
-	// answers (for a stream, until its first content), never how long a
-	// stream then runs. 0, a timeout under a second truncated, sets no
-	// bound.
-	HeaderStainlessTimeout = "X-Stainless-Timeout"
-	// HeaderAttempts is the response header with the number of attempts
-	// the call made (for a stream, until its first content).
-	HeaderAttempts = "Damper-Attempts"
-	// HeaderOutcome is the response header with the call's [Outcome]; a
-	// stream sends it as a trailer, at its end.
-	HeaderOutcome = "Damper-Outcome"
-	// HeaderRetryCost is the response header with the estimated cost of
-	// the call's retries in US dollars ([Report.RetryCostUSD]).
-	HeaderRetryCost = "Damper-Retry-Cost-Usd"
+	headerTimeout          = "Damper-Timeout"
+	headerStainlessTimeout = "X-Stainless-Timeout"
+	headerAttempts         = "Damper-Attempts"
+	headerOutcome          = "Damper-Outcome"
+	headerRetryCost        = "Damper-Retry-Cost-Usd"
 )
 
 // ProxyConfig is what a [Proxy] needs besides its Damper. Its fields are
@@ -76,8 +58,8 @@ type ProxyConfig struct {
 	// URL with at most a path: "https://api.anthropic.com". A request's
 	// path is appended to Upstream's.
 	Upstream string `key:"upstream"`
-	// Transport sends every request upstream; nil means
-	// [NewProxyTransport]'s. It must not follow redirects to other hosts
+	// Transport sends every request upstream; nil means a clone of
+	// http.DefaultTransport that keeps up to 256 idle connections. It must not follow redirects to other hosts
 	// (an http.RoundTripper never does).
 	Transport http.RoundTripper `key:"-"` // code
 	// MaxRequestBytes bounds a request's body, on every path. Default 32
@@ -147,6 +129,22 @@ type ProxyConfig struct {
 // refused on every route; a path that differs from /v1/messages only by
 // repeated or trailing slashes is a Messages call, sent as /v1/messages.
 //
+// A client may state its call's deadline in the request header
+// Damper-Timeout, in seconds from the request's arrival ("30", "2.5"; from
+// 0.001 to 86400): the deadline of the whole call, a stream's last event
+// included, and not forwarded. Without it the call has none but the
+// client's connection. The official SDKs send their own request timeout
+// in X-Stainless-Timeout, in whole seconds (600 by default); as an SDK
+// does, the proxy applies it until the response's headers: it bounds the
+// time until the proxy answers (for a stream, until its first content),
+// never how long a stream then runs, and 0, a timeout under a second
+// truncated, sets no bound. Every answer to a Messages call carries the
+// call's report in three headers: Damper-Attempts, the number of attempts
+// the call made (for a stream, until its first content); Damper-Outcome,
+// the call's [Outcome] (a stream sends it as a trailer, at its end); and
+// Damper-Retry-Cost-Usd, the estimated cost of its retries in US dollars
+// ([Report.RetryCostUSD]).
+//
 // Memory per request grows with the bytes that have arrived, never with a
 // declared Content-Length, up to MaxRequestBytes.
 //
@@ -176,7 +174,7 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	}
 	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, write: cfg.WriteTimeout, log: cfg.Logger}
 	if p.rt == nil {
-		p.rt = NewProxyTransport()
+		p.rt = newProxyTransport()
 	}
 	p.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -197,12 +195,12 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	return p, nil
 }
 
-// NewProxyTransport returns the transport a [Proxy] uses by default:
+// newProxyTransport returns the transport a Proxy uses by default:
 // http.DefaultTransport's settings, but for idle connections to the
 // upstream: 256 kept rather than 2, so that a proxy serving many calls at
 // once reuses its connections (and their TLS sessions) instead of opening
 // one per call.
-func NewProxyTransport() *http.Transport {
+func newProxyTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 256
@@ -399,16 +397,16 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case res.StatusCode >= 400:
 		h.Set("X-Should-Retry", "false")
 	case stream:
-		h.Set("Trailer", HeaderOutcome)
+		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
 		passStream(dw, res.Body, p.d.policy.MaxEventBytes)
-		h.Set(HeaderOutcome, string(rep.Outcome))
+		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode
 	case rep.Outcome == "":
 		// A plain answer is read whole before it is handed on: it is the
 		// call's success. A call that ended already (an answer that is
 		// not JSON) keeps the outcome it ended with.
-		h.Set(HeaderOutcome, string(OutcomeSuccess))
+		h.Set(headerOutcome, string(OutcomeSuccess))
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(dw, res.Body)
@@ -485,11 +483,11 @@ func (c *deadlineContext) cancel() {
 // Damper-Timeout's, of the whole call, and X-Stainless-Timeout's, of the
 // time to the answer's headers; 0 means none.
 func requestTimeouts(h http.Header) (whole, toHeaders time.Duration, err error) {
-	whole, err = headerSeconds(h, HeaderTimeout, false)
+	whole, err = headerSeconds(h, headerTimeout, false)
 	if err != nil {
 		return 0, 0, err
 	}
-	toHeaders, err = headerSeconds(h, HeaderStainlessTimeout, true)
+	toHeaders, err = headerSeconds(h, headerStainlessTimeout, true)
 	return whole, toHeaders, err
 }
 
@@ -554,7 +552,7 @@ func upstreamHeader(in http.Header) http.Header {
 	h := in.Clone()
 	removeHopHeaders(h)
 	h.Del("Accept-Encoding")
-	h.Del(HeaderTimeout)
+	h.Del(headerTimeout)
 	return h
 }
 
@@ -583,10 +581,10 @@ func copyHeader(dst, src http.Header) {
 
 // reportHeader sets the Damper-* headers of rep so far.
 func reportHeader(h http.Header, rep *Report) {
-	h.Set(HeaderAttempts, strconv.Itoa(rep.Attempts))
-	h.Set(HeaderRetryCost, strconv.FormatFloat(rep.RetryCostUSD, 'f', -1, 64))
+	h.Set(headerAttempts, strconv.Itoa(rep.Attempts))
+	h.Set(headerRetryCost, strconv.FormatFloat(rep.RetryCostUSD, 'f', -1, 64))
 	if rep.Outcome != "" {
-		h.Set(HeaderOutcome, string(rep.Outcome))
+		h.Set(headerOutcome, string(rep.Outcome))
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // The race of a hedged round: the attempt the loop sent and its hedge.
@@ -131,5 +133,5 @@ func (rc *race) lose(a *attempt, r attemptResult) {
 		}
 	}
 	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
-	a.tell(attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
+	a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
 }

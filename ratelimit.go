@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
@@ -35,8 +36,8 @@ import (
 // replicas on one key share its limits. Until a group's first response the
 // limiter admits everything.
 //
-// An attempt takes one request, its estimated input tokens (see
-// [EstimateInputTokens]) and its max_tokens, from the three buckets at once
+// An attempt takes one request, its estimated input tokens (one per
+// four bytes of the body) and its max_tokens, from the three buckets at once
 // or from none; the answer's usage settles the reservation (a stream's, at
 // its end). An attempt that finds no room waits in line, first come, first
 // served within its priority, for at most MaxWait, and is not sent so close
@@ -72,36 +73,22 @@ type RateLimitPolicy struct {
 	BatchShare float64 `key:"batch_share" default:"0.8" in:"(0,1]" unit:"a share"`
 }
 
-// RateLimits are the per-minute limits of one limit group; zero means
-// learned from the API's headers. Each is at most 1,000,000,000.
-type RateLimits struct {
-	RequestsPerMinute     int `key:"requests_per_minute" min:"0" max:"1000000000" zero:"learned"`
-	InputTokensPerMinute  int `key:"input_tokens_per_minute" min:"0" max:"1000000000" zero:"learned"`
-	OutputTokensPerMinute int `key:"output_tokens_per_minute" min:"0" max:"1000000000" zero:"learned"`
-}
+// RateLimits are the per-minute limits of one limit group (requests,
+// input tokens, output tokens); zero means learned from the API's headers.
+// Each is at most 1,000,000,000.
+type RateLimits = fleet.RateLimits
 
 // Priority is a call's place in the rate limiter's line.
-type Priority uint8
+type Priority = fleet.Priority
 
 const (
 	// Interactive calls may use all of every bucket: someone is waiting.
-	Interactive Priority = iota
+	Interactive = fleet.Interactive
 	// Batch calls leave a share of every bucket to interactive calls (see
 	// [RateLimitPolicy.BatchShare]), and wait behind interactive calls
 	// that wait.
-	Batch
+	Batch = fleet.Batch
 )
-
-// String returns "interactive" or "batch".
-func (p Priority) String() string {
-	switch p {
-	case Interactive:
-		return "interactive"
-	case Batch:
-		return "batch"
-	}
-	return fmt.Sprintf("Priority(%d)", int(p))
-}
 
 type priorityKey struct{}
 
@@ -155,7 +142,7 @@ func LimitGroup(model string) string {
 	if len(model) > 2*maxGroupName {
 		return otherGroup
 	}
-	fam := ModelFamily(model)
+	fam := modelFamily(model)
 	parts := strings.Split(fam, "-")
 	// claude-<name>-<major>[-<minor>]: one group per name and major version.
 	if len(parts) >= 3 && parts[0] == "claude" && !isNumber(parts[1]) && isNumber(parts[2]) {
@@ -208,23 +195,9 @@ func cacheAwareITPM(group string) bool {
 }
 
 // RateLimitState is one bucket of the rate limiter, as [Damper.RateLimits]
-// reads it.
-type RateLimitState struct {
-	Group string // the limit group (see LimitGroup)
-	// Bucket is "requests", "input_tokens" or "output_tokens".
-	Bucket string
-	// Limit is per minute; 0 while it is not known yet.
-	Limit float64
-	// Remaining is what an interactive attempt could take now; 0 while
-	// attempts wait in line.
-	Remaining float64
-	// Learned is true for a limit learned from the API's headers, false
-	// for a configured one.
-	Learned bool
-	// PausedUntil is when a pause after a rate-limit 429 ends, if one is
-	// under way.
-	PausedUntil time.Time
-}
+// reads it: its group (see [LimitGroup]), its kind, its limit and what
+// remains, whether the limit was learned, and the end of a pause.
+type RateLimitState = fleet.RateLimitState
 
 // RateLimits returns every bucket of the Damper's rate limiter, by group
 // then bucket; nil without Policy.RateLimit.
@@ -241,7 +214,7 @@ func (d *Damper) RateLimits() []RateLimitState {
 type limiter struct {
 	p     *RateLimitPolicy
 	clock Clock
-	store Store
+	store fleet.Store
 	tel   *telemetry
 
 	mu     sync.Mutex
@@ -258,7 +231,7 @@ type limiter struct {
 // limitGroup is one group's buckets, and how long its attempts take.
 type limitGroup struct {
 	name       string
-	g          LimitBuckets
+	g          fleet.LimitBuckets
 	kept       bool       // g is not in memory: its store outlives the call
 	tel        *telemetry // for its store's errors
 	cacheAware bool
@@ -339,7 +312,7 @@ func (a *attemptTimes) room() time.Duration {
 	return max(minAttempt, a.mean+4*a.dev)
 }
 
-func newLimiter(p *RateLimitPolicy, clock Clock, store Store) *limiter {
+func newLimiter(p *RateLimitPolicy, clock Clock, store fleet.Store) *limiter {
 	return &limiter{p: p, clock: clock, store: store, groups: map[string]*limitGroup{}}
 }
 
@@ -364,8 +337,7 @@ func (l *limiter) group(model string) *limitGroup {
 		}
 		if !ok {
 			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
-			_, inMemory := g.g.(memoryBuckets)
-			g.kept = !inMemory
+			g.kept = !fleet.InMemory(g.g)
 			g.lastUse.Store(now.UnixNano())
 			l.groups[name] = g
 		}
@@ -433,14 +405,18 @@ func (l *limiter) maybeSweep(now time.Time) {
 
 // buckets makes the buckets of group: the store's, or, when it keeps none
 // or fails, the buckets in memory.
-func (l *limiter) buckets(group string) LimitBuckets {
-	settings := LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
-	b, err := l.store.LimitBuckets(settings)
-	if err != nil {
-		l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+func (l *limiter) buckets(group string) fleet.LimitBuckets {
+	settings := fleet.LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
+	var b fleet.LimitBuckets
+	if s, ok := l.store.(fleet.LimitStore); ok {
+		var err error
+		if b, err = s.LimitBuckets(settings); err != nil {
+			l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+			b = nil
+		}
 	}
-	if b == nil || err != nil {
-		b, _ = MemoryStore{}.LimitBuckets(settings)
+	if b == nil {
+		b, _ = fleet.MemoryStore{}.LimitBuckets(settings)
 	}
 	return b
 }
@@ -449,7 +425,7 @@ func (l *limiter) buckets(group string) LimitBuckets {
 // attempt.
 type callRate struct {
 	group    *limitGroup
-	cost     RateAmounts
+	cost     fleet.RateAmounts
 	priority Priority
 }
 
@@ -463,7 +439,7 @@ func (l *limiter) forCall(c *call) *callRate {
 		}
 		g := l.group(r.model)
 		r.rate = &callRate{group: g, priority: p,
-			cost: RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
+			cost: fleet.RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}}
 		c.report.limitGroup(g.name)
 	}
 	return r.rate
@@ -498,11 +474,11 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 		latest = l.latest(c, cr, now)
 	}
 	start := now
-	var ticket *RateTicket
+	var ticket *fleet.RateTicket
 	if cr.priority == Batch {
-		ticket = new(RateTicket)
+		ticket = new(fleet.RateTicket)
 	}
-	var r RateReservation = noReservation{}
+	var r fleet.RateReservation = noReservation{}
 	for {
 		due := now
 		var err error
@@ -544,15 +520,15 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 
 // cancel gives back all that r took, and t's place in the batch line: its
 // attempt was never sent.
-func (g *limitGroup) cancel(c *call, r RateReservation, t *RateTicket, now time.Time) {
+func (g *limitGroup) cancel(c *call, r fleet.RateReservation, t *fleet.RateTicket, now time.Time) {
 	if r.Taken() {
-		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, RateAmounts{}, [3]bool{true, true, true}))
+		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, fleet.RateAmounts{}, [3]bool{true, true, true}))
 	}
 	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
 }
 
 // leave takes t out of the batch line, if it holds a place there.
-func (g *limitGroup) leave(ctx context.Context, t *RateTicket, now time.Time) error {
+func (g *limitGroup) leave(ctx context.Context, t *fleet.RateTicket, now time.Time) error {
 	if t == nil || t.Slot.IsZero() {
 		return nil
 	}
@@ -574,6 +550,11 @@ func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
 func rateDenial(now, due time.Time) *denial {
 	return &denial{gate: gateRateLimit, retryAfter: due.Sub(now), admitAt: due}
 }
+
+// noReservation is a request that took nothing.
+type noReservation struct{}
+
+func (noReservation) Taken() bool { return false }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -605,12 +586,12 @@ func (l *limiter) state(now time.Time) []RateLimitState {
 // limitPass is one admitted attempt's reservation.
 type limitPass struct {
 	group  *limitGroup
-	r      RateReservation
-	ticket *RateTicket     // a batch attempt's place in the batch line
-	cost   RateAmounts     // what it asked for
-	sent   time.Time       // when the line let it go
-	ctx    context.Context // the call's, without its cancellation when the store outlives the call
-	done   atomic.Bool     // settled: the group is no longer held
+	r      fleet.RateReservation
+	ticket *fleet.RateTicket // a batch attempt's place in the batch line
+	cost   fleet.RateAmounts // what it asked for
+	sent   time.Time         // when the line let it go
+	ctx    context.Context   // the call's, without its cancellation when the store outlives the call
+	done   atomic.Bool       // settled: the group is no longer held
 }
 
 // release lets the group go, once, when the reservation is settled.
@@ -627,7 +608,7 @@ func (p *limitPass) release(now time.Time) {
 // entirely. A stream still open settles at its end (settleEnd).
 func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	if !e.outcome.Success && e.failure == nil {
-		p.settleBy(now, RateAmounts{}, [3]bool{true, true, true})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{true, true, true})
 		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
 		p.release(now)
 		return
@@ -643,7 +624,7 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 		if e.class == Retryable && e.outcome.Signal == CallerTraffic {
 			p.pause(now, e.header)
 		}
-		p.settleBy(now, RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
 	case e.streamOpen:
 		return // settled at the stream's end
 	default:
@@ -662,17 +643,17 @@ func (p *limitPass) settleEnd(now time.Time, u usage) {
 // stands as taken.
 func (p *limitPass) settleUsage(now time.Time, u usage) {
 	if !u.known {
-		p.settleBy(now, RateAmounts{}, [3]bool{})
+		p.settleBy(now, fleet.RateAmounts{}, [3]bool{})
 		return
 	}
 	in := u.input + u.cacheCreation
 	if !p.group.cacheAware {
 		in += u.cacheRead
 	}
-	p.settleBy(now, RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
+	p.settleBy(now, fleet.RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
 }
 
-func (p *limitPass) settleBy(now time.Time, used RateAmounts, known [3]bool) {
+func (p *limitPass) settleBy(now time.Time, used fleet.RateAmounts, known [3]bool) {
 	p.storeError("settle", p.group.g.Settle(p.ctx, now, p.r, used, known))
 }
 
@@ -686,7 +667,7 @@ func (p *limitPass) storeError(op string, err error) {
 // count is below what the attempt asked, or all three when the response
 // names none) until its retry-after, or else each bucket's reset time.
 func (p *limitPass) pause(now time.Time, h http.Header) {
-	delay, hasDelay := ParseRetryAfter(h, now)
+	delay, hasDelay := parseRetryAfter(h, now)
 	var named [ratelimit.NumKinds]bool
 	any := false
 	for k, keys := range rateHeaderKeys {
@@ -719,7 +700,7 @@ var rateHeaderKeys = [ratelimit.NumKinds]struct{ limit, remaining, reset string 
 
 // rateHeaders reads the anthropic-ratelimit-* headers of a response: a
 // bucket counts when both its limit and its remaining count parse.
-func rateHeaders(h http.Header) (o RateObservation, ok bool) {
+func rateHeaders(h http.Header) (o fleet.RateObservation, ok bool) {
 	if h == nil {
 		return o, false
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // refuseLater is an attempt gate that admits every attempt now and would
@@ -55,7 +57,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	if refused, _ := first.admitAttempt(a); refused != nil {
 		t.Fatalf("first attempt refused: %+v", refused)
 	}
-	a.settle(attemptEvent{outcome: AttemptOutcome{Success: true}})
+	a.settle(attemptEvent{outcome: fleet.AttemptOutcome{Success: true}})
 
 	c := limiterCall(d, context.Background())
 	start := time.Now()
@@ -70,7 +72,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	}
 	// The bucket holds nothing, and no debt: the next request is due in a
 	// minute at most (a debt would have made it two).
-	if due, _ := d.primary.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
+	if due, _ := d.primary.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), fleet.RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
 		t.Fatalf("next request due in %v: the refused attempt kept its request", due.Sub(time.Now()))
 	}
 }
@@ -87,7 +89,7 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 	h.Set("anthropic-ratelimit-input-tokens-remaining", "99999999000")
 	h.Set("anthropic-ratelimit-output-tokens-limit", "100000000000")
 	h.Set("anthropic-ratelimit-output-tokens-remaining", "99999999000")
-	ev := attemptEvent{outcome: AttemptOutcome{First: true, Success: true}, header: h,
+	ev := attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}, header: h,
 		usage: usage{input: 100, output: 200, known: true}}
 	for _, bc := range []struct {
 		name   string
@@ -202,7 +204,7 @@ func TestRateLimitWaiterHeldByPause(t *testing.T) {
 		ctx := context.Background()
 		for range 60 {
 			adm := d.primary.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now())
-			adm.pass.settle(time.Now(), attemptEvent{outcome: AttemptOutcome{Success: true}})
+			adm.pass.settle(time.Now(), attemptEvent{outcome: fleet.AttemptOutcome{Success: true}})
 		}
 		start := time.Now()
 		done := make(chan admission, 1)
@@ -246,7 +248,7 @@ func TestRateLimitGroupsBounded(t *testing.T) {
 			}
 			return adm.pass.(*limitPass)
 		}
-		answered := attemptEvent{outcome: AttemptOutcome{Success: true}}
+		answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
 		groups := func() []string {
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -307,7 +309,7 @@ func TestRateLimitCallOutlivesItsGroup(t *testing.T) {
 		}
 		l := d.primary.limiter
 		c := limiterCall(d, context.Background())
-		answered := attemptEvent{outcome: AttemptOutcome{Success: true}}
+		answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
 		l.admitAttempt(c, &attempt{n: 1}, time.Now()).pass.settle(time.Now(), answered)
 		old := c.route.rate.group
 		time.Sleep(groupIdle) // its backoff, say

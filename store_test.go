@@ -13,6 +13,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/fleet"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -20,17 +21,17 @@ import (
 // recordingStore is MemoryStore with every part wrapped to count its
 // operations, and what New asked of it recorded.
 type recordingStore struct {
-	damper.MemoryStore
+	fleet.MemoryStore
 	keepInMemory bool  // every method returns nil
 	fail         error // New's questions fail with it
 	partErr      error // every operation of the parts made fails with it (and still decides)
 
 	mu       sync.Mutex
 	asked    []string
-	budget   damper.BudgetSettings
-	throttle damper.ThrottlePolicy
-	breaker  damper.BreakerSettings
-	groups   []damper.LimitSettings
+	budget   fleet.BudgetSettings
+	throttle fleet.ThrottleSettings
+	breaker  fleet.BreakerSettings
+	groups   []fleet.LimitSettings
 	ops      map[string]int
 }
 
@@ -56,7 +57,7 @@ func (s *recordingStore) ask(part string) {
 	s.asked = append(s.asked, part)
 }
 
-func (s *recordingStore) Budget(b damper.BudgetSettings) (damper.Budget, error) {
+func (s *recordingStore) Budget(b fleet.BudgetSettings) (fleet.Budget, error) {
 	s.ask("budget")
 	s.budget = b
 	if s.fail != nil || s.keepInMemory {
@@ -65,7 +66,7 @@ func (s *recordingStore) Budget(b damper.BudgetSettings) (damper.Budget, error) 
 	return s.MemoryStore.Budget(b)
 }
 
-func (s *recordingStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+func (s *recordingStore) Throttle(p fleet.ThrottleSettings) (fleet.Throttle, error) {
 	s.ask("throttle")
 	s.throttle = p
 	if s.fail != nil || s.keepInMemory {
@@ -75,7 +76,7 @@ func (s *recordingStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, err
 	return countedThrottle{t, s}, err
 }
 
-func (s *recordingStore) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+func (s *recordingStore) Breaker(b fleet.BreakerSettings) (fleet.Breaker, error) {
 	s.ask("breaker")
 	s.breaker = b
 	if s.fail != nil || s.keepInMemory {
@@ -85,7 +86,7 @@ func (s *recordingStore) Breaker(b damper.BreakerSettings) (damper.Breaker, erro
 	return countedBreaker{br, s}, err
 }
 
-func (s *recordingStore) LimitBuckets(l damper.LimitSettings) (damper.LimitBuckets, error) {
+func (s *recordingStore) LimitBuckets(l fleet.LimitSettings) (fleet.LimitBuckets, error) {
 	s.ask("buckets " + l.Group)
 	s.mu.Lock()
 	s.groups = append(s.groups, l)
@@ -98,7 +99,7 @@ func (s *recordingStore) LimitBuckets(l damper.LimitSettings) (damper.LimitBucke
 }
 
 type countedThrottle struct {
-	damper.Throttle
+	fleet.Throttle
 	s *recordingStore
 }
 
@@ -112,30 +113,30 @@ func (c countedThrottle) Tokens(ctx context.Context) (int64, error) {
 }
 
 type countedBreaker struct {
-	damper.Breaker
+	fleet.Breaker
 	s *recordingStore
 }
 
-func (c countedBreaker) Allow(ctx context.Context, now time.Time) (damper.CircuitAdmission, error) {
+func (c countedBreaker) Allow(ctx context.Context, now time.Time) (fleet.CircuitAdmission, error) {
 	a, err := c.Breaker.Allow(ctx, now)
 	return a, errors.Join(err, c.s.count("breaker.allow"))
 }
 
-func (c countedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now time.Time, v damper.CircuitVerdict) error {
+func (c countedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now time.Time, v fleet.CircuitVerdict) error {
 	return errors.Join(c.Breaker.Done(ctx, t, now, v), c.s.count("breaker.done"))
 }
 
 type countedBuckets struct {
-	damper.LimitBuckets
+	fleet.LimitBuckets
 	s *recordingStore
 }
 
-func (c countedBuckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+func (c countedBuckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmounts, p damper.Priority, latest time.Time, t *fleet.RateTicket) (fleet.RateReservation, time.Time, error) {
 	r, due, err := c.LimitBuckets.Reserve(ctx, now, cost, p, latest, t)
 	return r, due, errors.Join(err, c.s.count("buckets.reserve"))
 }
 
-func (c countedBuckets) Settle(ctx context.Context, now time.Time, r damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+func (c countedBuckets) Settle(ctx context.Context, now time.Time, r fleet.RateReservation, used fleet.RateAmounts, known [3]bool) error {
 	return errors.Join(c.LimitBuckets.Settle(ctx, now, r, used, known), c.s.count("buckets.settle"))
 }
 
@@ -156,15 +157,15 @@ func TestWithStoreMakesEveryPart(t *testing.T) {
 	if got := strings.Join(s.asked, ","); got != "budget,breaker,throttle" {
 		t.Fatalf("New asked for %s; want budget,breaker,throttle", got)
 	}
-	if s.budget != (damper.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10}) {
+	if s.budget != (fleet.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10}) {
 		t.Errorf("budget settings %+v", s.budget)
 	}
-	if s.throttle != (damper.ThrottlePolicy{MaxTokens: 10, TokenRatio: 0.2}) {
+	if s.throttle != (fleet.ThrottleSettings{MaxTokens: 10, TokenRatio: 0.2}) {
 		t.Errorf("throttle settings %+v", s.throttle)
 	}
 	b := s.breaker
 	if b.FailureRatio != 0.5 || b.MinAttempts != 20 || b.Window != 30*time.Second || b.OpenFor != 30*time.Second ||
-		b.MaxOpenFor != 300*time.Second || b.ProbeLimit != 7*time.Second || b.OnStateChange != nil || b.OnChange == nil {
+		b.MaxOpenFor != 300*time.Second || b.ProbeLimit != 7*time.Second || b.OnChange == nil {
 		t.Errorf("breaker settings %+v", b)
 	}
 
@@ -220,8 +221,33 @@ func TestWithStoreAsksOnlyWhatIsConfigured(t *testing.T) {
 	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
 		t.Fatalf("parts kept in memory: err %v, %d attempts; want a retried success", err, rep.Attempts)
 	}
-	if _, ok := r.d.Budget().(*damper.WindowBudget); !ok {
+	if _, ok := r.d.Budget().(*fleet.WindowBudget); !ok {
 		t.Errorf("budget %T, want the WindowBudget", r.d.Budget())
+	}
+}
+
+// budgetOnly shares the budget alone: it implements fleet.Store and no
+// other part's interface.
+type budgetOnly struct{ s *recordingStore }
+
+func (b budgetOnly) Budget(st fleet.BudgetSettings) (fleet.Budget, error) { return b.s.Budget(st) }
+
+// A store that implements no other part's interface keeps those parts in
+// memory: New asks it for the budget alone, and the calls go through the
+// breaker, throttle and limiter in memory.
+func TestStoreOfTheBudgetAlone(t *testing.T) {
+	s := &recordingStore{}
+	r := newRig(t, storePolicy(), damper.WithStore(budgetOnly{s}))
+	r.srv.Script("", dampertest.Status(529), dampertest.OK())
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil || rep.Attempts != 2 {
+		t.Fatalf("err %v, %d attempts; want a retried success", err, rep.Attempts)
+	}
+	if got := strings.Join(s.asked, ","); got != "budget" {
+		t.Errorf("asked %s; want budget alone", got)
+	}
+	if n := len(r.d.RateLimits()); n != 3 {
+		t.Errorf("%d buckets in memory, want the group's 3", n)
 	}
 }
 
@@ -249,7 +275,7 @@ type failingPart struct {
 	err  error
 }
 
-func (f *failingPart) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+func (f *failingPart) Breaker(b fleet.BreakerSettings) (fleet.Breaker, error) {
 	if f.part == "breaker" {
 		return nil, f.err
 	}
@@ -392,31 +418,31 @@ func (n *callNotes) check(t *testing.T, what string, calls int) {
 
 // notingStore is MemoryStore whose parts count their operations by call.
 type notingStore struct {
-	damper.MemoryStore
+	fleet.MemoryStore
 	*callNotes
 }
 
-func (s notingStore) Breaker(b damper.BreakerSettings) (damper.Breaker, error) {
+func (s notingStore) Breaker(b fleet.BreakerSettings) (fleet.Breaker, error) {
 	br, err := s.MemoryStore.Breaker(b)
 	return notedBreaker{br, s.callNotes}, err
 }
 
-func (s notingStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+func (s notingStore) Throttle(p fleet.ThrottleSettings) (fleet.Throttle, error) {
 	t, err := s.MemoryStore.Throttle(p)
 	return notedThrottle{t, s.callNotes}, err
 }
 
-func (s notingStore) LimitBuckets(l damper.LimitSettings) (damper.LimitBuckets, error) {
+func (s notingStore) LimitBuckets(l fleet.LimitSettings) (fleet.LimitBuckets, error) {
 	b, err := s.MemoryStore.LimitBuckets(l)
 	return notedBuckets{b, s.callNotes}, err
 }
 
 type notedBudget struct {
-	damper.Budget
+	fleet.Budget
 	n *callNotes
 }
 
-func (b notedBudget) Observe(ctx context.Context, now time.Time, a damper.AttemptOutcome) error {
+func (b notedBudget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutcome) error {
 	b.n.op(ctx)
 	return b.Budget.Observe(ctx, now, a)
 }
@@ -432,11 +458,11 @@ func (b notedBudget) Available(ctx context.Context, now time.Time) (float64, err
 }
 
 type notedBreaker struct {
-	damper.Breaker
+	fleet.Breaker
 	n *callNotes
 }
 
-func (b notedBreaker) Allow(ctx context.Context, now time.Time) (damper.CircuitAdmission, error) {
+func (b notedBreaker) Allow(ctx context.Context, now time.Time) (fleet.CircuitAdmission, error) {
 	b.n.op(ctx)
 	return b.Breaker.Allow(ctx, now)
 }
@@ -446,7 +472,7 @@ func (b notedBreaker) RefusesAt(ctx context.Context, now, at time.Time) (bool, t
 	return b.Breaker.RefusesAt(ctx, now, at)
 }
 
-func (b notedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now time.Time, v damper.CircuitVerdict) error {
+func (b notedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now time.Time, v fleet.CircuitVerdict) error {
 	b.n.op(ctx)
 	return b.Breaker.Done(ctx, t, now, v)
 }
@@ -457,7 +483,7 @@ func (b notedBreaker) State(ctx context.Context, now time.Time) (damper.CircuitS
 }
 
 type notedThrottle struct {
-	damper.Throttle
+	fleet.Throttle
 	n *callNotes
 }
 
@@ -472,26 +498,26 @@ func (t notedThrottle) Tokens(ctx context.Context) (int64, error) {
 }
 
 type notedBuckets struct {
-	damper.LimitBuckets
+	fleet.LimitBuckets
 	n *callNotes
 }
 
-func (b notedBuckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+func (b notedBuckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmounts, p damper.Priority, latest time.Time, t *fleet.RateTicket) (fleet.RateReservation, time.Time, error) {
 	b.n.op(ctx)
 	return b.LimitBuckets.Reserve(ctx, now, cost, p, latest, t)
 }
 
-func (b notedBuckets) Admits(ctx context.Context, now, at time.Time, cost damper.RateAmounts, p damper.Priority) (time.Time, error) {
+func (b notedBuckets) Admits(ctx context.Context, now, at time.Time, cost fleet.RateAmounts, p damper.Priority) (time.Time, error) {
 	b.n.op(ctx)
 	return b.LimitBuckets.Admits(ctx, now, at, cost, p)
 }
 
-func (b notedBuckets) Observe(ctx context.Context, now time.Time, r damper.RateReservation, o damper.RateObservation) error {
+func (b notedBuckets) Observe(ctx context.Context, now time.Time, r fleet.RateReservation, o fleet.RateObservation) error {
 	b.n.op(ctx)
 	return b.LimitBuckets.Observe(ctx, now, r, o)
 }
 
-func (b notedBuckets) Settle(ctx context.Context, now time.Time, r damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+func (b notedBuckets) Settle(ctx context.Context, now time.Time, r fleet.RateReservation, used fleet.RateAmounts, known [3]bool) error {
 	b.n.op(ctx)
 	return b.LimitBuckets.Settle(ctx, now, r, used, known)
 }
@@ -535,3 +561,13 @@ func TestCallContexter(t *testing.T) {
 	s.check(t, "the store", 3)
 	b.check(t, "the budget", 3)
 }
+
+// The test stores share every part.
+var (
+	_ fleet.ThrottleStore = (*recordingStore)(nil)
+	_ fleet.BreakerStore  = (*recordingStore)(nil)
+	_ fleet.LimitStore    = (*recordingStore)(nil)
+	_ fleet.ThrottleStore = notingStore{}
+	_ fleet.BreakerStore  = notingStore{}
+	_ fleet.LimitStore    = notingStore{}
+)

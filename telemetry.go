@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -198,7 +199,7 @@ type storeErrors struct {
 // budget and rate limiter (nil for none) from cfg. The gauges' callbacks
 // hold budget, limiter and clock; they are unregistered once owner is
 // collected.
-func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, lim *limiter, owner *Damper) *telemetry {
+func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget fleet.Budget, lim *limiter, owner *Damper) *telemetry {
 	tp := cfg.tracerProvider
 	var placeholder trace.TracerProvider
 	if tp == nil {

@@ -98,7 +98,7 @@ func (ct *callTrace) logContext() context.Context {
 	return trace.ContextWithSpan(ct.ctx, ct.request)
 }
 
-// storePart is a part of a Damper's state that a [Store] may keep.
+// storePart is a part of a Damper's state that a [fleet.Store] may keep.
 type storePart uint8
 
 const (

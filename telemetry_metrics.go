@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -70,7 +71,7 @@ type metrics struct {
 // newMetrics creates a Damper's instruments on meter. An instrument the
 // meter refuses is replaced by a no-op one and the error goes to
 // otel.Handle, as telemetry must never fail a call.
-func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet, budget Budget, lim *limiter, clock Clock, owner *Damper) metrics {
+func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet, budget fleet.Budget, lim *limiter, clock Clock, owner *Damper) metrics {
 	var none noop.Meter
 	m := metrics{
 		name:   name,

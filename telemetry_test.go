@@ -21,6 +21,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -796,9 +797,9 @@ func TestTelemetry(t *testing.T) {
 // denyBudget is a retry budget with nothing left.
 type denyBudget struct{}
 
-func (denyBudget) Observe(context.Context, time.Time, damper.AttemptOutcome) error { return nil }
-func (denyBudget) Acquire(context.Context, time.Time) (bool, error)                { return false, nil }
-func (denyBudget) Available(context.Context, time.Time) (float64, error)           { return 0, nil }
+func (denyBudget) Observe(context.Context, time.Time, fleet.AttemptOutcome) error { return nil }
+func (denyBudget) Acquire(context.Context, time.Time) (bool, error)               { return false, nil }
+func (denyBudget) Available(context.Context, time.Time) (float64, error)          { return 0, nil }
 
 // TestTelemetrySDKSpanTree runs a retried call with the SDK's own tracing
 // on the same provider: the SDK's anthropic.messages.create span is the

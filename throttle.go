@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // ThrottlePolicy configures the retry throttle, the rule of gRPC's retry
@@ -40,14 +42,14 @@ func (p *ThrottlePolicy) check(ThrottlePolicy) error {
 }
 
 // retryThrottle is the throttle's rule over its count of tokens, kept in
-// thousandths of a token by a [Throttle].
+// thousandths of a token by a [fleet.Throttle].
 type retryThrottle struct {
 	half, ratio int64
-	t           Throttle
+	t           fleet.Throttle
 	tel         *telemetry
 }
 
-func newRetryThrottle(p *ThrottlePolicy, t Throttle, tel *telemetry) *retryThrottle {
+func newRetryThrottle(p *ThrottlePolicy, t fleet.Throttle, tel *telemetry) *retryThrottle {
 	return &retryThrottle{half: int64(p.MaxTokens) * 500, ratio: int64(math.Round(p.TokenRatio * 1000)), t: t, tel: tel}
 }
 

@@ -11,18 +11,19 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 
 	"github.com/damper-ai/damper-go/dampertest"
 )
 
 // Attempt ends as the throttle hears them.
 var (
-	thrFailed    = attemptEvent{outcome: AttemptOutcome{Signal: ProviderHealth}, class: Retryable}
-	thrLimited   = attemptEvent{outcome: AttemptOutcome{Signal: CallerTraffic}, class: Retryable}
-	thrAnswered  = attemptEvent{outcome: AttemptOutcome{First: true, Success: true}}
+	thrFailed    = attemptEvent{outcome: fleet.AttemptOutcome{Signal: ProviderHealth}, class: Retryable}
+	thrLimited   = attemptEvent{outcome: fleet.AttemptOutcome{Signal: CallerTraffic}, class: Retryable}
+	thrAnswered  = attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}}
 	thrFinal     = attemptEvent{class: NotRetryable}
-	thrSpend     = attemptEvent{outcome: AttemptOutcome{Signal: CallerTraffic}, class: NotRetryable}
-	thrAmbiguous = attemptEvent{outcome: AttemptOutcome{Signal: ProviderHealth}, class: Ambiguous}
+	thrSpend     = attemptEvent{outcome: fleet.AttemptOutcome{Signal: CallerTraffic}, class: NotRetryable}
+	thrAmbiguous = attemptEvent{outcome: fleet.AttemptOutcome{Signal: ProviderHealth}, class: Ambiguous}
 	thrCanceled  = attemptEvent{class: NotRetryable} // as the loop records the caller's own end
 )
 
@@ -95,7 +96,7 @@ func TestRetryThrottleArithmetic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tokens, err := MemoryStore{}.Throttle(*p)
+			tokens, err := fleet.MemoryStore{}.Throttle(fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +237,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk, srv, d, client := thrRig(t, Policy{MaxAttempts: 1, PerAttemptTimeout: time.Second, Throttle: &ThrottlePolicy{}})
-			d.primary.throttle.t.(*memoryThrottle).tokens.Store(int64(tt.start * 1000))
+			setTokens(d.primary.throttle.t, int64(tt.start*1000))
 			srv.Script("", tt.step)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -271,7 +272,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 func TestRetryThrottleConcurrent(t *testing.T) {
 	ctx, now := context.Background(), time.Time{}
 	p := &ThrottlePolicy{MaxTokens: 1000, TokenRatio: 0.2}
-	tokens, _ := MemoryStore{}.Throttle(*p)
+	tokens, _ := fleet.MemoryStore{}.Throttle(fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
 	th := newRetryThrottle(p, tokens, nil)
 	for range 400 {
 		th.observeAttempt(ctx, now, thrFailed)
@@ -361,7 +362,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 func TestRetryGatesOrder(t *testing.T) {
 	t.Run("breaker before throttle", func(t *testing.T) {
 		_, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{MinAttempts: 1}, Throttle: &ThrottlePolicy{}})
-		d.primary.throttle.t.(*memoryThrottle).tokens.Store(5500) // one failure leaves 4.5: refused
+		setTokens(d.primary.throttle.t, 5500) // one failure leaves 4.5: refused
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRetryThrottled) {
@@ -370,7 +371,7 @@ func TestRetryGatesOrder(t *testing.T) {
 	})
 	t.Run("throttle before budget", func(t *testing.T) {
 		clk, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RetryBudgetMinTokens: 1})
-		d.primary.throttle.t.(*memoryThrottle).tokens.Store(5500)
+		setTokens(d.primary.throttle.t, 5500)
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrRetryThrottled) {
@@ -396,4 +397,11 @@ func hasBreaker(d *Damper) bool {
 func throttleLeft(th *retryThrottle) float64 {
 	n, _ := th.t.Tokens(context.Background())
 	return float64(n) / 1000
+}
+
+// setTokens sets a throttle's count to n thousandths of a token.
+func setTokens(th fleet.Throttle, n int64) {
+	ctx := context.Background()
+	cur, _ := th.Tokens(ctx)
+	_ = th.Add(ctx, n-cur)
 }

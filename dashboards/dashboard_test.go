@@ -31,6 +31,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -331,14 +332,14 @@ func storeFailing(t *testing.T, mp *sdkmetric.MeterProvider, api *dampertest.Ser
 
 // failingThrottleStore keeps its parts in memory, but its throttle's every
 // operation fails (and still decides).
-type failingThrottleStore struct{ damper.MemoryStore }
+type failingThrottleStore struct{ fleet.MemoryStore }
 
-func (s failingThrottleStore) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
+func (s failingThrottleStore) Throttle(p fleet.ThrottleSettings) (fleet.Throttle, error) {
 	t, err := s.MemoryStore.Throttle(p)
 	return failingThrottle{t}, err
 }
 
-type failingThrottle struct{ damper.Throttle }
+type failingThrottle struct{ fleet.Throttle }
 
 var errStoreDown = errors.New("store: connection refused")
 

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/breaker"
 )
 
@@ -15,7 +15,7 @@ import (
 // store named name: damper:{name}:breaker.
 func BreakerKey(name string) string { return "damper:{" + name + "}:breaker" }
 
-// LocalTicket is the bit of [damper.CircuitTicket].Generation that marks a
+// LocalTicket is the bit of [fleet.CircuitTicket].Generation that marks a
 // ticket of the local breaker, which decides while Redis fails: Done gives
 // such a ticket back to the local breaker, whatever the state of Redis.
 // The shared breaker's generations never reach it.
@@ -25,9 +25,9 @@ const LocalTicket = uint64(1) << 63
 // of FailureRatio × total.
 const breakerSlack = 1 - 1e-12
 
-// Breaker implements [damper.Store]: a circuit breaker shared by every
+// Breaker implements [fleet.BreakerStore]: a circuit breaker shared by every
 // process that gives the same Name, with the state machine of
-// damper.MemoryStore's breaker (internal/breaker) for the whole fleet:
+// fleet.MemoryStore's breaker (internal/breaker) for the whole fleet:
 // failures reported by any process open it for all, the open period
 // doubles after each failed probe up to MaxOpenFor, and, half-open, the
 // fleet sends one probe at a time (the next one no sooner than ProbeLimit
@@ -74,7 +74,7 @@ const breakerSlack = 1 - 1e-12
 //
 // # When Redis fails
 //
-// While Redis fails (see [Store.State]) a local breaker, damper.MemoryStore's,
+// While Redis fails (see [Store.State]) a local breaker, fleet.MemoryStore's,
 // with the same settings decides, and the error is returned as well. It
 // hears only what happens while it decides: its window starts empty, and
 // the fleet's never hears of the attempts it admitted. Its tickets carry
@@ -83,30 +83,24 @@ const breakerSlack = 1 - 1e-12
 // through the same queue. [Options.FailClosed] does not apply: refusing
 // every attempt while Redis is down would turn an outage of Redis into an
 // outage of the API.
-func (s *Store) Breaker(st damper.BreakerSettings) (damper.Breaker, error) {
-	b := &sharedBreaker{link: s.link, keys: []string{BreakerKey(s.link.name)}, onChange: st.OnChange, lastState: damper.CircuitClosed}
+func (s *Store) Breaker(st fleet.BreakerSettings) (fleet.Breaker, error) {
+	b := &sharedBreaker{link: s.link, keys: []string{BreakerKey(s.link.name)}, onChange: st.OnChange, lastState: fleet.CircuitClosed}
 	// The local breaker validates the settings, as damper does, and tells
 	// its changes through b's queue.
 	ls := st
 	if st.OnChange != nil {
-		ls.OnChange = func(c damper.CircuitChange) {
+		ls.OnChange = func(c fleet.CircuitChange) {
 			b.mu.Lock()
 			b.changes.Add(c)
 			b.unlockAndDeliver()
 		}
 	}
-	local, err := damper.MemoryStore{}.Breaker(ls)
+	local, err := fleet.MemoryStore{}.Breaker(ls)
 	if err != nil {
 		return nil, err
 	}
 	b.local = local
-	p := st.BreakerPolicy
-	// MemoryStore has checked the values; fill in the defaults it filled.
-	p.FailureRatio = orDefault(p.FailureRatio, defaults.Breaker.FailureRatio)
-	p.MinAttempts = orDefault(p.MinAttempts, defaults.Breaker.MinAttempts)
-	p.Window = orDefault(p.Window, defaults.Breaker.Window)
-	p.OpenFor = orDefault(p.OpenFor, defaults.Breaker.OpenFor)
-	p.MaxOpenFor = orDefault(p.MaxOpenFor, defaults.Breaker.MaxOpenFor)
+	p := st // MemoryStore has checked the values
 	b.slice = max(int64(p.Window)/30, 1)
 	ttl := time.Duration(math.MaxInt64)
 	if longest := max(p.MaxOpenFor, p.Window); longest < ttl/3 {
@@ -134,31 +128,31 @@ type sharedBreaker struct {
 	keys     []string
 	slice    int64 // a window slice, in nanoseconds
 	settings []any // ARGV[8:] of breakerScript
-	local    damper.Breaker
-	onChange func(damper.CircuitChange)
+	local    fleet.Breaker
+	onChange func(fleet.CircuitChange)
 
 	mu sync.Mutex
 	// The newest state seen in a reply.
 	lastInc   int64
 	lastGen   int64
-	lastState damper.CircuitState
-	changes   breaker.Delivery[damper.CircuitChange] // for onChange
+	lastState fleet.CircuitState
+	changes   breaker.Delivery[fleet.CircuitChange] // for onChange
 }
 
-var _ damper.Breaker = (*sharedBreaker)(nil)
+var _ fleet.Breaker = (*sharedBreaker)(nil)
 
 // breakerReply is what breakerScript returns.
 type breakerReply struct {
 	ok, probe bool
 	next      int64
 	gen       int64
-	state     damper.CircuitState
+	state     fleet.CircuitState
 	openUntil int64
 	inc       int64
 }
 
 // run runs breakerScript for op at now; x, probe and verdict are ARGV[4:7].
-func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time, x int64, probe bool, v damper.CircuitVerdict) (breakerReply, error) {
+func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time, x int64, probe bool, v fleet.CircuitVerdict) (breakerReply, error) {
 	b.mu.Lock()
 	lastInc := b.lastInc
 	b.mu.Unlock()
@@ -177,7 +171,7 @@ func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time,
 	if err != nil {
 		return breakerReply{}, err
 	}
-	reply := breakerReply{ok: r[0] == 1, probe: r[1] == 1, next: r[2], gen: r[3], state: damper.CircuitState(r[4]), openUntil: r[5], inc: r[6]}
+	reply := breakerReply{ok: r[0] == 1, probe: r[1] == 1, next: r[2], gen: r[3], state: fleet.CircuitState(r[4]), openUntil: r[5], inc: r[6]}
 	b.saw(now, reply)
 	return reply, nil
 }
@@ -202,9 +196,9 @@ func (b *sharedBreaker) saw(now time.Time, r breakerReply) {
 	}
 	from := b.lastState
 	b.lastInc, b.lastGen, b.lastState = r.inc, r.gen, r.state
-	if b.onChange != nil && (from != r.state || r.state == damper.CircuitOpen) {
-		c := damper.CircuitChange{From: from, To: r.state, At: now}
-		if r.state == damper.CircuitOpen {
+	if b.onChange != nil && (from != r.state || r.state == fleet.CircuitOpen) {
+		c := fleet.CircuitChange{From: from, To: r.state, At: now}
+		if r.state == fleet.CircuitOpen {
 			c.NextProbe = brkTime(r.openUntil, now)
 		}
 		b.changes.Add(c)
@@ -216,23 +210,23 @@ func (b *sharedBreaker) saw(now time.Time, r breakerReply) {
 // onChange, in order (see breaker.Delivery).
 func (b *sharedBreaker) unlockAndDeliver() { b.changes.UnlockAndDeliver(&b.mu, b.onChange) }
 
-// Allow implements [damper.Breaker]: one round trip, or, while Redis
+// Allow implements [fleet.Breaker]: one round trip, or, while Redis
 // fails, the local breaker's answer, with a ticket marked [LocalTicket].
-func (b *sharedBreaker) Allow(ctx context.Context, now time.Time) (damper.CircuitAdmission, error) {
+func (b *sharedBreaker) Allow(ctx context.Context, now time.Time) (fleet.CircuitAdmission, error) {
 	r, err := b.run(ctx, "breaker_allow", "a", now, 0, false, 0)
 	if err != nil {
 		a, _ := b.local.Allow(ctx, now)
 		a.Ticket.Generation |= LocalTicket
 		return a, err
 	}
-	a := damper.CircuitAdmission{OK: r.ok, State: r.state, Ticket: damper.CircuitTicket{Generation: uint64(r.gen), Probe: r.probe}}
+	a := fleet.CircuitAdmission{OK: r.ok, State: r.state, Ticket: fleet.CircuitTicket{Generation: uint64(r.gen), Probe: r.probe}}
 	if !r.ok {
 		a.NextProbe = brkTime(r.next, now)
 	}
 	return a, nil
 }
 
-// RefusesAt implements [damper.Breaker]: one round trip, or, while Redis
+// RefusesAt implements [fleet.Breaker]: one round trip, or, while Redis
 // fails, the local breaker's answer.
 func (b *sharedBreaker) RefusesAt(ctx context.Context, now, later time.Time) (bool, time.Time, error) {
 	r, err := b.run(ctx, "breaker_refuses_at", "r", now, later.UnixMicro(), false, 0)
@@ -247,9 +241,9 @@ func (b *sharedBreaker) RefusesAt(ctx context.Context, now, later time.Time) (bo
 	return r.ok, next, nil
 }
 
-// Done implements [damper.Breaker]: a ticket of the local breaker goes
+// Done implements [fleet.Breaker]: a ticket of the local breaker goes
 // back to it; any other is one round trip, lost if Redis fails.
-func (b *sharedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now time.Time, v damper.CircuitVerdict) error {
+func (b *sharedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now time.Time, v fleet.CircuitVerdict) error {
 	if t.Generation&LocalTicket != 0 {
 		t.Generation &^= LocalTicket
 		return b.local.Done(ctx, t, now, v)
@@ -258,9 +252,9 @@ func (b *sharedBreaker) Done(ctx context.Context, t damper.CircuitTicket, now ti
 	return err
 }
 
-// State implements [damper.Breaker]: one round trip, or, while Redis
+// State implements [fleet.Breaker]: one round trip, or, while Redis
 // fails, the local breaker's state.
-func (b *sharedBreaker) State(ctx context.Context, now time.Time) (damper.CircuitState, error) {
+func (b *sharedBreaker) State(ctx context.Context, now time.Time) (fleet.CircuitState, error) {
 	r, err := b.run(ctx, "breaker_state", "s", now, 0, false, 0)
 	if err != nil {
 		s, _ := b.local.State(ctx, now)

@@ -17,6 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -53,7 +54,7 @@ func TestBreakerFleetWorker(t *testing.T) {
 	var job brkJob
 	mustNil(t, json.Unmarshal([]byte(spec), &job))
 	clk := dampertest.NewClock(time.Unix(0, job.Start))
-	var store damper.Store = damper.MemoryStore{}
+	var store fleet.Store = fleet.MemoryStore{}
 	if job.RedisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: job.RedisAddr})
 		defer client.Close()

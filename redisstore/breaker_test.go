@@ -15,6 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -23,22 +24,22 @@ import (
 // brkChanges records a breaker's changes of state.
 type brkChanges struct {
 	mu sync.Mutex
-	cs []damper.CircuitChange
+	cs []fleet.CircuitChange
 }
 
-func (r *brkChanges) add(c damper.CircuitChange) {
+func (r *brkChanges) add(c fleet.CircuitChange) {
 	r.mu.Lock()
 	r.cs = append(r.cs, c)
 	r.mu.Unlock()
 }
 
-func (r *brkChanges) list() []damper.CircuitChange {
+func (r *brkChanges) list() []fleet.CircuitChange {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.cs)
 }
 
-func brkFmt(cs []damper.CircuitChange) string {
+func brkFmt(cs []fleet.CircuitChange) string {
 	var b strings.Builder
 	for _, c := range cs {
 		fmt.Fprintf(&b, "%v→%v at %s", c.From, c.To, c.At.Format("15:04:05.000000"))
@@ -50,14 +51,14 @@ func brkFmt(cs []damper.CircuitChange) string {
 	return b.String()
 }
 
-func brkSameChanges(a, b []damper.CircuitChange) bool {
-	return slices.EqualFunc(a, b, func(x, y damper.CircuitChange) bool {
+func brkSameChanges(a, b []fleet.CircuitChange) bool {
+	return slices.EqualFunc(a, b, func(x, y fleet.CircuitChange) bool {
 		return x.From == y.From && x.To == y.To && x.At.Equal(y.At) && x.NextProbe.Equal(y.NextProbe)
 	})
 }
 
 // brkShared returns the store's breaker for st.
-func brkShared(tb testing.TB, s *redisstore.Store, st damper.BreakerSettings) damper.Breaker {
+func brkShared(tb testing.TB, s *redisstore.Store, st fleet.BreakerSettings) fleet.Breaker {
 	tb.Helper()
 	b, err := s.Breaker(st)
 	if err != nil {
@@ -79,27 +80,26 @@ func TestBreakerMatchesMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient1(t, srv.Addr)
 	ctx := context.Background()
-	cases := []damper.BreakerSettings{
-		{BreakerPolicy: damper.BreakerPolicy{FailureRatio: 0.5, MinAttempts: 4, Window: 3 * time.Second, OpenFor: time.Second, MaxOpenFor: 5 * time.Second}, ProbeLimit: 700 * time.Millisecond},
-		{BreakerPolicy: damper.BreakerPolicy{FailureRatio: 0.07, MinAttempts: 1, Window: 300 * time.Millisecond, OpenFor: 50 * time.Millisecond, MaxOpenFor: 1 * time.Second}, ProbeLimit: 0},
-		{BreakerPolicy: damper.BreakerPolicy{FailureRatio: 1.0 / 3, MinAttempts: 10, Window: 30 * time.Second, OpenFor: 2 * time.Second, MaxOpenFor: 10 * time.Second}, ProbeLimit: 3 * time.Second},
-		{BreakerPolicy: damper.BreakerPolicy{MinAttempts: 5}, ProbeLimit: 10 * time.Minute}, // else the defaults
+	cases := []fleet.BreakerSettings{
+		{FailureRatio: 0.5, MinAttempts: 4, Window: 3 * time.Second, OpenFor: time.Second, MaxOpenFor: 5 * time.Second, ProbeLimit: 700 * time.Millisecond},
+		{FailureRatio: 0.07, MinAttempts: 1, Window: 300 * time.Millisecond, OpenFor: 50 * time.Millisecond, MaxOpenFor: 1 * time.Second, ProbeLimit: 0},
+		{FailureRatio: 1.0 / 3, MinAttempts: 10, Window: 30 * time.Second, OpenFor: 2 * time.Second, MaxOpenFor: 10 * time.Second, ProbeLimit: 3 * time.Second},
+		{FailureRatio: 0.5, MinAttempts: 5, Window: 30 * time.Second, OpenFor: 30 * time.Second, MaxOpenFor: 300 * time.Second, ProbeLimit: 10 * time.Minute}, // else the defaults
 	}
 	for n, st := range cases {
 		t.Run(fmt.Sprintf("case%d", n), func(t *testing.T) {
 			var memChanges, redisChanges brkChanges
 			ms, rs := st, st
 			ms.OnChange, rs.OnChange = memChanges.add, redisChanges.add
-			mem, err := damper.MemoryStore{}.Breaker(ms)
+			mem, err := fleet.MemoryStore{}.Breaker(ms)
 			mustNil(t, err)
 			red := brkShared(t, thrStore(t, client, redisstore.Options{Name: fmt.Sprintf("brk-eq-%d", n), Timeout: 5 * time.Second}), rs)
-			window, openFor := orDur(st.Window, defaults.Breaker.Window), orDur(st.OpenFor, defaults.Breaker.OpenFor)
-			maxOpenFor := orDur(st.MaxOpenFor, defaults.Breaker.MaxOpenFor)
+			window, openFor, maxOpenFor := st.Window, st.OpenFor, st.MaxOpenFor
 
 			// The first attempt counted falls on a slice's edge (base is a
 			// whole minute), where the breaker in memory starts its slices.
 			now := base
-			var tickets []damper.CircuitTicket
+			var tickets []fleet.CircuitTicket
 			allow := func(step int, at time.Time) {
 				a, err := red.Allow(ctx, at)
 				mustNil(t, err)
@@ -111,12 +111,12 @@ func TestBreakerMatchesMemory(t *testing.T) {
 					tickets = append(tickets, a.Ticket)
 				}
 			}
-			done := func(tk damper.CircuitTicket, at time.Time, v damper.CircuitVerdict) {
+			done := func(tk fleet.CircuitTicket, at time.Time, v fleet.CircuitVerdict) {
 				mustNil(t, red.Done(ctx, tk, at, v))
 				mustNil(t, mem.Done(ctx, tk, at, v))
 			}
 			allow(-1, now)
-			done(tickets[0], now, damper.CircuitSuccess)
+			done(tickets[0], now, fleet.CircuitSuccess)
 			tickets = nil
 
 			rng := rand.New(rand.NewPCG(uint64(n), 99))
@@ -149,12 +149,12 @@ func TestBreakerMatchesMemory(t *testing.T) {
 					i := rng.IntN(len(tickets))
 					tk := tickets[i]
 					tickets = slices.Delete(tickets, i, i+1)
-					v := damper.CircuitFailure
+					v := fleet.CircuitFailure
 					switch r := rng.IntN(10); {
 					case r < 3:
-						v = damper.CircuitSuccess
+						v = fleet.CircuitSuccess
 					case r < 4:
-						v = damper.CircuitNeutral
+						v = fleet.CircuitNeutral
 					}
 					if tk.Probe {
 						probes++
@@ -185,12 +185,12 @@ func TestBreakerMatchesMemory(t *testing.T) {
 			}
 			for _, c := range memChanges.list() {
 				switch c.To {
-				case damper.CircuitOpen:
+				case fleet.CircuitOpen:
 					opens++
 					if c.NextProbe.Sub(c.At) == maxOpenFor {
 						maxed++
 					}
-				case damper.CircuitClosed:
+				case fleet.CircuitClosed:
 					closes++
 				}
 			}
@@ -203,13 +203,6 @@ func TestBreakerMatchesMemory(t *testing.T) {
 	}
 }
 
-func orDur(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
 // TestBreakerKey checks the hash's layout and time to live, and that an
 // idle closed breaker costs no key.
 func TestBreakerKey(t *testing.T) {
@@ -217,7 +210,7 @@ func TestBreakerKey(t *testing.T) {
 	client := newClient1(t, srv.Addr)
 	ctx := context.Background()
 	s := thrStore(t, client, redisstore.Options{Name: "brk-key"})
-	b := brkShared(t, s, damper.BreakerSettings{BreakerPolicy: damper.BreakerPolicy{MinAttempts: 2, Window: 10 * time.Second, OpenFor: time.Second, MaxOpenFor: time.Minute}})
+	b := brkShared(t, s, fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 2, Window: 10 * time.Second, OpenFor: time.Second, MaxOpenFor: time.Minute})
 	key := redisstore.BreakerKey("brk-key")
 	if key != "damper:{brk-key}:breaker" {
 		t.Fatalf("BreakerKey = %q", key)
@@ -226,7 +219,7 @@ func TestBreakerKey(t *testing.T) {
 	for range 3 {
 		a, err := b.Allow(ctx, now)
 		mustNil(t, err)
-		if st, _ := b.State(ctx, now); !a.OK || st != damper.CircuitClosed {
+		if st, _ := b.State(ctx, now); !a.OK || st != fleet.CircuitClosed {
 			t.Fatalf("Allow = %+v, state %v", a, st)
 		}
 	}
@@ -234,8 +227,8 @@ func TestBreakerKey(t *testing.T) {
 		t.Fatal("reads of a closed breaker made its key")
 	}
 	a, _ := b.Allow(ctx, now)
-	mustNil(t, b.Done(ctx, a.Ticket, now, damper.CircuitFailure))
-	mustNil(t, b.Done(ctx, a.Ticket, now, damper.CircuitFailure))
+	mustNil(t, b.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
+	mustNil(t, b.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 	got := client.HGetAll(ctx, key).Val()
 	slice := now.UnixNano() / int64(10*time.Second/30) // slices since the epoch
 	want := map[string]string{
@@ -249,7 +242,7 @@ func TestBreakerKey(t *testing.T) {
 	if ttl := client.PTTL(ctx, key).Val(); ttl <= 3*time.Minute-10*time.Second || ttl > 3*time.Minute {
 		t.Fatalf("time to live %v, want 3 × MaxOpenFor", ttl)
 	}
-	if st, _ := b.State(ctx, now); st != damper.CircuitOpen {
+	if st, _ := b.State(ctx, now); st != fleet.CircuitOpen {
 		t.Fatalf("state %v", st)
 	}
 }
@@ -300,7 +293,7 @@ func TestBreakerSharedThroughDamper(t *testing.T) {
 		}
 	}
 	opened := clk.Now()
-	wantA := []damper.CircuitChange{{From: damper.CircuitClosed, To: damper.CircuitOpen, At: opened, NextProbe: opened.Add(10 * time.Second)}}
+	wantA := []fleet.CircuitChange{{From: fleet.CircuitClosed, To: fleet.CircuitOpen, At: opened, NextProbe: opened.Add(10 * time.Second)}}
 	if got := a.changes.list(); !brkSameChanges(got, wantA) {
 		t.Fatalf("A's changes %s, want %s", brkFmt(got), brkFmt(wantA))
 	}
@@ -314,7 +307,7 @@ func TestBreakerSharedThroughDamper(t *testing.T) {
 	if n := api.Count(""); n != sent {
 		t.Fatalf("B's refused call sent %d requests", n-sent)
 	}
-	wantB := []damper.CircuitChange{{From: damper.CircuitClosed, To: damper.CircuitOpen, At: clk.Now(), NextProbe: opened.Add(10 * time.Second)}}
+	wantB := []fleet.CircuitChange{{From: fleet.CircuitClosed, To: fleet.CircuitOpen, At: clk.Now(), NextProbe: opened.Add(10 * time.Second)}}
 	if got := b.changes.list(); !brkSameChanges(got, wantB) {
 		t.Fatalf("B's changes %s, want %s", brkFmt(got), brkFmt(wantB))
 	}
@@ -333,13 +326,13 @@ func TestBreakerSharedThroughDamper(t *testing.T) {
 	}
 	probeAt := clk.Now()
 	wantB = append(wantB,
-		damper.CircuitChange{From: damper.CircuitOpen, To: damper.CircuitHalfOpen, At: probeAt},
-		damper.CircuitChange{From: damper.CircuitHalfOpen, To: damper.CircuitClosed, At: probeAt})
+		fleet.CircuitChange{From: fleet.CircuitOpen, To: fleet.CircuitHalfOpen, At: probeAt},
+		fleet.CircuitChange{From: fleet.CircuitHalfOpen, To: fleet.CircuitClosed, At: probeAt})
 	if got := b.changes.list(); !brkSameChanges(got, wantB) {
 		t.Fatalf("B's changes %s, want %s", brkFmt(got), brkFmt(wantB))
 	}
 	// A saw open, then closed: the changes between collapse into one.
-	wantA = append(wantA, damper.CircuitChange{From: damper.CircuitOpen, To: damper.CircuitClosed, At: probeAt})
+	wantA = append(wantA, fleet.CircuitChange{From: fleet.CircuitOpen, To: fleet.CircuitClosed, At: probeAt})
 	if got := a.changes.list(); !brkSameChanges(got, wantA) {
 		t.Fatalf("A's changes %s, want %s", brkFmt(got), brkFmt(wantA))
 	}
@@ -357,7 +350,7 @@ func TestBreakerRedisKilled(t *testing.T) {
 		srv := redistest.Start(t)
 		ctx := context.Background()
 		var changes brkChanges
-		st := damper.BreakerSettings{BreakerPolicy: damper.BreakerPolicy{MinAttempts: 2, OpenFor: 10 * time.Second}, ProbeLimit: time.Second}
+		st := fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 2, Window: 30 * time.Second, OpenFor: 10 * time.Second, MaxOpenFor: 300 * time.Second, ProbeLimit: time.Second}
 		o := redisstore.Options{Name: "brk-killed", Timeout: outageTimeout}
 		s := thrStore(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout}), o)
 		sst := st
@@ -368,18 +361,18 @@ func TestBreakerRedisKilled(t *testing.T) {
 		for range 2 {
 			a, err := peer.Allow(ctx, now)
 			mustNil(t, err)
-			mustNil(t, peer.Done(ctx, a.Ticket, now, damper.CircuitFailure))
+			mustNil(t, peer.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 		}
-		if a, err := b.Allow(ctx, now); a.OK || err != nil || a.State != damper.CircuitOpen {
+		if a, err := b.Allow(ctx, now); a.OK || err != nil || a.State != fleet.CircuitOpen {
 			t.Fatalf("Allow with the fleet's breaker open = %+v, %v", a, err)
 		}
 
 		srv.Kill()
 		bound := outageTimeout + slack
-		var tickets []damper.CircuitTicket
+		var tickets []fleet.CircuitTicket
 		for i := range 6 {
 			now = now.Add(time.Millisecond)
-			var a damper.CircuitAdmission
+			var a fleet.CircuitAdmission
 			var err error
 			timed(t, "Allow with Redis down", bound, func() { a, err = b.Allow(ctx, now) })
 			if err == nil || (i < 2 && (!a.OK || a.Ticket.Generation&redisstore.LocalTicket == 0)) {
@@ -389,7 +382,7 @@ func TestBreakerRedisKilled(t *testing.T) {
 				tickets = append(tickets, a.Ticket)
 			}
 			if i < 2 {
-				timed(t, "Done with Redis down", bound, func() { err = b.Done(ctx, a.Ticket, now, damper.CircuitFailure) })
+				timed(t, "Done with Redis down", bound, func() { err = b.Done(ctx, a.Ticket, now, fleet.CircuitFailure) })
 				mustNil(t, err) // the local breaker's ticket
 			}
 			var refused bool
@@ -403,7 +396,7 @@ func TestBreakerRedisKilled(t *testing.T) {
 			t.Fatalf("the local breaker admitted %d attempts, want 2 before it opened", len(tickets))
 		}
 		got := changes.list()
-		if len(got) != 2 || got[0].To != damper.CircuitOpen || got[1].From != damper.CircuitClosed || got[1].To != damper.CircuitOpen {
+		if len(got) != 2 || got[0].To != fleet.CircuitOpen || got[1].From != fleet.CircuitClosed || got[1].To != fleet.CircuitOpen {
 			t.Fatalf("changes %s: want the shared breaker's opening, then the local one's", brkFmt(got))
 		}
 
@@ -412,7 +405,7 @@ func TestBreakerRedisKilled(t *testing.T) {
 		for {
 			a, err := b.Allow(ctx, now)
 			if err == nil {
-				if !a.OK || a.State != damper.CircuitClosed || a.Ticket.Generation != 0 {
+				if !a.OK || a.State != fleet.CircuitClosed || a.Ticket.Generation != 0 {
 					t.Fatalf("Allow on a restarted, empty Redis = %+v", a)
 				}
 				break
@@ -425,13 +418,13 @@ func TestBreakerRedisKilled(t *testing.T) {
 		for range 2 {
 			a, err := peer.Allow(ctx, now)
 			mustNil(t, err)
-			mustNil(t, peer.Done(ctx, a.Ticket, now, damper.CircuitFailure))
+			mustNil(t, peer.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 		}
-		if s, err := b.State(ctx, now); s != damper.CircuitOpen || err != nil {
+		if s, err := b.State(ctx, now); s != fleet.CircuitOpen || err != nil {
 			t.Fatalf("State after the peer's failures = %v, %v; want open, shared", s, err)
 		}
 		got = changes.list()
-		if last := got[len(got)-1]; len(got) != 3 || last.From != damper.CircuitOpen || last.To != damper.CircuitOpen || !last.NextProbe.Equal(now.Add(10*time.Second)) {
+		if last := got[len(got)-1]; len(got) != 3 || last.From != fleet.CircuitOpen || last.To != fleet.CircuitOpen || !last.NextProbe.Equal(now.Add(10*time.Second)) {
 			t.Fatalf("changes %s: want a third, to the fleet's new open period", brkFmt(got))
 		}
 	})
@@ -477,12 +470,12 @@ func BenchmarkBreakerAllow(b *testing.B) {
 	hook := &countHook{}
 	client := newClientWith(b, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true}, hook)
 	s := thrStore(b, client, redisstore.Options{Name: "brk-bench"})
-	br := brkShared(b, s, damper.BreakerSettings{ProbeLimit: time.Minute})
-	th := thrThrottle(b, s, damper.ThrottlePolicy{})
+	br := brkShared(b, s, fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 20, Window: 30 * time.Second, OpenFor: 30 * time.Second, MaxOpenFor: 300 * time.Second, ProbeLimit: time.Minute})
+	th := thrThrottle(b, s, fleet.ThrottleSettings{MaxTokens: 10, TokenRatio: 0.2})
 	now := base
 	a, err := br.Allow(ctx, now) // loads the script
 	mustNil(b, err)
-	mustNil(b, br.Done(ctx, a.Ticket, now, damper.CircuitSuccess))
+	mustNil(b, br.Done(ctx, a.Ticket, now, fleet.CircuitSuccess))
 	mustNil(b, th.Add(ctx, 1))
 	lat := make([]time.Duration, 0, b.N)
 	hook.n.Store(0)
@@ -493,7 +486,7 @@ func BenchmarkBreakerAllow(b *testing.B) {
 		a, err := br.Allow(ctx, now)
 		lat = append(lat, time.Since(start))
 		mustNil(b, err)
-		mustNil(b, br.Done(ctx, a.Ticket, now, damper.CircuitSuccess)) // successes: it stays closed
+		mustNil(b, br.Done(ctx, a.Ticket, now, fleet.CircuitSuccess)) // successes: it stays closed
 		if _, err := br.State(ctx, now); err != nil {
 			b.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +41,7 @@ func escapeGroup(g string) string {
 	return string(out)
 }
 
-// LimitBuckets implements [damper.Store]. It keeps one limit group's
+// LimitBuckets implements [fleet.LimitStore]. It keeps one limit group's
 // three buckets (requests, input tokens and output tokens per minute) in
 // Redis, shared by every
 // process that gives the same [Options.Name]: the fleet as a whole takes
@@ -55,7 +55,7 @@ func escapeGroup(g string) string {
 // end of its pause; the batch line's next slot; and one field per batch
 // request waiting in line (its slot and the end of its turn, in absolute
 // time), dropped once the end of its turn has passed, or when it leaves
-// ([damper.LimitBuckets] Leave). Times are the now
+// ([fleet.LimitBuckets] Leave). Times are the now
 // Damper passes in (its clock's, never Redis's TIME), kept as nanoseconds
 // since an epoch of the group's, a whole second set when the hash is made
 // and moved up every 30 days, so that a double holds them exactly; levels
@@ -68,7 +68,7 @@ func escapeGroup(g string) string {
 //
 // Scripts and round trips. Each method is one Lua script, one round trip
 // bounded by [Options.Timeout], with the arithmetic of the in-memory
-// buckets (damper.MemoryStore): continuous refill, interactive debt, the
+// buckets (fleet.MemoryStore): continuous refill, interactive debt, the
 // batch share kept for interactive requests, the batch line and leaving
 // it, a request larger than a bucket waiting for a full one and taking no
 // more than the bucket's limit, a refusal's rounding slack.
@@ -105,7 +105,7 @@ func escapeGroup(g string) string {
 //     ages.
 //
 // When Redis fails. Any error of a round trip (a failure, the timeout, an
-// unexpected reply) makes the buckets of damper.MemoryStore decide instead
+// unexpected reply) makes the buckets of fleet.MemoryStore decide instead
 // for that operation, and the error is returned too, for Damper to log;
 // while the store is in fallback only the due probe asks Redis (see
 // [Options.ProbeInterval]), so no call waits. Those local buckets hear
@@ -125,15 +125,12 @@ func escapeGroup(g string) string {
 //
 // It contacts no server. It returns an error, which keeps the group in
 // memory, for a group without a name or one longer than 256 bytes.
-func (s *Store) LimitBuckets(st damper.LimitSettings) (damper.LimitBuckets, error) {
+func (s *Store) LimitBuckets(st fleet.LimitSettings) (fleet.LimitBuckets, error) {
 	if st.Group == "" || len(st.Group) > 256 {
 		return nil, fmt.Errorf("redisstore: LimitBuckets: group %q: must be 1 to 256 bytes", st.Group)
 	}
 	share := st.BatchShare
-	if share == 0 {
-		share = defaults.RateLimit.BatchShare
-	}
-	local, err := damper.MemoryStore{}.LimitBuckets(st)
+	local, err := fleet.MemoryStore{}.LimitBuckets(st)
 	if err != nil {
 		return nil, err
 	}
@@ -158,27 +155,27 @@ type buckets struct {
 	link   *link
 	keys   []string
 	common []any // the time to live, the configured limits, the batch share
-	local  damper.LimitBuckets
+	local  fleet.LimitBuckets
 }
 
-var _ damper.LimitBuckets = (*buckets)(nil)
+var _ fleet.LimitBuckets = (*buckets)(nil)
 
 // reservation is what one request took, from Redis (shared) or, during a
 // fallback, from the local buckets only.
 type reservation struct {
-	cost   damper.RateAmounts
-	mark   damper.RateAmounts // each bucket's taken just after the take
-	seen   [3]bool            // the bucket's level was set from a response's count
+	cost   fleet.RateAmounts
+	mark   fleet.RateAmounts // each bucket's taken just after the take
+	seen   [3]bool           // the bucket's level was set from a response's count
 	taken  bool
-	shared bool                   // Redis made it
-	local  damper.RateReservation // its local twin, or the local reservation itself
+	shared bool                  // Redis made it
+	local  fleet.RateReservation // its local twin, or the local reservation itself
 }
 
-// Taken implements [damper.RateReservation].
+// Taken implements [fleet.RateReservation].
 func (r *reservation) Taken() bool { return r.taken }
 
-// Reserve implements [damper.LimitBuckets].
-func (b *buckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAmounts, p damper.Priority, latest time.Time, t *damper.RateTicket) (damper.RateReservation, time.Time, error) {
+// Reserve implements [fleet.LimitBuckets].
+func (b *buckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmounts, p fleet.Priority, latest time.Time, t *fleet.RateTicket) (fleet.RateReservation, time.Time, error) {
 	var slot time.Time
 	if t != nil {
 		slot = t.Slot
@@ -205,7 +202,7 @@ func (b *buckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAm
 		return &reservation{}, rep.due, nil
 	}
 	// The local twin always takes, whatever its own view: it only follows.
-	lr, _, _ := b.local.Reserve(context.WithoutCancel(ctx), now, cost, damper.Interactive, now.Add(farFuture), nil)
+	lr, _, _ := b.local.Reserve(context.WithoutCancel(ctx), now, cost, fleet.Interactive, now.Add(farFuture), nil)
 	return &reservation{cost: rep.held, mark: rep.mark, taken: true, shared: true, local: lr}, rep.due, nil
 }
 
@@ -213,8 +210,8 @@ func (b *buckets) Reserve(ctx context.Context, now time.Time, cost damper.RateAm
 type reserveReply struct {
 	taken     bool
 	due, slot time.Time
-	mark      damper.RateAmounts
-	held      damper.RateAmounts // what it took: no more than a known limit
+	mark      fleet.RateAmounts
+	held      fleet.RateAmounts // what it took: no more than a known limit
 }
 
 func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
@@ -237,8 +234,8 @@ func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 	return r, b.unexpected("reserve", v)
 }
 
-// Admits implements [damper.LimitBuckets].
-func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost damper.RateAmounts, p damper.Priority) (time.Time, error) {
+// Admits implements [fleet.LimitBuckets].
+func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost fleet.RateAmounts, p fleet.Priority) (time.Time, error) {
 	as, an := timeArgs(at)
 	v, err := b.run(ctx, "admits", bkAdmitsScript, now,
 		fmtFloat(cost[0]), fmtFloat(cost[1]), fmtFloat(cost[2]), priorityArg(p), as, an)
@@ -253,9 +250,9 @@ func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost damper.Rat
 	return due, err
 }
 
-// Observe implements [damper.LimitBuckets]: the local twin of a shared
+// Observe implements [fleet.LimitBuckets]: the local twin of a shared
 // reservation is observed too.
-func (b *buckets) Observe(ctx context.Context, now time.Time, rr damper.RateReservation, o damper.RateObservation) error {
+func (b *buckets) Observe(ctx context.Context, now time.Time, rr fleet.RateReservation, o fleet.RateObservation) error {
 	r, ok := rr.(*reservation)
 	if !ok || !r.taken {
 		return nil
@@ -290,9 +287,9 @@ func (b *buckets) Observe(ctx context.Context, now time.Time, rr damper.RateRese
 	return nil
 }
 
-// Settle implements [damper.LimitBuckets]. A shared reservation settled
+// Settle implements [fleet.LimitBuckets]. A shared reservation settled
 // while Redis fails is settled locally only, and the error returned.
-func (b *buckets) Settle(ctx context.Context, now time.Time, rr damper.RateReservation, used damper.RateAmounts, known [3]bool) error {
+func (b *buckets) Settle(ctx context.Context, now time.Time, rr fleet.RateReservation, used fleet.RateAmounts, known [3]bool) error {
 	r, ok := rr.(*reservation)
 	if !ok || !r.taken {
 		return nil
@@ -323,9 +320,9 @@ func (b *buckets) Settle(ctx context.Context, now time.Time, rr damper.RateReser
 	return err
 }
 
-// Leave implements [damper.LimitBuckets]: the request leaves the shared
+// Leave implements [fleet.LimitBuckets]: the request leaves the shared
 // line, and the local one, where a fallback may have given it its slot.
-func (b *buckets) Leave(ctx context.Context, now time.Time, t *damper.RateTicket) error {
+func (b *buckets) Leave(ctx context.Context, now time.Time, t *fleet.RateTicket) error {
 	if t == nil || t.Slot.IsZero() {
 		return nil
 	}
@@ -337,7 +334,7 @@ func (b *buckets) Leave(ctx context.Context, now time.Time, t *damper.RateTicket
 	return err
 }
 
-// PausedUntil implements [damper.LimitBuckets].
+// PausedUntil implements [fleet.LimitBuckets].
 func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, error) {
 	v, err := b.run(ctx, "paused_until", bkPausedUntilScript, now)
 	if err == nil {
@@ -351,7 +348,7 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 	return until, err
 }
 
-// Pause implements [damper.LimitBuckets]: the local buckets pause too.
+// Pause implements [fleet.LimitBuckets]: the local buckets pause too.
 func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error {
 	_ = b.local.Pause(ctx, now, named, until)
 	args := make([]any, 0, 4)
@@ -368,9 +365,9 @@ func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until
 	return err
 }
 
-// State implements [damper.LimitBuckets].
-func (b *buckets) State(ctx context.Context, now time.Time) ([3]damper.RateLimitState, error) {
-	var out [3]damper.RateLimitState
+// State implements [fleet.LimitBuckets].
+func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitState, error) {
+	var out [3]fleet.RateLimitState
 	v, err := b.run(ctx, "state", bkStateScript, now)
 	if err == nil {
 		vs, ok := v.([]any)
@@ -383,7 +380,7 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]damper.RateLimit
 				rem, ok = asFloatOK(vs[5*k+1], ok)
 				conf, ok = asIntOK(vs[5*k+2], ok)
 				paused, ok = asTime(vs[5*k+3:5*k+5], now, ok)
-				out[k] = damper.RateLimitState{
+				out[k] = fleet.RateLimitState{
 					Bucket: bucketNames[k], Limit: limit, Remaining: rem,
 					Learned: limit > 0 && conf == 0, PausedUntil: paused,
 				}
@@ -443,8 +440,8 @@ func asTime(vs []any, like time.Time, ok bool) (time.Time, bool) {
 	return time.Unix(s, n).In(like.Location()), true
 }
 
-func priorityArg(p damper.Priority) int {
-	if p == damper.Batch {
+func priorityArg(p fleet.Priority) int {
+	if p == fleet.Batch {
 		return 1
 	}
 	return 0

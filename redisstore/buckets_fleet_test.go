@@ -15,6 +15,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -138,7 +139,7 @@ func TestFleetSharesRateLimits(t *testing.T) {
 		t.Errorf("with Redis the fleet got %.1f calls a minute through, want within 5 %% of %d", goodput, rlFleetRPM)
 	}
 	// Learned once, shared by all.
-	b := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "rl-fleet"), damper.LimitSettings{Group: damper.LimitGroup(rlFleetModel)})
+	b := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "rl-fleet"), fleet.LimitSettings{Group: damper.LimitGroup(rlFleetModel), BatchShare: 0.8})
 	st, err := b.State(context.Background(), rlFleetStart.Add(rlFleetSpan))
 	if err != nil || st[0].Limit != rlFleetRPM || !st[0].Learned {
 		t.Fatalf("the shared requests bucket: %+v, %v; want a learned limit of %d", st[0], err, rlFleetRPM)
@@ -182,7 +183,7 @@ func runBucketsWorker(spec string) int {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
-	b, err := s.LimitBuckets(damper.LimitSettings{Group: job.Group})
+	b, err := s.LimitBuckets(fleet.LimitSettings{Group: job.Group, BatchShare: 0.8})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
@@ -202,7 +203,7 @@ func runBucketsWorker(spec string) int {
 		for range job.Goroutines {
 			wg.Go(func() {
 				for range job.Tries {
-					r, _, err := b.Reserve(context.Background(), now, damper.RateAmounts{1, 10, 0}, damper.Interactive, now, nil)
+					r, _, err := b.Reserve(context.Background(), now, fleet.RateAmounts{1, 10, 0}, fleet.Interactive, now, nil)
 					mu.Lock()
 					if err != nil {
 						errs++
@@ -272,15 +273,15 @@ func TestFleetProcessesShareBuckets(t *testing.T) {
 			defer client.Close()
 			const name, group = "procs", "claude-sonnet-4"
 			now := base.Add(7 * time.Second)
-			b := newBuckets(t, newStore(t, client, name), damper.LimitSettings{Group: group})
+			b := newBuckets(t, newStore(t, client, name), fleet.LimitSettings{Group: group, BatchShare: 0.8})
 			ctx := context.Background()
-			r, _, err := b.Reserve(ctx, now, damper.RateAmounts{1, 10, 0}, damper.Interactive, now, nil)
+			r, _, err := b.Reserve(ctx, now, fleet.RateAmounts{1, 10, 0}, fleet.Interactive, now, nil)
 			if err != nil || !r.Taken() {
 				t.Fatalf("first Reserve: %v, %v", r.Taken(), err)
 			}
-			obs := damper.RateObservation{Has: [3]bool{true}, Limit: damper.RateAmounts{100}, Remaining: damper.RateAmounts{99}}
+			obs := fleet.RateObservation{Has: [3]bool{true}, Limit: fleet.RateAmounts{100}, Remaining: fleet.RateAmounts{99}}
 			mustNil(t, b.Observe(ctx, now, r, obs))
-			mustNil(t, b.Settle(ctx, now, r, damper.RateAmounts{1, 10, 0}, [3]bool{true, true, true}))
+			mustNil(t, b.Settle(ctx, now, r, fleet.RateAmounts{1, 10, 0}, [3]bool{true, true, true}))
 
 			got := runBucketsFleet(t, 4, bucketsJob{
 				Addrs: addrs, Cluster: cluster, Name: name, Group: group,

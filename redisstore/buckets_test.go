@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
@@ -26,7 +26,7 @@ func newStore(tb testing.TB, client redis.UniversalClient, name string) *redisst
 	return s
 }
 
-func newBuckets(tb testing.TB, s *redisstore.Store, st damper.LimitSettings) damper.LimitBuckets {
+func newBuckets(tb testing.TB, s *redisstore.Store, st fleet.LimitSettings) fleet.LimitBuckets {
 	tb.Helper()
 	b, err := s.LimitBuckets(st)
 	if err != nil || b == nil {
@@ -37,9 +37,9 @@ func newBuckets(tb testing.TB, s *redisstore.Store, st damper.LimitSettings) dam
 
 // equivCase is one configuration of the equivalence test.
 type equivCase struct {
-	limits damper.RateLimits
+	limits fleet.RateLimits
 	share  float64
-	api    damper.RateAmounts // the limits the responses report
+	api    fleet.RateAmounts // the limits the responses report
 }
 
 // eqRun runs one random sequence of operations on the Redis buckets and on
@@ -51,9 +51,9 @@ type eqRun struct {
 	ctx  context.Context
 	now  time.Time
 	mem  *ratelimit.Group
-	rb   damper.LimitBuckets
+	rb   fleet.LimitBuckets
 	c    equivCase
-	api  damper.RateAmounts
+	api  fleet.RateAmounts
 	step int
 	// counts of what happened, to check the sequence exercised each path
 	taken, waited, refused, observed, paused, batchTaken, slots, debt, gaveUp int
@@ -121,8 +121,8 @@ func (e *eqRun) advance() {
 	}
 }
 
-func (e *eqRun) cost() damper.RateAmounts {
-	c := damper.RateAmounts{1, float64(1 + e.rng.IntN(3000)), float64(e.rng.IntN(2500))}
+func (e *eqRun) cost() fleet.RateAmounts {
+	c := fleet.RateAmounts{1, float64(1 + e.rng.IntN(3000)), float64(e.rng.IntN(2500))}
 	if e.rng.IntN(20) == 0 {
 		c[1] *= 10 // larger than a bucket: it waits for a full one
 	}
@@ -137,8 +137,8 @@ func (e *eqRun) cost() damper.RateAmounts {
 
 // observation is a response's headers: the API's limits, now and then
 // changed, and a count somewhere below them.
-func (e *eqRun) observation() damper.RateObservation {
-	var o damper.RateObservation
+func (e *eqRun) observation() fleet.RateObservation {
+	var o fleet.RateObservation
 	if e.rng.IntN(15) == 0 {
 		k := e.rng.IntN(3)
 		e.api[k] = math.Round(e.api[k] * (0.7 + 0.6*e.rng.Float64()))
@@ -154,7 +154,7 @@ func (e *eqRun) observation() damper.RateObservation {
 // request reserves one request at priority p, waiting in line (at the
 // later of the two sides' due times) as long as both say so, and then
 // observes and settles it, or not.
-func (e *eqRun) request(p damper.Priority) {
+func (e *eqRun) request(p fleet.Priority) {
 	e.t.Helper()
 	cost := e.cost()
 	latest := e.now
@@ -162,9 +162,9 @@ func (e *eqRun) request(p damper.Priority) {
 		latest = e.now.Add(time.Duration(e.rng.Int64N(40_000)) * time.Millisecond)
 	}
 	var mt *ratelimit.Ticket
-	var rt *damper.RateTicket
-	if p == damper.Batch {
-		mt, rt = new(ratelimit.Ticket), new(damper.RateTicket)
+	var rt *fleet.RateTicket
+	if p == fleet.Batch {
+		mt, rt = new(ratelimit.Ticket), new(fleet.RateTicket)
 	}
 	for range 20 {
 		mr, mdue, mtaken := e.mem.Reserve(e.now, ratelimit.Amounts(cost), ratelimit.Priority(p), latest, mt)
@@ -185,7 +185,7 @@ func (e *eqRun) request(p damper.Priority) {
 			if mdue.After(e.now) {
 				e.debt++ // an interactive request taken ahead of its tokens
 			}
-			if p == damper.Batch {
+			if p == fleet.Batch {
 				e.batchTaken++
 			}
 			e.finish(&mr, rr)
@@ -196,7 +196,7 @@ func (e *eqRun) request(p damper.Priority) {
 			e.leave(mt, rt)
 			return
 		}
-		if p == damper.Batch {
+		if p == fleet.Batch {
 			e.slots++
 			if e.rng.IntN(5) == 0 { // it gives up
 				e.gaveUp++
@@ -212,7 +212,7 @@ func (e *eqRun) request(p damper.Priority) {
 }
 
 // leave takes a batch request out of the line on both sides.
-func (e *eqRun) leave(mt *ratelimit.Ticket, rt *damper.RateTicket) {
+func (e *eqRun) leave(mt *ratelimit.Ticket, rt *fleet.RateTicket) {
 	e.t.Helper()
 	if mt == nil {
 		return
@@ -235,7 +235,7 @@ func later(a, b time.Time) time.Time {
 
 // finish observes (or not) and settles (or not) a reservation on both
 // sides, the time moving on in between.
-func (e *eqRun) finish(mr *ratelimit.Reservation, rr damper.RateReservation) {
+func (e *eqRun) finish(mr *ratelimit.Reservation, rr fleet.RateReservation) {
 	e.t.Helper()
 	e.advance()
 	if e.rng.IntN(4) != 0 {
@@ -248,7 +248,7 @@ func (e *eqRun) finish(mr *ratelimit.Reservation, rr damper.RateReservation) {
 		e.checkState()
 		e.advance()
 	}
-	var used damper.RateAmounts
+	var used fleet.RateAmounts
 	var known [3]bool
 	switch e.rng.IntN(5) {
 	case 0: // never sent: everything back
@@ -258,7 +258,7 @@ func (e *eqRun) finish(mr *ratelimit.Reservation, rr damper.RateReservation) {
 	case 2: // no usage: stands as taken
 	default:
 		c := mr.Cost()
-		used = damper.RateAmounts{1, math.Floor(c[1] * (0.5 + e.rng.Float64())), math.Floor(c[2] * e.rng.Float64())}
+		used = fleet.RateAmounts{1, math.Floor(c[1] * (0.5 + e.rng.Float64())), math.Floor(c[2] * e.rng.Float64())}
 		known = [3]bool{true, true, true}
 	}
 	e.mem.Settle(mr, e.now, ratelimit.Amounts(used), known)
@@ -269,7 +269,7 @@ func (e *eqRun) finish(mr *ratelimit.Reservation, rr damper.RateReservation) {
 		e.fatalf("a settled reservation is still taken")
 	}
 	// A second settle changes nothing.
-	if err := e.rb.Settle(e.ctx, e.now, rr, damper.RateAmounts{}, [3]bool{true, true, true}); err != nil {
+	if err := e.rb.Settle(e.ctx, e.now, rr, fleet.RateAmounts{}, [3]bool{true, true, true}); err != nil {
 		e.fatalf("second Settle: %v", err)
 	}
 	e.checkState()
@@ -287,17 +287,17 @@ func TestBucketsMatchInMemory(t *testing.T) {
 	store := newStore(t, client, "equiv")
 	ctx := context.Background()
 	cases := []equivCase{
-		{damper.RateLimits{RequestsPerMinute: 50, InputTokensPerMinute: 40000, OutputTokensPerMinute: 8000}, 0.8, damper.RateAmounts{50, 40000, 8000}},
-		{damper.RateLimits{}, 0.8, damper.RateAmounts{50, 30000, 9000}},
-		{damper.RateLimits{RequestsPerMinute: 7}, 1, damper.RateAmounts{20, 25000, 7000}},
-		{damper.RateLimits{OutputTokensPerMinute: 3000}, 0.5, damper.RateAmounts{37, 45000, 16000}},
-		{damper.RateLimits{}, 0.3, damper.RateAmounts{13, 17000, 6000}},
+		{fleet.RateLimits{RequestsPerMinute: 50, InputTokensPerMinute: 40000, OutputTokensPerMinute: 8000}, 0.8, fleet.RateAmounts{50, 40000, 8000}},
+		{fleet.RateLimits{}, 0.8, fleet.RateAmounts{50, 30000, 9000}},
+		{fleet.RateLimits{RequestsPerMinute: 7}, 1, fleet.RateAmounts{20, 25000, 7000}},
+		{fleet.RateLimits{OutputTokensPerMinute: 3000}, 0.5, fleet.RateAmounts{37, 45000, 16000}},
+		{fleet.RateLimits{}, 0.3, fleet.RateAmounts{13, 17000, 6000}},
 	}
 	var total eqRun
 	for i, c := range cases {
 		for seed := range 4 {
 			t.Run(fmt.Sprintf("case%d/seed%d", i, seed), func(t *testing.T) {
-				st := damper.LimitSettings{Group: fmt.Sprintf("eq-%d-%d", i, seed), Limits: c.limits, BatchShare: c.share}
+				st := fleet.LimitSettings{Group: fmt.Sprintf("eq-%d-%d", i, seed), Limits: c.limits, BatchShare: c.share}
 				l := c.limits
 				e := &eqRun{
 					t: t, rng: rand.New(rand.NewPCG(uint64(i), uint64(seed))), ctx: ctx,
@@ -312,13 +312,13 @@ func TestBucketsMatchInMemory(t *testing.T) {
 				for e.step = range 250 {
 					switch n := e.rng.IntN(20); {
 					case n < 9:
-						e.request(damper.Interactive)
+						e.request(fleet.Interactive)
 					case n < 15:
-						e.request(damper.Batch)
+						e.request(fleet.Batch)
 					case n < 17:
 						at := e.now.Add(time.Duration(e.rng.Int64N(5000)) * time.Millisecond)
 						cost := e.cost()
-						p := damper.Priority(e.rng.IntN(2))
+						p := fleet.Priority(e.rng.IntN(2))
 						md := e.mem.Admits(e.now, at, ratelimit.Amounts(cost), ratelimit.Priority(p))
 						rd, err := e.rb.Admits(ctx, e.now, at, cost, p)
 						if err != nil {
@@ -374,18 +374,18 @@ func TestBucketsRedisKilledAndRestarted(t *testing.T) {
 		client := newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout})
 		store, err := redisstore.New(client, redisstore.Options{Name: "killed-rl", Timeout: outageTimeout})
 		mustNil(t, err)
-		b := newBuckets(t, store, damper.LimitSettings{Group: "claude-sonnet-4"})
+		b := newBuckets(t, store, fleet.LimitSettings{Group: "claude-sonnet-4", BatchShare: 0.8})
 		ctx, now := context.Background(), base.Add(3*time.Second)
-		cost := damper.RateAmounts{1, 100, 50}
+		cost := fleet.RateAmounts{1, 100, 50}
 
 		// Shared: the first response teaches the limit, 10 a minute, 9 left.
-		r, _, err := b.Reserve(ctx, now, cost, damper.Interactive, now, nil)
+		r, _, err := b.Reserve(ctx, now, cost, fleet.Interactive, now, nil)
 		if err != nil || !r.Taken() {
 			t.Fatalf("shared Reserve = %v, %v", r.Taken(), err)
 		}
-		mustNil(t, b.Observe(ctx, now, r, damper.RateObservation{Has: [3]bool{true}, Limit: damper.RateAmounts{10}, Remaining: damper.RateAmounts{9}}))
+		mustNil(t, b.Observe(ctx, now, r, fleet.RateObservation{Has: [3]bool{true}, Limit: fleet.RateAmounts{10}, Remaining: fleet.RateAmounts{9}}))
 		mustNil(t, b.Settle(ctx, now, r, cost, [3]bool{true, true, true}))
-		open, _, err := b.Reserve(ctx, now, cost, damper.Interactive, now, nil) // settled during the outage
+		open, _, err := b.Reserve(ctx, now, cost, fleet.Interactive, now, nil) // settled during the outage
 		if err != nil || !open.Taken() {
 			t.Fatalf("shared Reserve = %v, %v", open.Taken(), err)
 		}
@@ -402,9 +402,9 @@ func TestBucketsRedisKilledAndRestarted(t *testing.T) {
 		}
 		taken := 0
 		for i := range 12 {
-			var r damper.RateReservation
+			var r fleet.RateReservation
 			var due time.Time
-			timed(t, "Reserve with Redis down", bound, func() { r, due, err = b.Reserve(ctx, now, cost, damper.Interactive, now, nil) })
+			timed(t, "Reserve with Redis down", bound, func() { r, due, err = b.Reserve(ctx, now, cost, fleet.Interactive, now, nil) })
 			if err == nil {
 				t.Fatalf("Reserve %d with Redis down returned no error", i)
 			}
@@ -413,7 +413,7 @@ func TestBucketsRedisKilledAndRestarted(t *testing.T) {
 				if due.After(now) {
 					t.Fatalf("Reserve %d with Redis down took, due %v", i, due.Sub(now))
 				}
-				timed(t, "Observe with Redis down", bound, func() { err = b.Observe(ctx, now, r, damper.RateObservation{}) })
+				timed(t, "Observe with Redis down", bound, func() { err = b.Observe(ctx, now, r, fleet.RateObservation{}) })
 				timed(t, "Settle with Redis down", bound, func() { err = b.Settle(ctx, now, r, cost, [3]bool{true, true, true}) })
 				if err != nil || r.Taken() {
 					t.Fatalf("Settle of a local reservation = %v, taken %v", err, r.Taken())
@@ -438,7 +438,7 @@ func TestBucketsRedisKilledAndRestarted(t *testing.T) {
 		if err == nil || !until.Equal(now.Add(time.Second)) {
 			t.Fatalf("PausedUntil with Redis down = %v, %v; want the local pause and an error", until, err)
 		}
-		timed(t, "Admits with Redis down", bound, func() { _, err = b.Admits(ctx, now, now, cost, damper.Batch) })
+		timed(t, "Admits with Redis down", bound, func() { _, err = b.Admits(ctx, now, now, cost, fleet.Batch) })
 		if err == nil {
 			t.Fatal("Admits with Redis down returned no error")
 		}
@@ -463,7 +463,7 @@ func TestBucketsRedisKilledAndRestarted(t *testing.T) {
 		if st[0].Limit != 0 || store.State() != redisstore.StateShared {
 			t.Fatalf("State after the restart = %+v, store %v; want a new group, shared", st[0], store.State())
 		}
-		r, _, err = b.Reserve(ctx, later, cost, damper.Interactive, later, nil)
+		r, _, err = b.Reserve(ctx, later, cost, fleet.Interactive, later, nil)
 		if err != nil || !r.Taken() {
 			t.Fatalf("Reserve after the restart = %v, %v", r.Taken(), err)
 		}
@@ -480,21 +480,21 @@ func TestBucketsKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient1(t, srv.Addr)
 	store := newStore(t, client, "keys")
-	if _, err := store.LimitBuckets(damper.LimitSettings{}); err == nil {
+	if _, err := store.LimitBuckets(fleet.LimitSettings{}); err == nil {
 		t.Fatal("LimitBuckets without a group returned no error")
 	}
-	b := newBuckets(t, store, damper.LimitSettings{Group: "g", Limits: damper.RateLimits{RequestsPerMinute: 30}})
+	b := newBuckets(t, store, fleet.LimitSettings{Group: "g", Limits: fleet.RateLimits{RequestsPerMinute: 30}, BatchShare: 0.8})
 	ctx, now := context.Background(), base
 	st, err := b.State(ctx, now)
 	if err != nil || st[0].Limit != 30 || st[0].Remaining != 30 || st[0].Learned {
 		t.Fatalf("a new configured group: %+v, %v", st[0], err)
 	}
-	r, _, err := b.Reserve(ctx, now, damper.RateAmounts{1}, damper.Interactive, now, nil)
+	r, _, err := b.Reserve(ctx, now, fleet.RateAmounts{1}, fleet.Interactive, now, nil)
 	if err != nil || !r.Taken() {
 		t.Fatalf("Reserve = %v, %v", r.Taken(), err)
 	}
 	// A configured limit is not changed by a response.
-	mustNil(t, b.Observe(ctx, now, r, damper.RateObservation{Has: [3]bool{true, true}, Limit: damper.RateAmounts{50, 1000}, Remaining: damper.RateAmounts{20, 900}}))
+	mustNil(t, b.Observe(ctx, now, r, fleet.RateObservation{Has: [3]bool{true, true}, Limit: fleet.RateAmounts{50, 1000}, Remaining: fleet.RateAmounts{20, 900}}))
 	st, err = b.State(ctx, now)
 	if err != nil || st[0].Limit != 30 || st[0].Remaining != 20 || st[1].Limit != 1000 || !st[1].Learned {
 		t.Fatalf("after Observe: %+v, %v", st, err)
@@ -515,15 +515,15 @@ func TestBucketsHugeRequestHoldsOneLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	store := newStore(t, newClient1(t, srv.Addr), "huge")
 	ctx, now := context.Background(), base
-	b := newBuckets(t, store, damper.LimitSettings{Group: "g", Limits: damper.RateLimits{OutputTokensPerMinute: 12000}})
-	huge, due, err := b.Reserve(ctx, now, damper.RateAmounts{1, 100, 1e12}, damper.Interactive, now, nil)
+	b := newBuckets(t, store, fleet.LimitSettings{Group: "g", Limits: fleet.RateLimits{OutputTokensPerMinute: 12000}, BatchShare: 0.8})
+	huge, due, err := b.Reserve(ctx, now, fleet.RateAmounts{1, 100, 1e12}, fleet.Interactive, now, nil)
 	if err != nil || !huge.Taken() || !due.Equal(now) {
 		t.Fatalf("huge Reserve = %v at %v, %v", huge.Taken(), due.Sub(now), err)
 	}
-	small := damper.RateAmounts{1, 100, 200}
-	var rs []damper.RateReservation
+	small := fleet.RateAmounts{1, 100, 200}
+	var rs []fleet.RateReservation
 	for i := range 10 {
-		r, due, err := b.Reserve(ctx, now, small, damper.Interactive, now.Add(30*time.Second), nil)
+		r, due, err := b.Reserve(ctx, now, small, fleet.Interactive, now.Add(30*time.Second), nil)
 		if want := now.Add(time.Duration(i+1) * time.Second); err != nil || !r.Taken() || !due.Equal(want) {
 			t.Fatalf("request %d: taken %v due +%v, %v; want due +%v", i, r.Taken(), due.Sub(now), err, want.Sub(now))
 		}
@@ -531,7 +531,7 @@ func TestBucketsHugeRequestHoldsOneLimit(t *testing.T) {
 	}
 	// It used 500: of the 12000 it held, all but those go back.
 	now = now.Add(5 * time.Second)
-	mustNil(t, b.Settle(ctx, now, huge, damper.RateAmounts{1, 100, 500}, [3]bool{true, true, true}))
+	mustNil(t, b.Settle(ctx, now, huge, fleet.RateAmounts{1, 100, 500}, [3]bool{true, true, true}))
 	for _, r := range rs {
 		mustNil(t, b.Settle(ctx, now, r, small, [3]bool{true, true, true}))
 	}
@@ -542,14 +542,14 @@ func TestBucketsHugeRequestHoldsOneLimit(t *testing.T) {
 
 	// Learning: r's response counts nothing taken after it; the huge one
 	// taken after it, while the limit was unknown, counts for 20000.
-	l := newBuckets(t, store, damper.LimitSettings{Group: "learn"})
-	r, _, err := l.Reserve(ctx, now, damper.RateAmounts{1, 100, 1000}, damper.Interactive, now, nil)
+	l := newBuckets(t, store, fleet.LimitSettings{Group: "learn", BatchShare: 0.8})
+	r, _, err := l.Reserve(ctx, now, fleet.RateAmounts{1, 100, 1000}, fleet.Interactive, now, nil)
 	mustNil(t, err)
-	_, _, err = l.Reserve(ctx, now, damper.RateAmounts{1, 100, 1e12}, damper.Interactive, now, nil)
+	_, _, err = l.Reserve(ctx, now, fleet.RateAmounts{1, 100, 1e12}, fleet.Interactive, now, nil)
 	mustNil(t, err)
-	mustNil(t, l.Observe(ctx, now, r, damper.RateObservation{Has: [3]bool{true, true, true},
-		Limit: damper.RateAmounts{50, 10000, 20000}, Remaining: damper.RateAmounts{40, 9000, 15000}}))
-	due, err = l.Admits(ctx, now, now, damper.RateAmounts{1, 100, 200}, damper.Interactive)
+	mustNil(t, l.Observe(ctx, now, r, fleet.RateObservation{Has: [3]bool{true, true, true},
+		Limit: fleet.RateAmounts{50, 10000, 20000}, Remaining: fleet.RateAmounts{40, 9000, 15000}}))
+	due, err = l.Admits(ctx, now, now, fleet.RateAmounts{1, 100, 200}, fleet.Interactive)
 	// 15000 less 20000 leaves -5000: 5200 refill in 15.6 s.
 	if err != nil || !due.Equal(now.Add(15600*time.Millisecond)) {
 		t.Fatalf("Admits after learning = +%v, %v; want +15.6s", due.Sub(now), err)
@@ -564,24 +564,24 @@ func TestBucketsBatchLeave(t *testing.T) {
 	srv := redistest.Start(t)
 	store := newStore(t, newClient1(t, srv.Addr), "leave")
 	ctx, now := context.Background(), base
-	b := newBuckets(t, store, damper.LimitSettings{Group: "g", Limits: damper.RateLimits{RequestsPerMinute: 60}})
-	cost := damper.RateAmounts{1, 0, 0}
+	b := newBuckets(t, store, fleet.LimitSettings{Group: "g", Limits: fleet.RateLimits{RequestsPerMinute: 60}, BatchShare: 0.8})
+	cost := fleet.RateAmounts{1, 0, 0}
 	for range 48 { // down to the interactive reserve, 12
-		r, _, err := b.Reserve(ctx, now, cost, damper.Batch, now, new(damper.RateTicket))
+		r, _, err := b.Reserve(ctx, now, cost, fleet.Batch, now, new(fleet.RateTicket))
 		if err != nil || !r.Taken() {
 			t.Fatalf("Reserve = %v, %v", r.Taken(), err)
 		}
 	}
-	wait := func(want time.Duration) *damper.RateTicket {
+	wait := func(want time.Duration) *fleet.RateTicket {
 		t.Helper()
-		tk := new(damper.RateTicket)
-		r, due, err := b.Reserve(ctx, now, cost, damper.Batch, now.Add(time.Hour), tk)
+		tk := new(fleet.RateTicket)
+		r, due, err := b.Reserve(ctx, now, cost, fleet.Batch, now.Add(time.Hour), tk)
 		if err != nil || r.Taken() || !due.Equal(now.Add(want)) || !tk.Slot.Equal(due) {
 			t.Fatalf("Reserve = taken %v due +%v slot %v, %v; want a slot at +%v", r.Taken(), due.Sub(now), tk.Slot, err, want)
 		}
 		return tk
 	}
-	var tks []*damper.RateTicket
+	var tks []*fleet.RateTicket
 	for i := range 20 {
 		tks = append(tks, wait(time.Duration(i+1)*time.Second))
 	}

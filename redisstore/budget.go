@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,7 +60,7 @@ type Options struct {
 	// of Redis coming back.
 	ProbeInterval time.Duration
 	// FailClosed makes the budget (and a Store's throttle) refuse every
-	// retry while Redis fails. By default a local damper.WindowBudget with
+	// retry while Redis fails. By default a local fleet.WindowBudget with
 	// the same parameters, which has heard this process's attempts all
 	// along, decides instead (and a local throttle). The breaker and the
 	// rate limiter always fall back on state kept in memory.
@@ -108,9 +109,9 @@ type Stats struct {
 	Unasked uint64
 }
 
-// Budget is a [damper.Budget] whose books are kept in Redis, so that every
+// Budget is a [fleet.Budget] whose books are kept in Redis, so that every
 // process given the same [Options.Name] draws on one fleet-wide budget with
-// the arithmetic of [damper.WindowBudget]. Each operation is one round trip
+// the arithmetic of [fleet.WindowBudget]. Each operation is one round trip
 // (a Lua script), bounded by the timeout; while Redis fails, the budget
 // decides as [Options.FailClosed] says and returns the error as well. It is
 // safe for concurrent use.
@@ -127,12 +128,12 @@ type Budget struct {
 	// local keeps this process's share of the books at all times, so that a
 	// fallback in the middle of a window starts from what this process has
 	// earned and spent in it.
-	local *damper.WindowBudget
+	local *fleet.WindowBudget
 }
 
 var (
-	_ damper.Budget        = (*Budget)(nil)
-	_ damper.CallContexter = (*Budget)(nil)
+	_ fleet.Budget        = (*Budget)(nil)
+	_ fleet.CallContexter = (*Budget)(nil)
 )
 
 // NewBudget returns a fleet-wide retry budget kept in Redis through client,
@@ -156,7 +157,7 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 	case o.MinTokens < 0 && o.MinTokens != damper.None:
 		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, defaults.RetryBudgetMinTokens)
 	}
-	return newBudget(newLink(client, o, "retry budget", "budget"), damper.BudgetSettings{
+	return newBudget(newLink(client, o, "retry budget", "budget"), fleet.BudgetSettings{
 		Ratio:     orDefault(o.Ratio, defaults.RetryBudgetRatio),
 		Window:    orDefault(o.Window, defaults.RetryBudgetWindow),
 		MinTokens: orDefault(o.MinTokens, defaults.RetryBudgetMinTokens),
@@ -164,8 +165,8 @@ func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
 }
 
 // newBudget returns the budget of s on l.
-func newBudget(l *link, s damper.BudgetSettings) (*Budget, error) {
-	local, err := damper.NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
+func newBudget(l *link, s fleet.BudgetSettings) (*Budget, error) {
+	local, err := fleet.NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -230,10 +231,10 @@ func orDefault[T int | float64 | time.Duration](v, def T) T {
 	return v
 }
 
-// Observe implements [damper.Budget]. Only a successful first attempt
-// counts, as in damper.WindowBudget; the others cost no round trip. While
+// Observe implements [fleet.Budget]. Only a successful first attempt
+// counts, as in fleet.WindowBudget; the others cost no round trip. While
 // Redis fails, the success is counted locally only.
-func (b *Budget) Observe(ctx context.Context, now time.Time, a damper.AttemptOutcome) error {
+func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutcome) error {
 	if !a.First || !a.Success {
 		return nil
 	}
@@ -242,7 +243,7 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a damper.AttemptOut
 	return err
 }
 
-// Acquire implements [damper.Budget]. While Redis fails it returns the
+// Acquire implements [fleet.Budget]. While Redis fails it returns the
 // fallback's decision and the error.
 func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
 	r, err := b.run(ctx, "acquire", acquireScript, now)
@@ -260,7 +261,7 @@ func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
 	return r.granted, nil
 }
 
-// Available implements [damper.Budget]: the units left in the fleet's
+// Available implements [fleet.Budget]: the units left in the fleet's
 // window holding now. While Redis fails it returns the local budget's
 // balance (0 with FailClosed) and the error.
 func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
@@ -271,12 +272,12 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 		}
 		return b.local.Balance(now), err
 	}
-	// damper.WindowBudget's capacity and rounding, to the bit.
+	// fleet.WindowBudget's capacity and rounding, to the bit.
 	capacity := b.minTokens + b.ratio*float64(r.successes) + 1e-9
 	return math.Max(0, math.Floor((capacity-float64(r.used))*1e6)/1e6), nil
 }
 
-// CallContext implements [damper.CallContexter], as [Store.CallContext]
+// CallContext implements [fleet.CallContexter], as [Store.CallContext]
 // does: once one operation of a call has failed or timed out, its others
 // decide without asking Redis.
 func (b *Budget) CallContext(ctx context.Context) context.Context { return b.link.callContext(ctx) }

@@ -11,18 +11,19 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 var (
-	success = damper.AttemptOutcome{First: true, Success: true}
+	success = fleet.AttemptOutcome{First: true, Success: true}
 	// Outcomes that do not grow the budget.
-	others = []damper.AttemptOutcome{
-		{First: true, Signal: damper.ProviderHealth},
+	others = []fleet.AttemptOutcome{
+		{First: true, Signal: fleet.ProviderHealth},
 		{Success: true},
-		{Signal: damper.CallerTraffic},
+		{Signal: fleet.CallerTraffic},
 	}
 )
 
@@ -56,7 +57,7 @@ func newClientWith(tb testing.TB, o *redis.Options, hooks ...redis.Hook) *redis.
 }
 
 // TestMatchesWindowBudget runs the same random sequence of operations, at
-// the same times, on a Budget and on a damper.WindowBudget with the same
+// the same times, on a Budget and on a fleet.WindowBudget with the same
 // parameters: every grant and every balance must be the same. The times
 // move on within a window, jump one or more windows, and now and then go
 // back (a late caller), for ratios whose products are not exact.
@@ -83,7 +84,7 @@ func TestMatchesWindowBudget(t *testing.T) {
 			rb := newBudget(t, client, redisstore.Options{
 				Name: name, Ratio: c.ratio, MinTokens: c.minTokens, Window: c.window, Timeout: 5 * time.Second,
 			})
-			wb, err := damper.NewWindowBudget(max(c.ratio, 0), c.window, max(c.minTokens, 0))
+			wb, err := fleet.NewWindowBudget(max(c.ratio, 0), c.window, max(c.minTokens, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +159,7 @@ func TestFractionalCapacity(t *testing.T) {
 	} {
 		name := fmt.Sprintf("frac-%v-%d", c.ratio, c.successes)
 		rb := newBudget(t, client, redisstore.Options{Name: name, Ratio: c.ratio, MinTokens: damper.None})
-		wb, err := damper.NewWindowBudget(c.ratio, time.Minute, 0)
+		wb, err := fleet.NewWindowBudget(c.ratio, time.Minute, 0)
 		mustNil(t, err)
 		for range c.successes {
 			mustNil(t, rb.Observe(ctx, base, success))

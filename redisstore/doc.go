@@ -10,7 +10,7 @@
 //
 // # What is shared
 //
-// [New] returns a [Store], a [damper.Store]: give it to [damper.WithStore]
+// [New] returns a [Store], a [fleet.Store]: give it to [damper.WithStore]
 // and every part the Policy configures lives in Redis, under the store's
 // [Options.Name]. The parts take their values from the Policy: give every
 // process of the fleet the same Policy and the same Name.
@@ -22,7 +22,7 @@
 //	}
 //	d, err := damper.New(policy, damper.WithName("checkout"), damper.WithStore(store))
 //
-// The retry budget has the arithmetic of [damper.WindowBudget], for the
+// The retry budget has the arithmetic of [fleet.WindowBudget], for the
 // whole fleet: within one window the retries granted to all processes
 // together are at most MinTokens + Ratio × the successful first attempts of
 // all processes in that window. A retry takes one unit, a refused one
@@ -68,7 +68,7 @@
 // the budget to fallback ([StateFallback]), with one log line, and every
 // operation but the probes then decides so:
 //
-//   - by default, a local damper.WindowBudget with the same parameters
+//   - by default, a local fleet.WindowBudget with the same parameters
 //     decides. It has heard this process's successes, and the units it took,
 //     all along, so a fallback in the middle of a window starts from what
 //     this process earned and spent in it. In a long outage each process

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -119,8 +119,8 @@ func runWorker(spec string) int {
 		}
 		wg.Wait()
 	}
-	success := damper.AttemptOutcome{First: true, Success: true}
-	failure := damper.AttemptOutcome{Signal: damper.ProviderHealth}
+	success := fleet.AttemptOutcome{First: true, Success: true}
+	failure := fleet.AttemptOutcome{Signal: fleet.ProviderHealth}
 	retry := func(r *workerResult) bool {
 		r.Asked++
 		granted, err := b.Acquire(ctx, now)
@@ -223,11 +223,11 @@ func runFleet(tb testing.TB, n int, job workerJob, release func(barrier int)) []
 // that one window holds the whole run.
 var fleetNow = time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC)
 
-// expectedGrants is what one damper.WindowBudget grants after hearing the
+// expectedGrants is what one fleet.WindowBudget grants after hearing the
 // given successes: the fleet's budget must grant no more and no less.
 func expectedGrants(tb testing.TB, ratio float64, minTokens, successes int) int {
 	tb.Helper()
-	wb, err := damper.NewWindowBudget(ratio, time.Minute, minTokens)
+	wb, err := fleet.NewWindowBudget(ratio, time.Minute, minTokens)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
@@ -75,7 +76,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})
 		// What this process alone has seen: its successes and its grants.
-		local, err := damper.NewWindowBudget(0.5, time.Minute, 2)
+		local, err := fleet.NewWindowBudget(0.5, time.Minute, 2)
 		mustNil(t, err)
 		ctx, now := context.Background(), base.Add(10*time.Second)
 

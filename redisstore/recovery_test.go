@@ -12,6 +12,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/damper-ai/damper-go"
@@ -96,7 +97,7 @@ func TestOneSwitchPerOutage(t *testing.T) {
 			Name: "flap", Timeout: recoveryTimeout, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})
 		mustNil(t, err)
-		b, err := s.Budget(damper.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10})
+		b, err := s.Budget(fleet.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10})
 		mustNil(t, err)
 		ctx := context.Background()
 		_, _ = b.Available(ctx, base) // loads the script

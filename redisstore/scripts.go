@@ -9,7 +9,7 @@ import "github.com/redis/go-redis/v9"
 // live in milliseconds. Each returns {s, u, granted}.
 //
 // A caller whose window is older than the stored one is counted in the
-// stored one, as damper.WindowBudget counts a late caller: a process whose
+// stored one, as fleet.WindowBudget counts a late caller: a process whose
 // clock lags the fleet's joins its window instead of resetting it. A newer
 // window replaces the books and sets the key's expiry, so a budget nobody
 // uses disappears a few windows later.
@@ -43,7 +43,7 @@ return {s, u, 0}
 `)
 
 // acquireScript takes a unit when one is left. ARGV[3] is the minimum
-// tokens and ARGV[4] the ratio: the test is damper.WindowBudget's, in the
+// tokens and ARGV[4] the ratio: the test is fleet.WindowBudget's, in the
 // same double-precision operations, epsilon included.
 var acquireScript = redis.NewScript(prelude + `
 if u + 1 > tonumber(ARGV[3]) + tonumber(ARGV[4]) * s + 1e-9 then

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
-// Store keeps every part of a Damper's state in Redis: a [damper.Store],
+// Store keeps every part of a Damper's state in Redis: a [fleet.Store],
 // given with [damper.WithStore]. Every process that gives the same
 // [Options.Name] shares one retry budget, one retry throttle, one circuit
 // breaker and one set of rate-limit buckets per limit group.
@@ -37,13 +37,13 @@ func New(client redis.UniversalClient, o Options) (*Store, error) {
 	return &Store{link: newLink(client, o, "fleet state", "store")}, nil
 }
 
-// Budget implements [damper.Store]: the retry budget of [NewBudget], on
+// Budget implements [fleet.Store]: the retry budget of [NewBudget], on
 // the store's way to Redis.
-func (s *Store) Budget(settings damper.BudgetSettings) (damper.Budget, error) {
+func (s *Store) Budget(settings fleet.BudgetSettings) (fleet.Budget, error) {
 	return newBudget(s.link, settings)
 }
 
-// CallContext implements [damper.CallContexter]: it returns ctx with a note
+// CallContext implements [fleet.CallContexter]: it returns ctx with a note
 // of its own, for one call. Once one operation given that context (or one
 // made from it) has failed or timed out, the call's other operations
 // decide without asking Redis, so that a call waits out at most one
@@ -59,6 +59,9 @@ func (s *Store) State() State { return s.link.state() }
 func (s *Store) Stats() Stats { return s.link.stats() }
 
 var (
-	_ damper.Store         = (*Store)(nil)
-	_ damper.CallContexter = (*Store)(nil)
+	_ fleet.Store         = (*Store)(nil)
+	_ fleet.ThrottleStore = (*Store)(nil)
+	_ fleet.BreakerStore  = (*Store)(nil)
+	_ fleet.LimitStore    = (*Store)(nil)
+	_ fleet.CallContexter = (*Store)(nil)
 )

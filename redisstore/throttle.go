@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,33 +21,30 @@ const ThrottleTTL = time.Hour
 // throttle of the store named name: damper:{name}:throttle.
 func ThrottleKey(name string) string { return "damper:{" + name + "}:throttle" }
 
-// Throttle implements [damper.Store]: the retry throttle's count of tokens,
+// Throttle implements [fleet.ThrottleStore]: the retry throttle's count of tokens,
 // in thousandths, kept for the whole fleet in one Redis string,
 // damper:{<Name>}:throttle (see [ThrottleKey]), on the Name's Cluster slot.
 // Every process that gives the same Name draws on, and fills, one count.
 //
 // A missing key is a full count (MaxTokens × 1000). Each Add is one round
 // trip, a Lua script that adds the delta, keeps the count within
-// [0, MaxTokens × 1000] (the arithmetic of damper.MemoryStore's throttle),
+// [0, MaxTokens × 1000] (the arithmetic of fleet.MemoryStore's throttle),
 // writes it back with a time to live of [ThrottleTTL], and returns it;
 // each Tokens is one round trip that reads it. The rule that uses the count
 // (half of MaxTokens or fewer: no retry) stays in Damper.
 //
-// A local throttle, damper.MemoryStore's, hears every Add of this process
+// A local throttle, fleet.MemoryStore's, hears every Add of this process
 // all along. While Redis fails (see [Store.State]) it decides: Tokens
 // returns its count, or 0 (no retry) with [Options.FailClosed], and the
 // error as well. The fleet's count misses the Adds made during a
 // fallback.
-func (s *Store) Throttle(p damper.ThrottlePolicy) (damper.Throttle, error) {
-	// MemoryStore validates p and fills in its defaults, as damper does.
-	local, err := damper.MemoryStore{}.Throttle(p)
+func (s *Store) Throttle(p fleet.ThrottleSettings) (fleet.Throttle, error) {
+	// MemoryStore validates p.
+	local, err := fleet.MemoryStore{}.Throttle(p)
 	if err != nil {
 		return nil, err
 	}
 	maxTokens := p.MaxTokens
-	if maxTokens == 0 {
-		maxTokens = defaults.Throttle.MaxTokens
-	}
 	return &throttle{
 		link:   s.link,
 		keys:   []string{ThrottleKey(s.link.name)},
@@ -62,10 +59,10 @@ type throttle struct {
 	link           *link
 	keys           []string
 	maxArg, ttlArg string
-	local          damper.Throttle // hears every Add; decides while Redis fails
+	local          fleet.Throttle // hears every Add; decides while Redis fails
 }
 
-var _ damper.Throttle = (*throttle)(nil)
+var _ fleet.Throttle = (*throttle)(nil)
 
 // throttleAddScript adds ARGV[1] to the count in KEYS[1] (full, ARGV[2],
 // when missing), keeps it within [0, ARGV[2]], stores it for ARGV[3]

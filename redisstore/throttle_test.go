@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -26,7 +26,7 @@ func thrStore(tb testing.TB, client redis.UniversalClient, o redisstore.Options)
 }
 
 // thrThrottle returns the store's throttle for p.
-func thrThrottle(tb testing.TB, s *redisstore.Store, p damper.ThrottlePolicy) damper.Throttle {
+func thrThrottle(tb testing.TB, s *redisstore.Store, p fleet.ThrottleSettings) fleet.Throttle {
 	tb.Helper()
 	th, err := s.Throttle(p)
 	if err != nil {
@@ -38,9 +38,9 @@ func thrThrottle(tb testing.TB, s *redisstore.Store, p damper.ThrottlePolicy) da
 	return th
 }
 
-func thrMemory(tb testing.TB, p damper.ThrottlePolicy) damper.Throttle {
+func thrMemory(tb testing.TB, p fleet.ThrottleSettings) fleet.Throttle {
 	tb.Helper()
-	th, err := damper.MemoryStore{}.Throttle(p)
+	th, err := fleet.MemoryStore{}.Throttle(p)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -53,14 +53,11 @@ func TestThrottleMatchesMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient1(t, srv.Addr)
 	ctx := context.Background()
-	for i, p := range []damper.ThrottlePolicy{{}, {MaxTokens: 1}, {MaxTokens: 3, TokenRatio: 0.35}, {MaxTokens: 1000, TokenRatio: 1}} {
+	for i, p := range []fleet.ThrottleSettings{{MaxTokens: 10, TokenRatio: 0.2}, {MaxTokens: 1, TokenRatio: 0.2}, {MaxTokens: 3, TokenRatio: 0.35}, {MaxTokens: 1000, TokenRatio: 1}} {
 		t.Run(fmt.Sprintf("max=%d", p.MaxTokens), func(t *testing.T) {
 			s := thrStore(t, client, redisstore.Options{Name: fmt.Sprintf("thr-arith-%d", i), Timeout: 5 * time.Second})
 			rt, mt := thrThrottle(t, s, p), thrMemory(t, p)
-			full := int64(max(p.MaxTokens, 1)) * 1000
-			if p.MaxTokens == 0 {
-				full = int64(defaults.Throttle.MaxTokens) * 1000
-			}
+			full := int64(p.MaxTokens) * 1000
 			if got, err := rt.Tokens(ctx); got != full || err != nil {
 				t.Fatalf("Tokens of a new throttle = %d, %v; want %d, full", got, err, full)
 			}
@@ -98,7 +95,7 @@ func TestThrottleMatchesMemory(t *testing.T) {
 			}
 		})
 	}
-	if _, err := thrStore(t, client, redisstore.Options{Name: "thr-bad"}).Throttle(damper.ThrottlePolicy{MaxTokens: 1001}); err == nil || !strings.Contains(err.Error(), "MaxTokens") {
+	if _, err := thrStore(t, client, redisstore.Options{Name: "thr-bad"}).Throttle(fleet.ThrottleSettings{MaxTokens: 1001, TokenRatio: 0.2}); err == nil || !strings.Contains(err.Error(), "MaxTokens") {
 		t.Fatalf("Throttle(MaxTokens: 1001): error %v, want one naming MaxTokens", err)
 	}
 }
@@ -109,7 +106,7 @@ func TestThrottleMatchesMemory(t *testing.T) {
 func TestThrottleShared(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	p := damper.ThrottlePolicy{MaxTokens: 4}
+	p := fleet.ThrottleSettings{MaxTokens: 4, TokenRatio: 0.2}
 	a := thrThrottle(t, thrStore(t, newClient1(t, srv.Addr), redisstore.Options{Name: "thr-shared"}), p)
 	b := thrThrottle(t, thrStore(t, newClient1(t, srv.Addr), redisstore.Options{Name: "thr-shared"}), p)
 	other := thrThrottle(t, thrStore(t, newClient1(t, srv.Addr), redisstore.Options{Name: "thr-other"}), p)
@@ -118,7 +115,7 @@ func TestThrottleShared(t *testing.T) {
 	mustNil(t, other.Add(ctx, -200))
 	for _, c := range []struct {
 		name string
-		th   damper.Throttle
+		th   fleet.Throttle
 		want int64
 	}{{"a", a, 1500}, {"b", b, 1500}, {"other", other, 3800}} {
 		if got, err := c.th.Tokens(ctx); got != c.want || err != nil {
@@ -166,7 +163,7 @@ func TestThrottleOutage(t *testing.T) {
 			eachClientKind(t, func(t *testing.T, ctxTimeout bool) {
 				srv := redistest.Start(t)
 				ctx := context.Background()
-				p := damper.ThrottlePolicy{MaxTokens: 10}
+				p := fleet.ThrottleSettings{MaxTokens: 10, TokenRatio: 0.2}
 				o := redisstore.Options{Name: "thr-outage", Timeout: outageTimeout, FailClosed: failClosed}
 				s := thrStore(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout}), o)
 				th := thrThrottle(t, s, p)

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
 )
 
@@ -75,7 +74,7 @@ func benchTargets(b *testing.B) (targets [3]string, client *http.Client, conns *
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
 		FlushInterval: -1,
-		Transport:     damper.NewProxyTransport(), // the same pool of connections as Damper's
+		Transport:     proxyTransport(), // the same pool of connections as Damper's
 	})
 	b.Cleanup(bare.Close)
 	s := defaultProxySettings()
@@ -209,4 +208,12 @@ func BenchmarkProxyThroughput(b *testing.B) {
 			b.ReportMetric(float64(conns.Load())/float64(calls[0].Load()+calls[1].Load()+calls[2].Load()), "upstream-conns/call")
 		})
 	}
+}
+
+// proxyTransport is the transport a Proxy uses when its config gives none.
+func proxyTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	return t
 }

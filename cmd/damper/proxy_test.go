@@ -302,15 +302,15 @@ func TestCurlThroughProxy(t *testing.T) {
 		}
 	}
 	status, h, body := call("plain", false)
-	check(status == 200 && h.Get(damper.HeaderAttempts) == "1" && h.Get(damper.HeaderOutcome) == "success" &&
+	check(status == 200 && h.Get("Damper-Attempts") == "1" && h.Get("Damper-Outcome") == "success" &&
 		strings.Contains(body, "hello from the fake API"), "plain", status, h, body)
 	status, h, body = call("overloaded", false)
-	check(status == 200 && h.Get(damper.HeaderAttempts) == "2" && srv.Count("overloaded") == 2, "overloaded", status, h, body)
+	check(status == 200 && h.Get("Damper-Attempts") == "2" && srv.Count("overloaded") == 2, "overloaded", status, h, body)
 	status, h, body = call("spend", false)
 	check(status == 429 && h.Get("X-Should-Retry") == "false" && strings.Contains(body, "enforced_spend_limit_reached") &&
 		srv.Count("spend") == 1, "spend", status, h, body)
 	status, h, body = call("stream-overloaded", true)
-	check(status == 200 && h.Get(damper.HeaderAttempts) == "2" && strings.HasSuffix(body, "data: {\"type\":\"message_stop\"}\n\n"),
+	check(status == 200 && h.Get("Damper-Attempts") == "2" && strings.HasSuffix(body, "data: {\"type\":\"message_stop\"}\n\n"),
 		"stream-overloaded", status, h, body)
 	status, h, body = call("stream-cut", true)
 	check(status == 200 && strings.HasSuffix(body, "}\n\n") && strings.Contains(body, "\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""),
@@ -442,8 +442,8 @@ func TestProxyDrains(t *testing.T) {
 		if err != nil || !strings.HasSuffix(string(rest), "data: {\"type\":\"message_stop\"}\n\n") {
 			t.Errorf("the drained stream ended with %v: %q", err, rest)
 		}
-		if res.Trailer.Get(damper.HeaderOutcome) != "success" {
-			t.Errorf("outcome %q, want success", res.Trailer.Get(damper.HeaderOutcome))
+		if res.Trailer.Get("Damper-Outcome") != "success" {
+			t.Errorf("outcome %q, want success", res.Trailer.Get("Damper-Outcome"))
 		}
 		err = <-p.done
 		p.done <- err // for the cleanup

@@ -32,6 +32,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -88,7 +89,7 @@ func run() error {
 		// Policy.RetryBudgetMinTokens would size the budget as well; a
 		// Budget of one's own is where a store shared by the service's
 		// replicas would go, one key per tenant.
-		budget, err := damper.NewWindowBudget(0.1, time.Minute, cmp.Or(retriesPerMinute[name], 10))
+		budget, err := fleet.NewWindowBudget(0.1, time.Minute, cmp.Or(retriesPerMinute[name], 10))
 		if err != nil {
 			return err
 		}
@@ -131,7 +132,7 @@ func run() error {
 	// The same traffic through one Damper for both, with the two budgets
 	// pooled: whoever fails most spends the retries of all.
 	pooled := retriesPerMinute["acme"] + retriesPerMinute["globex"]
-	budget, err := damper.NewWindowBudget(0.1, time.Minute, pooled)
+	budget, err := fleet.NewWindowBudget(0.1, time.Minute, pooled)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package damper
+package fleet
 
 import (
 	"context"
@@ -8,11 +8,25 @@ import (
 	"time"
 )
 
+// BudgetSettings are the retry budget's values: within one Window the
+// retries it authorizes are at most MinTokens + Ratio × the first attempts
+// that succeeded in it.
+type BudgetSettings struct {
+	Ratio     float64
+	Window    time.Duration
+	MinTokens int
+}
+
+// Budget returns a [WindowBudget].
+func (MemoryStore) Budget(s BudgetSettings) (Budget, error) {
+	return NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
+}
+
 // Budget admits retries for every call through one Damper. The in-memory
 // implementation is [NewWindowBudget]; a store shared by a fleet (Redis,
-// say) can implement the same interface and be given with [WithBudget].
-// Implementations must be safe for concurrent use and cheap: Damper calls
-// them on every attempt.
+// say) makes one as its [Store.Budget], or one is given to a Damper on its
+// own (damper.WithBudget). Implementations must be safe for concurrent use
+// and cheap: Damper calls them on every attempt.
 //
 // A budget backed by a remote store may fail or time out: its methods then
 // still decide (Acquire grants or refuses as the budget was built to, fail
@@ -29,16 +43,6 @@ type Budget interface {
 	Acquire(ctx context.Context, now time.Time) (bool, error)
 	// Available returns the units still available in the window holding now.
 	Available(ctx context.Context, now time.Time) (float64, error)
-}
-
-// AttemptOutcome is what a [Budget] hears of one attempt.
-type AttemptOutcome struct {
-	// First is whether the attempt was its logical request's first.
-	First bool
-	// Success is whether the attempt was answered with a usable response.
-	Success bool
-	// Signal is whose health a failure speaks of; NoSignal for a success.
-	Signal Signal
 }
 
 // WindowBudget is a fixed-window retry budget: within one window the
@@ -72,11 +76,11 @@ type budgetWindow struct {
 func NewWindowBudget(ratio float64, window time.Duration, minTokens int) (*WindowBudget, error) {
 	switch {
 	case math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0:
-		return nil, fmt.Errorf("damper: NewWindowBudget ratio = %v: must be a finite number, at least 0", ratio)
+		return nil, fmt.Errorf("fleet: NewWindowBudget ratio = %v: must be a finite number, at least 0", ratio)
 	case window <= 0:
-		return nil, fmt.Errorf("damper: NewWindowBudget window = %v: must be positive", window)
+		return nil, fmt.Errorf("fleet: NewWindowBudget window = %v: must be positive", window)
 	case minTokens < 0:
-		return nil, fmt.Errorf("damper: NewWindowBudget minTokens = %d: must be at least 0", minTokens)
+		return nil, fmt.Errorf("fleet: NewWindowBudget minTokens = %d: must be at least 0", minTokens)
 	}
 	return &WindowBudget{ratio: ratio, minTokens: float64(minTokens), window: window}, nil
 }
@@ -153,6 +157,8 @@ func (b *WindowBudget) Balance(now time.Time) float64 {
 	w := b.windowAt(now)
 	return math.Max(0, math.Floor((b.capacity(w)-float64(w.used.Load()))*1e6)/1e6)
 }
+
+func (*WindowBudget) inMemory() {}
 
 // Observe implements [Budget]: only a successful first attempt counts.
 func (b *WindowBudget) Observe(_ context.Context, now time.Time, a AttemptOutcome) error {
