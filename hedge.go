@@ -164,7 +164,7 @@ func (c *call) race(a *attempt, next sendFunc, delay time.Duration) (*attempt, a
 			if len(results) > 0 {
 				continue // an answer came with the delay: it goes first, and no hedge leaves
 			}
-			if h := c.admitHedge(); h != nil {
+			if h := admitHedge(c); h != nil {
 				run(h)
 			}
 		case x := <-results:
@@ -229,43 +229,6 @@ func (c *call) lose(rc *race, a *attempt, r attemptResult) {
 	}
 	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
 	c.observe(a, attemptEvent{outcome: AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
-}
-
-// admitHedge admits and starts the hedge of the attempt under way, or
-// returns nil when a gate refuses it. The gates are a retry's, in its
-// order, but a hedge waits for nothing: attempts left, the deadline, the
-// cost ceiling (a hedge costs a whole attempt: a cancelled one may still be
-// billed for its input), the throttle, the attempt gates with no wait, and
-// the budget last, so that no unit is spent on a hedge another gate
-// refuses.
-func (c *call) admitHedge() *attempt {
-	p := &c.d.policy
-	n := c.report.Attempts + 1
-	refused := func() *attempt {
-		c.trace.hedgeResult(hedgeRefused)
-		return nil
-	}
-	switch now := c.d.clock.Now(); {
-	case n-c.routeFrom > p.MaxAttempts, c.pastDeadline(now.Add(minAttempt)):
-		return refused()
-	case c.pastCostCeiling(c.retryCost, c.route):
-		return refused()
-	case c.route.b.throttle != nil && !c.route.b.throttle.allows(c):
-		return refused()
-	}
-	a := c.newAttempt(n, true)
-	if denied, canceled := c.admitAttempt(a); denied != nil || canceled {
-		return refused()
-	}
-	granted, err := c.route.b.budget.Acquire(c.ctx, c.d.clock.Now())
-	c.storeError(partBudget, "acquire", err)
-	if !granted {
-		a.settle(attemptEvent{})
-		return refused()
-	}
-	c.addRetryCost()
-	c.startAttempt(a)
-	return a
 }
 
 // hedgeDelay returns the delay after which the attempt under way is hedged,

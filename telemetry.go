@@ -194,11 +194,10 @@ type storeErrors struct {
 	errors atomic.Int64 // errors since the last line
 }
 
-// newTelemetry builds the telemetry of a Damper with policy p, clock,
-// budget and rate limiter (nil for none) from cfg. The gauges' callbacks
-// hold budget, limiter and clock; they are unregistered once owner is
-// collected.
-func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, lim *limiter, owner *Damper) *telemetry {
+// newTelemetry builds the telemetry of a Damper with policy p and clock
+// from cfg; the gates' own instruments come once its backends are wired
+// (metrics.registerGates).
+func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock) *telemetry {
 	tp := cfg.tracerProvider
 	var placeholder trace.TracerProvider
 	if tp == nil {
@@ -226,7 +225,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget Budget, li
 		}
 	}
 	t.models, t.groups = policyLabels(p)
-	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, t.models, t.groups, budget, lim, clock, owner)
+	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, t.models, t.groups)
 	return t
 }
 
@@ -539,11 +538,4 @@ func requestErrorType(outcome Outcome, last AttemptReport) string {
 		return attemptErrorType(last)
 	}
 	return string(outcome)
-}
-
-// circuitChange records a change of the breaker's state: a metric and a
-// log line. It belongs to no call, so it has no span.
-func (t *telemetry) circuitChange(c CircuitChange) {
-	t.m.circuitChange(context.Background(), c)
-	t.logCircuitChange(c)
 }

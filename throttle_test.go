@@ -182,8 +182,8 @@ func TestThrottleThroughEngine(t *testing.T) {
 		if got := clk.Sleeps()[sleeps:]; !slices.Equal(got, w.waits) {
 			t.Errorf("call %d: waits %v, want %v", i+1, got, w.waits)
 		}
-		if w.left >= 0 && throttleLeft(d.primary.throttle) != w.left {
-			t.Errorf("call %d: %v tokens left, want %v", i+1, throttleLeft(d.primary.throttle), w.left)
+		if w.left >= 0 && throttleLeft(throttleOf(d)) != w.left {
+			t.Errorf("call %d: %v tokens left, want %v", i+1, throttleLeft(throttleOf(d)), w.left)
 		}
 		if w.budget >= 0 && available(t, d, clk.Now()) != w.budget {
 			t.Errorf("call %d: budget %v, want %v", i+1, available(t, d, clk.Now()), w.budget)
@@ -236,7 +236,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk, srv, d, client := thrRig(t, Policy{MaxAttempts: 1, PerAttemptTimeout: time.Second, Throttle: &ThrottlePolicy{}})
-			d.primary.throttle.t.(*memoryThrottle).tokens.Store(int64(tt.start * 1000))
+			throttleOf(d).t.(*memoryThrottle).tokens.Store(int64(tt.start * 1000))
 			srv.Script("", tt.step)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -259,7 +259,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 			if srv.Count("") != 1 {
 				t.Fatalf("server got %d requests, want 1", srv.Count(""))
 			}
-			if got := throttleLeft(d.primary.throttle); got != tt.left {
+			if got := throttleLeft(throttleOf(d)); got != tt.left {
 				t.Fatalf("%v tokens left, want %v (err %v)", got, tt.left, err)
 			}
 		})
@@ -332,10 +332,10 @@ func TestRetryThrottleConcurrent(t *testing.T) {
 // budget alone observing, and no circuit state in its reports.
 func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 	_, srv, d, client := thrRig(t, Policy{})
-	if d.primary.attemptGates != nil || hasBreaker(d) || d.primary.throttle != nil || len(d.primary.observers) != 1 || d.policy.Breaker != nil || d.policy.Throttle != nil {
-		t.Fatalf("gates %v, breaker %v, throttle %v, %d observers; want none but the budget", d.primary.attemptGates, hasBreaker(d), d.primary.throttle, len(d.primary.observers))
+	if d.primary.attemptGates != nil || hasBreaker(d) || throttleOf(d) != nil || len(d.primary.observers) != 1 || d.policy.Breaker != nil || d.policy.Throttle != nil {
+		t.Fatalf("gates %v, breaker %v, throttle %v, %d observers; want none but the budget", d.primary.attemptGates, hasBreaker(d), throttleOf(d), len(d.primary.observers))
 	}
-	if _, ok := d.primary.observers[0].(budgetObserver); !ok {
+	if _, ok := d.primary.observers[0].(budgetGate); !ok {
 		t.Fatalf("observer %T, want the budget's", d.primary.observers[0])
 	}
 	srv.Script("", dampertest.Status(529), dampertest.Status(529), dampertest.Status(529))
@@ -351,8 +351,8 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 	}
 
 	_, _, rd, _ := thrRig(t, RecommendedPolicy())
-	if len(rd.primary.attemptGates) != 1 || !hasBreaker(rd) || rd.primary.throttle == nil || len(rd.primary.observers) != 2 {
-		t.Fatalf("recommended: %d gates, breaker %v, throttle %v, %d observers", len(rd.primary.attemptGates), hasBreaker(rd), rd.primary.throttle, len(rd.primary.observers))
+	if len(rd.primary.attemptGates) != 1 || !hasBreaker(rd) || throttleOf(rd) == nil || len(rd.primary.observers) != 2 {
+		t.Fatalf("recommended: %d gates, breaker %v, throttle %v, %d observers", len(rd.primary.attemptGates), hasBreaker(rd), throttleOf(rd), len(rd.primary.observers))
 	}
 }
 
@@ -361,7 +361,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 func TestRetryGatesOrder(t *testing.T) {
 	t.Run("breaker before throttle", func(t *testing.T) {
 		_, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{MinAttempts: 1}, Throttle: &ThrottlePolicy{}})
-		d.primary.throttle.t.(*memoryThrottle).tokens.Store(5500) // one failure leaves 4.5: refused
+		throttleOf(d).t.(*memoryThrottle).tokens.Store(5500) // one failure leaves 4.5: refused
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRetryThrottled) {
@@ -370,7 +370,7 @@ func TestRetryGatesOrder(t *testing.T) {
 	})
 	t.Run("throttle before budget", func(t *testing.T) {
 		clk, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RetryBudgetMinTokens: 1})
-		d.primary.throttle.t.(*memoryThrottle).tokens.Store(5500)
+		throttleOf(d).t.(*memoryThrottle).tokens.Store(5500)
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrRetryThrottled) {
@@ -396,4 +396,14 @@ func hasBreaker(d *Damper) bool {
 func throttleLeft(th *retryThrottle) float64 {
 	n, _ := th.t.Tokens(context.Background())
 	return float64(n) / 1000
+}
+
+// throttleOf returns d's primary throttle, or nil.
+func throttleOf(d *Damper) *retryThrottle {
+	for _, o := range d.primary.observers {
+		if t, ok := o.(*retryThrottle); ok {
+			return t
+		}
+	}
+	return nil
 }
