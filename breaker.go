@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -40,6 +41,9 @@ var gateCircuit = &gate{
 
 const metricCircuitChanges = "damper.circuit.changes"
 
+// partBreaker is the breaker's part of a store.
+var partBreaker = newStorePart("breaker", "damper: circuit breaker store error")
+
 // newCircuitGate makes backend b's breaker from its store, or nil without
 // Policy.Breaker.
 func newCircuitGate(d *Damper, b *backend) (any, error) {
@@ -74,6 +78,24 @@ func (t *telemetry) circuitChange(c CircuitChange) {
 		changes.Add(ctx, 1, m.attrs(kvs...))
 	}
 	t.logCircuitChange(c)
+}
+
+// logCircuitChange writes the line of a change of the breaker's state: at
+// Warn when it opens, at Info otherwise.
+func (t *telemetry) logCircuitChange(c CircuitChange) {
+	level := slog.LevelInfo
+	if c.To == CircuitOpen {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if t.log == nil || !t.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("from", c.From.String()), slog.String("to", c.To.String())}
+	if c.To == CircuitOpen {
+		attrs = append(attrs, slog.Duration("open_for", c.NextProbe.Sub(c.At)))
+	}
+	t.log.LogAttrs(ctx, level, "damper: circuit breaker "+c.To.String(), attrs...)
 }
 
 // BreakerPolicy configures the circuit breaker: when most attempts fail on

@@ -25,6 +25,9 @@ const OutcomeBudgetExhausted Outcome = "budget_exhausted"
 // ErrRetryBudgetExhausted: the shared retry budget had no unit left.
 var ErrRetryBudgetExhausted = errors.New("damper: retry budget exhausted")
 
+// partBudget is the budget's part of a store.
+var partBudget = newStorePart("budget", "damper: retry budget error")
+
 // gateBudget moves a call on: another backend has a budget of its own.
 var gateBudget = &gate{
 	outcome: OutcomeBudgetExhausted, reason: ErrRetryBudgetExhausted, moves: true,

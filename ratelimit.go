@@ -47,6 +47,9 @@ var gateRateLimit = &gate{
 	part: newLimiterGate, instruments: rateInstruments, recordCall: recordRateWait,
 }
 
+// partLimiter is the limiter's part of a store.
+var partLimiter = newStorePart("limiter", "damper: rate limiter store error")
+
 // newLimiterGate makes backend b's limiter, or nil without
 // Policy.RateLimit.
 func newLimiterGate(d *Damper, b *backend) (any, error) {

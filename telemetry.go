@@ -185,7 +185,7 @@ type telemetry struct {
 
 	// A failing store fails every operation: the errors of each part are
 	// logged once per storeLogEvery, with the count of those left out.
-	storeErrs [numStoreParts]storeErrors
+	storeErrs []storeErrors // by storePart
 }
 
 // storeErrors paces the log lines of one part's store errors.
@@ -211,6 +211,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock) *telemetry {
 	}
 	_, real := clock.(realClock)
 	t := &telemetry{
+		storeErrs:   make([]storeErrors, len(storeParts)),
 		tracer:      tp.Tracer(instrumentationName),
 		placeholder: placeholder,
 		log:         cfg.logger,

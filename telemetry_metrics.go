@@ -186,7 +186,7 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 // storeError counts an operation op of part's store that failed.
 func (m *metrics) storeError(ctx context.Context, part storePart, op string) {
 	if m.storeErrs.Enabled(ctx) {
-		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storePartNames[part]), keyStoreOp.String(op)))
+		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storeParts[part].name), keyStoreOp.String(op)))
 	}
 }
 

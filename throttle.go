@@ -18,6 +18,9 @@ const OutcomeRetryThrottled Outcome = "retry_throttled"
 // fewer left (see [ThrottlePolicy]).
 var ErrRetryThrottled = errors.New("damper: retry throttled")
 
+// partThrottle is the throttle's part of a store.
+var partThrottle = newStorePart("throttle", "damper: retry throttle store error")
+
 // gateThrottle moves a call on: another backend has a count of its own.
 var gateThrottle = &gate{outcome: OutcomeRetryThrottled, reason: ErrRetryThrottled, moves: true, part: newThrottleGate}
 
