@@ -50,7 +50,7 @@ type gate struct {
 	// the gate's to record into (instrumentsOf). Nil: none.
 	instruments func(meter metric.Meter, d *Damper) any
 	// recordCall records what the gate measures of every call at its end.
-	recordCall func(ctx context.Context, m *metrics, inst any, rep *Report)
+	recordCall func(ctx context.Context, m *metrics, inst any, rep Report)
 }
 
 // gateList is every gate, in order: the order in which admissions run
@@ -423,7 +423,7 @@ func (m *metrics) instrumentsOf(outcome Outcome) any {
 func (m *metrics) recordGates(ctx context.Context, rep *Report) {
 	for _, gi := range m.gates {
 		if gi.g.recordCall != nil {
-			gi.g.recordCall(ctx, m, gi.inst, rep)
+			gi.g.recordCall(ctx, m, gi.inst, *rep)
 		}
 	}
 }

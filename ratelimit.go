@@ -82,7 +82,7 @@ func rateInstruments(meter metric.Meter, d *Damper) any {
 }
 
 // recordRateWait records a call's wait in its group's line.
-func recordRateWait(ctx context.Context, m *metrics, inst any, rep *Report) {
+func recordRateWait(ctx context.Context, m *metrics, inst any, rep Report) {
 	wait := inst.(metric.Float64Histogram)
 	if rep.LimitGroup != "" && wait.Enabled(ctx) {
 		wait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(m.groups.label(rep.LimitGroup))))
