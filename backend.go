@@ -97,7 +97,7 @@ func WithBackends(backends ...Backend) Setting {
 }
 
 // backend is one backend as the engine sees it: where its attempts go and
-// the gates and observers that keep its state.
+// the parts of the gates that keep its state (gates.go).
 type backend struct {
 	name     string
 	provider string // "" for the primary: the request's own (providerOf)
@@ -106,58 +106,16 @@ type backend struct {
 	store    fleet.Store // where its parts keep their state
 	skips    skipLog     // the models logged as having no ID here
 
-	budget       fleet.Budget
-	attemptGates []attemptGate // the limiter, then the breaker
-	observers    []attemptObserver
-	throttle     *retryThrottle // nil without Policy.Throttle
-	limiter      *limiter       // nil without Policy.RateLimit
+	gates
+	budget  fleet.Budget // the budget gate's, read for the report's balance
+	limiter *limiter     // the rate limiter gate's, nil without Policy.RateLimit
 }
 
-// newBackend makes the budget and limiter of a backend from the Damper's
-// policy and store s (budget, when not nil, is the one to use); wire makes
-// the rest, once the telemetry, which reads those two, is built.
-func (d *Damper) newBackend(name string, s fleet.Store, budget fleet.Budget) (*backend, error) {
-	p := &d.policy
-	b := &backend{name: name, store: s, budget: budget}
-	var err error
-	if b.budget == nil {
-		settings := fleet.BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
-		if b.budget, err = fromStore("Budget", s, fleet.Store.Budget, fleet.MemoryStore.Budget, settings); err != nil {
-			return nil, err
-		}
-	}
-	if p.RateLimit != nil {
-		b.limiter = newLimiter(p.RateLimit, d.clock, s)
-	}
-	return b, nil
-}
-
-// wire connects a backend's parts to the telemetry, and orders its gates:
-// the limiter before the breaker, so that an attempt waits in line first
-// and the breaker admits it (as its probe, maybe) as it leaves.
-func (d *Damper) wire(b *backend) error {
-	p, s := &d.policy, b.store
-	b.observers = []attemptObserver{budgetObserver{b: b.budget, tel: d.tel}}
-	if b.limiter != nil {
-		b.limiter.tel = d.tel
-		b.attemptGates = append(b.attemptGates, b.limiter)
-	}
-	if p.Breaker != nil {
-		br, err := fromStore("Breaker", s, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
-		if err != nil {
-			return err
-		}
-		b.attemptGates = append(b.attemptGates, circuitGate{b: br, tel: d.tel})
-	}
-	if p.Throttle != nil {
-		t, err := fromStore("Throttle", s, fleet.ThrottleStore.Throttle, fleet.MemoryStore.Throttle, fleet.ThrottleSettings{MaxTokens: p.Throttle.MaxTokens, TokenRatio: p.Throttle.TokenRatio})
-		if err != nil {
-			return err
-		}
-		b.throttle = newRetryThrottle(p.Throttle, t, d.tel)
-		b.observers = append(b.observers, b.throttle)
-	}
-	return nil
+// newBackend makes a backend whose parts keep their state in store s
+// (budget, when not nil, is the one to use); Damper.wire makes its parts
+// once the telemetry is built.
+func (d *Damper) newBackend(name string, s fleet.Store, budget fleet.Budget) *backend {
+	return &backend{name: name, store: s, budget: budget}
 }
 
 // newBackendClient is the client of a backend: the backend's options,

@@ -2,12 +2,101 @@ package damper
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/breaker"
 )
+
+// The circuit breaker's gate: Policy.Breaker, over a [fleet.Breaker] from the
+// backend's store. It admits every attempt (a probe, when half-open), and
+// is asked before a retry whether it would refuse at the wait's end. Its
+// changes of state are counted in damper.circuit.changes.
+
+// OutcomeCircuitOpen: the circuit breaker refused the attempt.
+const OutcomeCircuitOpen Outcome = "circuit_open"
+
+// ErrCircuitOpen: the circuit breaker is open, or half-open with its
+// probe in flight, so nothing was sent. [Error.NextProbe] holds when
+// the breaker admits a probe, and [Error.RetryAfter] the time until
+// then.
+var ErrCircuitOpen = errors.New("damper: circuit breaker open")
+
+// gateCircuit's refusal reaches a proxy's client as the API's overload
+// (529 overloaded_error): the breaker opens on the provider's failures of
+// health, which the API reports so. It moves a call on to a backend whose
+// breaker is its own.
+var gateCircuit = &gate{
+	outcome: OutcomeCircuitOpen, reason: ErrCircuitOpen,
+	status: 529, apiType: "overloaded_error", moves: true,
+	part: newCircuitGate, instruments: circuitInstruments,
+}
+
+const metricCircuitChanges = "damper.circuit.changes"
+
+// partBreaker is the breaker's part of a store.
+var partBreaker = newStorePart("breaker", "damper: circuit breaker store error")
+
+// newCircuitGate makes backend b's breaker from its store, or nil without
+// Policy.Breaker.
+func newCircuitGate(d *Damper, b *backend) (any, error) {
+	p := &d.policy
+	if p.Breaker == nil {
+		return nil, nil
+	}
+	br, err := fromStore("Breaker", b.store, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
+	if err != nil {
+		return nil, err
+	}
+	return circuitGate{b: br, tel: d.tel}, nil
+}
+
+// circuitInstruments makes the counter of the breaker's changes.
+func circuitInstruments(meter metric.Meter, _ *Damper) any {
+	var none noop.Meter
+	return instrument(meter.Int64Counter(metricCircuitChanges, metric.WithUnit("{change}"),
+		metric.WithDescription("Changes of the circuit breaker's state, by the state left and the state entered.")))(none.Int64Counter(metricCircuitChanges))
+}
+
+// circuitChange records a change of the breaker's state: a metric and a
+// log line. It belongs to no call, so it has no span.
+func (t *telemetry) circuitChange(c CircuitChange) {
+	ctx := context.Background()
+	m := &t.m
+	if changes, _ := m.instrumentsOf(OutcomeCircuitOpen).(metric.Int64Counter); changes != nil && changes.Enabled(ctx) {
+		kvs := []attribute.KeyValue{keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())}
+		if m.backends {
+			kvs = append(kvs, keyBackend.String(c.Backend))
+		}
+		changes.Add(ctx, 1, m.attrs(kvs...))
+	}
+	t.logCircuitChange(c)
+}
+
+// logCircuitChange writes the line of a change of the breaker's state: at
+// Warn when it opens, at Info otherwise.
+func (t *telemetry) logCircuitChange(c CircuitChange) {
+	level := slog.LevelInfo
+	if c.To == CircuitOpen {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if t.log == nil || !t.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("from", c.From.String()), slog.String("to", c.To.String())}
+	if c.To == CircuitOpen {
+		attrs = append(attrs, slog.Duration("open_for", c.NextProbe.Sub(c.At)))
+	}
+	t.log.LogAttrs(ctx, level, "damper: circuit breaker "+c.To.String(), attrs...)
+}
 
 // BreakerPolicy configures the circuit breaker: when most attempts fail on
 // the provider's health (5xx, 529, transport failures, attempt timeouts),

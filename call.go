@@ -135,10 +135,10 @@ func (c *call) run() (*http.Response, error) {
 	for n := 1; ; n++ {
 		// Admit.
 		a := c.newAttempt(n, false)
-		refused, canceled := c.admitAttempt(a)
+		refused, canceled := admitAttempt(c, a)
 		for refused != nil && c.moveOnAt(refused) {
 			a = c.newAttempt(n, false)
-			refused, canceled = c.admitAttempt(a)
+			refused, canceled = admitAttempt(c, a)
 		}
 		switch {
 		case canceled:
@@ -194,7 +194,7 @@ func (c *call) run() (*http.Response, error) {
 
 		// Retry after the backoff, or move to the next route at once; or
 		// the end, with the refusal.
-		wait, refused := c.admitRetry(n-c.routeFrom, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
+		wait, refused := admitRetry(c, n-c.routeFrom, r.failure, c.d.clock.Now(), c.retryCost, c.d.rand)
 		if refused != nil && c.moveOnRefusal(cls, refused) {
 			closeBody(r.res)
 			continue
@@ -236,56 +236,6 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 func (c *call) addRetryCost() {
 	c.retryCost += c.route.cost
 	c.report.retryCost(c.retryCost)
-}
-
-// admitAttempt runs the attempt gates on attempt a, in order, and notes on
-// it their passes, whether it is the breaker's probe and how long it waited
-// in line; or returns the first refusal, or whether the caller's context
-// ended during a wait. The passes of an attempt that is not sent are given
-// back at once. A hedge waits for nothing: a gate that has no room for it
-// at once refuses it.
-func (c *call) admitAttempt(a *attempt) (refused *denial, canceled bool) {
-	for _, g := range a.route.b.attemptGates {
-		adm := g.admitAttempt(c, a, c.d.clock.Now())
-		a.queued += adm.queued
-		if adm.circuit != 0 {
-			c.report.circuit(adm.circuit)
-			a.probe = adm.probe
-		}
-		if adm.pass != nil {
-			a.passes = append(a.passes, adm.pass)
-		}
-		if adm.refused != nil || adm.canceled {
-			a.settle(attemptEvent{})
-			if adm.refused != nil && adm.refused.circuit != 0 {
-				c.report.circuit(adm.refused.circuit)
-			}
-			c.report.queued(a.queued)
-			return adm.refused, adm.canceled
-		}
-	}
-	return nil, false
-}
-
-// waitUntil is an attempt gate's wait, until until: it first asks the gates
-// after that gate whether they would refuse the attempt by then (no wait
-// is started that a later gate would refuse), then sleeps on the Damper's
-// clock, and reports a refusal, or whether the caller's context ended.
-func (c *call) waitUntil(after attemptGate, until time.Time) (refused *denial, canceled bool) {
-	now := c.d.clock.Now()
-	if !until.After(now) {
-		return nil, false
-	}
-	later := false
-	for _, g := range c.route.b.attemptGates {
-		if later {
-			if refused := g.refusesAt(c, now, until); refused != nil {
-				return refused, false
-			}
-		}
-		later = later || g == after
-	}
-	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
 }
 
 // storeError logs a failure of a part's store, if any.

@@ -102,9 +102,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	}
 	d.noteCalls(d.store)
 	d.noteCalls(d.budget)
-	if d.primary, err = d.newBackend(PrimaryBackend, d.store, d.budget); err != nil {
-		return nil, err
-	}
+	d.primary = d.newBackend(PrimaryBackend, d.store, d.budget)
 	d.budget = nil
 	for _, spec := range d.backendSpecs {
 		s := spec.Store
@@ -112,14 +110,11 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 			s = fleet.MemoryStore{}
 		}
 		d.noteCalls(s)
-		b, err := d.newBackend(spec.Name, s, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w (backend %q)", err, spec.Name)
-		}
+		b := d.newBackend(spec.Name, s, nil)
 		b.provider, b.models, b.client = spec.Provider, spec.Models, newBackendClient(spec.Options)
 		d.fallbacks = append(d.fallbacks, b)
 	}
-	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock, d.primary.budget, d.primary.limiter, d)
+	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock)
 	d.tel.m.backends = len(d.fallbacks) > 0
 	if err := d.wire(d.primary); err != nil {
 		return nil, err
@@ -129,6 +124,7 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 			return nil, fmt.Errorf("%w (backend %q)", err, b.name)
 		}
 	}
+	d.tel.m.registerGates(d)
 	d.backendSpecs = nil
 	if p.Hedge != nil {
 		d.hedge = newHedger(*p.Hedge, d.clock)

@@ -297,18 +297,20 @@ func (b *backend) modelID(model string) (string, bool) {
 }
 
 // moveOnAt moves the call on when the gate that refused its next attempt
-// before it was sent, refused, is the backend's breaker or limiter.
+// before it was sent, refused, is one whose refusal moves a call
+// (gate.moves: the breaker, the limiter).
 func (c *call) moveOnAt(refused *denial) bool {
-	if refused.gate != gateCircuit && refused.gate != gateRateLimit {
+	if !refused.gate.moves {
 		return false
 	}
 	return c.move(string(refused.gate.outcome), false)
 }
 
 // moveOnRefusal moves the call on after an attempt that failed as cls,
-// whose retry where it is refused refuses.
+// whose retry where it is refused refuses, unless its gate keeps the call
+// (gate.moves: the cost ceiling, the call's wherever it goes).
 func (c *call) moveOnRefusal(cls Classification, refused *denial) bool {
-	if cls.Signal != ProviderHealth && cls.Signal != CallerTraffic || refused.gate == gateCost {
+	if cls.Signal != ProviderHealth && cls.Signal != CallerTraffic || !refused.gate.moves {
 		return false
 	}
 	return c.move(string(refused.gate.outcome), true)
@@ -334,7 +336,7 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 		return false
 	}
 	r := &c.list[next]
-	if c.pastDeadline(c.d.clock.Now().Add(minAttempt)) || afterAttempt && c.pastCostCeiling(c.retryCost, r) {
+	if pastDeadline(c, c.d.clock.Now().Add(minAttempt)) || afterAttempt && pastCostCeiling(c, c.retryCost, r) {
 		return false
 	}
 	if r.b.client != nil || r.sendAs != "" {

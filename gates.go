@@ -2,84 +2,75 @@ package damper
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"go.opentelemetry.io/otel/metric"
 )
 
-// The admission gates. Each is declared here with the outcome its refusal
-// ends a call with and the sentinel the refusal's error matches, so that a
-// new gate (a circuit breaker, a rate limiter) is one entry here and one
-// check where it runs: before a retry (admitRetry) or before every attempt,
-// the first included (attemptGate).
+// A gate is one unit, declared in its own file: its policy, when it acts,
+// its refusal, its share of the fleet's state and its telemetry. gateList
+// places it; the functions below run the list before every attempt, before
+// a retry and before a hedge. A gate's part on a backend says when it acts
+// by the hooks it implements:
+//
+//   - retryCheck: before a retry, taking nothing;
+//   - hedgeCheck: before a hedge, taking nothing;
+//   - attemptGate: before every attempt, the first and a hedge included,
+//     maybe waiting, handing back a pass that hears the attempt's end (and,
+//     before a retry, a check of whether it would refuse at the wait's end);
+//   - spender: before a retry or a hedge, taking what is not given back;
+//   - attemptObserver: after every attempt's end.
+//
+// Each admission runs, in the list's order, first every check, then every
+// attempt gate, then every spender: nothing is taken for an admission a
+// check refuses, and what an attempt gate took (a reservation, a probe) is
+// given back when a later one refuses, while a spent unit never is.
 
-// Outcomes of a call that a gate refused.
-const (
-	OutcomeAttemptsExhausted Outcome = "attempts_exhausted" // MaxAttempts reached
-	OutcomeRetryAfterTooLong Outcome = "retry_after_too_long"
-	OutcomeDeadline          Outcome = "deadline"
-	OutcomeCostCeiling       Outcome = "cost_ceiling"
-	OutcomeBudgetExhausted   Outcome = "budget_exhausted"
-	OutcomeCircuitOpen       Outcome = "circuit_open"
-	OutcomeRetryThrottled    Outcome = "retry_throttled"
-	OutcomeRateLimited       Outcome = "rate_limited"
-)
-
-// Sentinels of the gates' refusals.
-var (
-	// ErrRetryAfterTooLong: the provider asked for a longer delay than
-	// Policy.MaxRetryAfter. [Error.RetryAfter] holds the delay.
-	ErrRetryAfterTooLong = errors.New("damper: provider retry delay exceeds MaxRetryAfter")
-	// ErrDeadline: the backoff and another attempt cannot finish before the
-	// caller's deadline, so no retry was started.
-	ErrDeadline = errors.New("damper: retry would not finish before the deadline")
-	// ErrRetryCostCeiling: the retry would cross Policy.MaxRetryCostUSD,
-	// or the model has no price while a ceiling is set.
-	ErrRetryCostCeiling = errors.New("damper: retry cost ceiling reached")
-	// ErrRetryBudgetExhausted: the shared retry budget had no unit left.
-	ErrRetryBudgetExhausted = errors.New("damper: retry budget exhausted")
-	// ErrCircuitOpen: the circuit breaker is open, or half-open with its
-	// probe in flight, so nothing was sent. [Error.NextProbe] holds when
-	// the breaker admits a probe, and [Error.RetryAfter] the time until
-	// then.
-	ErrCircuitOpen = errors.New("damper: circuit breaker open")
-	// ErrRetryThrottled: the retry throttle had half of its tokens or
-	// fewer left (see [ThrottlePolicy]).
-	ErrRetryThrottled = errors.New("damper: retry throttled")
-	// ErrRateLimited: the rate limiter could not admit the attempt within
-	// RateLimitPolicy.MaxWait and the caller's deadline, so nothing was
-	// sent. [Error.AdmitAt] holds when it could have been admitted, and
-	// [Error.RetryAfter] the time until then.
-	ErrRateLimited = errors.New("damper: rate limited")
-)
-
-// gate is one admission gate: the outcome of a call it refuses, and the
-// sentinel of its refusal (nil: the caller gets the last provider error as
-// it is).
+// gate is one admission gate.
 type gate struct {
-	outcome Outcome
-	reason  error
+	outcome Outcome // the outcome of a call it refuses
+	reason  error   // its refusal's sentinel; nil: the caller gets the last provider error as it is
+
+	// status and apiType are the proxy's answer to its refusal before any
+	// answer came (0: the proxy's answer to any other error).
+	status  int
+	apiType string
+	// moves: its refusal moves a call to its next backend or model, after
+	// a failure of health or of rate (before a retry), or before an
+	// attempt.
+	moves bool
+
+	// part makes the gate's part on backend b, from d's Policy and b's
+	// Store, or returns nil when the Policy has none of it. It runs once
+	// d.tel exists.
+	part func(d *Damper, b *backend) (any, error)
+	// instruments makes the gate's instruments and gauges on meter, once
+	// per Damper, after every backend has its parts; what it returns is
+	// the gate's to record into (instrumentsOf). Nil: none.
+	instruments func(meter metric.Meter, d *Damper) any
+	// recordCall records what the gate measures of every call at its end.
+	recordCall func(ctx context.Context, m *metrics, inst any, rep Report)
 }
 
-var (
-	gateAttempts   = gate{OutcomeAttemptsExhausted, nil}
-	gateRetryAfter = gate{OutcomeRetryAfterTooLong, ErrRetryAfterTooLong}
-	gateDeadline   = gate{OutcomeDeadline, ErrDeadline}
-	gateCost       = gate{OutcomeCostCeiling, ErrRetryCostCeiling}
-	gateBudget     = gate{OutcomeBudgetExhausted, ErrRetryBudgetExhausted}
-	gateCircuit    = gate{OutcomeCircuitOpen, ErrCircuitOpen}
-	gateThrottle   = gate{OutcomeRetryThrottled, ErrRetryThrottled}
-	gateRateLimit  = gate{OutcomeRateLimited, ErrRateLimited}
-)
-
-// gates lists every gate.
-var gates = []gate{gateAttempts, gateRetryAfter, gateDeadline, gateCost, gateBudget, gateCircuit, gateThrottle, gateRateLimit}
+// gateList is every gate, in order: the order in which admissions run
+// their checks, attempt gates and spenders (see above), observers hear
+// an attempt's end, and a backend's parts are made from its store. The
+// budget is a spender, which runs after every check and attempt gate
+// wherever it stands; it stands before them so that it is made first and
+// hears an attempt's end first.
+var gateList = []*gate{
+	gateAttempts, gateRetryAfter, gateDeadline, gateCost, // gate_retry.go
+	gateBudget,    // budget.go
+	gateRateLimit, // ratelimit.go
+	gateCircuit,   // breaker.go
+	gateThrottle,  // throttle.go
+}
 
 // isDenial reports whether outcome is a gate's refusal.
 func isDenial(o Outcome) bool {
-	for _, g := range gates {
+	for _, g := range gateList {
 		if g.outcome == o {
 			return true
 		}
@@ -87,9 +78,89 @@ func isDenial(o Outcome) bool {
 	return false
 }
 
+// refusedBy returns the gate whose refusal's sentinel is reason, or nil.
+func refusedBy(reason error) *gate {
+	for _, g := range gateList {
+		if g.reason != nil && g.reason == reason {
+			return g
+		}
+	}
+	return nil
+}
+
+// retryCheck is a gate's check before a retry, which takes nothing.
+type retryCheck interface {
+	refusesRetry(c *call, r *retryAsk) *denial
+}
+
+// hedgeCheck is a gate's check before a hedge, which takes nothing.
+type hedgeCheck interface {
+	refusesHedge(c *call, now time.Time) *denial
+}
+
+// spender is a gate that takes, before a retry or a hedge, what is not
+// given back when the retry or hedge is not made: the budget's unit.
+type spender interface {
+	spend(c *call, now time.Time) *denial
+}
+
+// gates are a backend's parts, sorted by when they act, each slice in the
+// list's order.
+type gates struct {
+	attemptGates []attemptGate // before every attempt
+	retryChecks  []retryCheck  // before a retry
+	hedgeChecks  []hedgeCheck  // before a hedge
+	spenders     []spender     // before a retry or a hedge, after the rest
+	observers    []attemptObserver
+}
+
+// add sorts part into the slices of the hooks it implements.
+func (gs *gates) add(part any) {
+	if g, ok := part.(attemptGate); ok {
+		gs.attemptGates = append(gs.attemptGates, g)
+	}
+	if r, ok := part.(retryCheck); ok {
+		gs.retryChecks = append(gs.retryChecks, r)
+	} else if g, ok := part.(attemptGate); ok {
+		gs.retryChecks = append(gs.retryChecks, atWaitEnd{g})
+	}
+	if h, ok := part.(hedgeCheck); ok {
+		gs.hedgeChecks = append(gs.hedgeChecks, h)
+	}
+	if s, ok := part.(spender); ok {
+		gs.spenders = append(gs.spenders, s)
+	}
+	if o, ok := part.(attemptObserver); ok {
+		gs.observers = append(gs.observers, o)
+	}
+}
+
+// wire makes backend b's part of every gate in the list.
+func (d *Damper) wire(b *backend) error {
+	for _, g := range gateList {
+		part, err := g.part(d, b)
+		if err != nil {
+			return err
+		}
+		if part != nil {
+			b.add(part)
+		}
+	}
+	return nil
+}
+
+// atWaitEnd is an attempt gate before a retry: asked, taking nothing,
+// whether it would refuse the retry's attempt once the wait is over (an
+// open breaker, no room in the limiter by then).
+type atWaitEnd struct{ g attemptGate }
+
+func (w atWaitEnd) refusesRetry(c *call, r *retryAsk) *denial {
+	return w.g.refusesAt(c, r.now, r.now.Add(r.backoff(c).wait))
+}
+
 // denial is a gate's refusal.
 type denial struct {
-	gate       gate
+	gate       *gate
 	retryAfter time.Duration // the provider's delay, or the time to nextProbe or admitAt
 	nextProbe  time.Time     // when an open breaker admits a probe
 	admitAt    time.Time     // when the rate limiter could admit the attempt
@@ -106,76 +177,153 @@ func (d *denial) err() *Error {
 	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter, NextProbe: d.nextProbe, AdmitAt: d.admitAt}
 }
 
-// admitRetry runs the retry gates, in order, on the retry that would follow
+// retryAsk is the retry a retry check is asked about: the one that would
+// follow failed attempt n (counted on the call's backend), whose failure is
+// f, at now, with retryCost spent on retries so far.
+type retryAsk struct {
+	n         int
+	f         *Failure
+	now       time.Time
+	retryCost float64
+	rnd       func() float64
+	wait      *retryWait // nil until a check needs it
+	drawn     retryWait
+}
+
+// retryWait is the wait before a retry: full jitter, or the provider's
+// delay (hint), honoured up to MaxRetryAfter.
+type retryWait struct {
+	wait, hint time.Duration
+	hasHint    bool
+}
+
+// backoff is r's wait, drawn once, by the first check that needs it: the
+// attempts gate, first in the list, needs none, so that a call's last
+// attempt draws nothing.
+func (r *retryAsk) backoff(c *call) retryWait {
+	if r.wait == nil {
+		p := &c.d.policy
+		w := &r.drawn
+		if !p.IgnoreRetryAfter && r.f.Header != nil {
+			w.hint, w.hasHint = parseRetryAfter(r.f.Header, r.now)
+		}
+		w.wait = backoff(r.n, p.BackoffBase, p.BackoffMax, min(w.hint, p.MaxRetryAfter), w.hasHint, p.MaxRetryAfter, r.rnd())
+		r.wait = w
+	}
+	return *r.wait
+}
+
+// admitRetry runs the gates of c's backend on the retry that would follow
 // failed attempt n, and returns the wait before it, or the refusal of the
-// first gate that refuses it. A provider delay past MaxRetryAfter is
-// refused before the deadline is weighed: it is the more useful reason,
-// since a queue can reschedule on it. The attempt gates are asked whether
-// they would refuse the retry once its wait is over (an open breaker),
-// and the throttle is asked, before the budget, which goes last: no unit is
+// first gate that refuses it: the checks in the list's order (attempts,
+// provider delay, deadline, cost ceiling, the attempt gates at the wait's
+// end, the throttle), then the spenders (the budget), so that no unit is
 // spent, and no wait started, for a retry that another gate refuses.
 //
 // rnd draws the jitter; it is called only for a retry that the attempts
-// gate admits, so that a call's last attempt draws nothing.
-func (c *call) admitRetry(n int, f *Failure, now time.Time, retryCost float64, rnd func() float64) (time.Duration, *denial) {
-	p := &c.d.policy
-	if n >= p.MaxAttempts {
-		return 0, &denial{gate: gateAttempts}
-	}
-	wait, hint, hasHint := c.retryWait(n, f, now, rnd())
-	switch {
-	case hasHint && hint > p.MaxRetryAfter:
-		return 0, &denial{gate: gateRetryAfter, retryAfter: hint}
-	case c.pastDeadline(now.Add(wait + minAttempt)):
-		return 0, &denial{gate: gateDeadline, retryAfter: hint}
-	case c.pastCostCeiling(retryCost, c.route):
-		return 0, &denial{gate: gateCost}
-	}
+// gate admits.
+func admitRetry(c *call, n int, f *Failure, now time.Time, retryCost float64, rnd func() float64) (time.Duration, *denial) {
+	r := retryAsk{n: n, f: f, now: now, retryCost: retryCost, rnd: rnd}
 	b := c.route.b
-	for _, g := range b.attemptGates {
-		if refused := g.refusesAt(c, now, now.Add(wait)); refused != nil {
+	for _, g := range b.retryChecks {
+		if refused := g.refusesRetry(c, &r); refused != nil {
 			return 0, refused
 		}
 	}
-	if t := b.throttle; t != nil && !t.allows(c) {
-		return 0, &denial{gate: gateThrottle}
+	for _, s := range b.spenders {
+		if refused := s.spend(c, now); refused != nil {
+			return 0, refused
+		}
 	}
-	granted, err := b.budget.Acquire(c.ctx, now)
-	c.storeError(partBudget, "acquire", err)
-	if !granted {
-		return 0, &denial{gate: gateBudget, asIs: p.OnBudgetExhausted == PassthroughBudgetExhausted}
-	}
-	return wait, nil
+	return r.backoff(c).wait, nil
 }
 
-// retryWait is the wait before the retry that follows failed attempt n:
-// full jitter, or the provider's delay (hint), honoured up to MaxRetryAfter.
-func (c *call) retryWait(n int, f *Failure, now time.Time, rnd float64) (wait, hint time.Duration, hasHint bool) {
-	p := &c.d.policy
-	if !p.IgnoreRetryAfter && f.Header != nil {
-		hint, hasHint = parseRetryAfter(f.Header, now)
+// admitHedge admits and starts the hedge of c's attempt under way, or
+// returns nil when a gate refuses it. A hedge waits for nothing: the
+// checks (attempts left, the deadline, the cost ceiling, since a hedge
+// costs a whole attempt, a cancelled one may still be billed for its
+// input; the throttle), then the attempt gates with no wait, then the
+// spenders (the budget), whose refusal gives back the attempt gates' passes.
+func admitHedge(c *call) *attempt {
+	refused := func() *attempt {
+		c.trace.hedgeResult(hedgeRefused)
+		return nil
 	}
-	wait = backoff(n, p.BackoffBase, p.BackoffMax, min(hint, p.MaxRetryAfter), hasHint, p.MaxRetryAfter, rnd)
-	return wait, hint, hasHint
+	b := c.route.b
+	now := c.d.clock.Now()
+	for _, g := range b.hedgeChecks {
+		if g.refusesHedge(c, now) != nil {
+			return refused()
+		}
+	}
+	a := c.newAttempt(c.report.Attempts+1, true)
+	if denied, canceled := admitAttempt(c, a); denied != nil || canceled {
+		return refused()
+	}
+	for _, s := range b.spenders {
+		if s.spend(c, c.d.clock.Now()) != nil {
+			a.settle(attemptEvent{})
+			return refused()
+		}
+	}
+	c.addRetryCost()
+	c.startAttempt(a)
+	return a
 }
 
-// pastCostCeiling reports whether one more attempt beyond the first, on
-// route r, on top of retryCost spent so far, would cross the retry cost
-// ceiling; with a ceiling set, an unpriced model crosses it.
-func (c *call) pastCostCeiling(retryCost float64, r *route) bool {
-	ceiling := c.d.policy.MaxRetryCostUSD
-	return ceiling > 0 && (!r.priced || retryCost+r.cost > ceiling)
+// admitAttempt runs the attempt gates of a's backend on attempt a, in
+// order, and notes on it their passes, whether it is the breaker's probe
+// and how long it waited in line; or returns the first refusal, or whether
+// the caller's context ended during a wait. The passes of an attempt that
+// is not sent are given back at once. A hedge waits for nothing: a gate
+// that has no room for it at once refuses it.
+func admitAttempt(c *call, a *attempt) (refused *denial, canceled bool) {
+	for _, g := range a.route.b.attemptGates {
+		adm := g.admitAttempt(c, a, c.d.clock.Now())
+		a.queued += adm.queued
+		if adm.circuit != 0 {
+			c.report.circuit(adm.circuit)
+			a.probe = adm.probe
+		}
+		if adm.pass != nil {
+			a.passes = append(a.passes, adm.pass)
+		}
+		if adm.refused != nil || adm.canceled {
+			a.settle(attemptEvent{})
+			if adm.refused != nil && adm.refused.circuit != 0 {
+				c.report.circuit(adm.refused.circuit)
+			}
+			c.report.queued(a.queued)
+			return adm.refused, adm.canceled
+		}
+	}
+	return nil, false
 }
 
-// pastDeadline reports whether t is past the call's deadline.
-func (c *call) pastDeadline(t time.Time) bool {
-	deadline, ok := c.ctx.Deadline()
-	return ok && t.After(deadline)
+// waitUntil is an attempt gate's wait, until until: it first asks the gates
+// after that gate whether they would refuse the attempt by then (no wait
+// is started that a later gate would refuse), then sleeps on the Damper's
+// clock, and reports a refusal, or whether the caller's context ended.
+func waitUntil(c *call, after attemptGate, until time.Time) (refused *denial, canceled bool) {
+	now := c.d.clock.Now()
+	if !until.After(now) {
+		return nil, false
+	}
+	later := false
+	for _, g := range c.route.b.attemptGates {
+		if later {
+			if refused := g.refusesAt(c, now, until); refused != nil {
+				return refused, false
+			}
+		}
+		later = later || g == after
+	}
+	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
 }
 
 // attemptGate admits each attempt n of call c, the first included, before
 // it is sent: it may refuse it, or hand it a pass that hears how it ended.
-// A gate that makes the attempt wait does so with c.waitUntil, which first
+// A gate that makes the attempt wait does so with waitUntil, which first
 // asks the gates after it whether they would refuse the attempt by then.
 // The rate limiter and the circuit breaker are attempt gates, in that order:
 // the breaker admits its probe at the moment the attempt leaves.
@@ -228,22 +376,9 @@ type endPass interface {
 }
 
 // attemptObserver hears the end of every attempt: the budget and the
-// throttle do, and a limiter would, to learn the provider's limits.
+// throttle do.
 type attemptObserver interface {
 	observeAttempt(ctx context.Context, now time.Time, e attemptEvent)
-}
-
-// budgetObserver tells the retry budget of every attempt.
-type budgetObserver struct {
-	b   fleet.Budget
-	tel *telemetry
-}
-
-func (o budgetObserver) observeAttempt(ctx context.Context, now time.Time, e attemptEvent) {
-	// The budget's books are kept whatever becomes of the caller.
-	if err := o.b.Observe(keepGoing(ctx, o.b), now, e.outcome); err != nil {
-		o.tel.logStoreError(ctx, partBudget, "observe", err)
-	}
 }
 
 // keepGoing returns ctx without its cancellation, for a part's store to
@@ -254,4 +389,41 @@ func keepGoing(ctx context.Context, part any) context.Context {
 		return ctx
 	}
 	return context.WithoutCancel(ctx)
+}
+
+// gateInstruments is what one gate's instruments func made for a Damper.
+type gateInstruments struct {
+	g    *gate
+	inst any
+}
+
+// registerGates makes every gate's instruments for Damper d, whose
+// backends are wired.
+func (m *metrics) registerGates(d *Damper) {
+	for _, g := range gateList {
+		if g.instruments != nil {
+			m.gates = append(m.gates, gateInstruments{g, g.instruments(m.meter, d)})
+		}
+	}
+}
+
+// instrumentsOf returns what the instruments func of the gate refusing
+// with outcome made, or nil. (A gate's own hooks name it by its outcome:
+// its descriptor, which names them, cannot be named back.)
+func (m *metrics) instrumentsOf(outcome Outcome) any {
+	for _, gi := range m.gates {
+		if gi.g.outcome == outcome {
+			return gi.inst
+		}
+	}
+	return nil
+}
+
+// recordGates records what every gate measures of a call at its end.
+func (m *metrics) recordGates(ctx context.Context, rep *Report) {
+	for _, gi := range m.gates {
+		if gi.g.recordCall != nil {
+			gi.g.recordCall(ctx, m, gi.inst, *rep)
+		}
+	}
 }

@@ -51,7 +51,7 @@ func FuzzPlan(f *testing.F) {
 		c := &call{d: &Damper{policy: p}, ctx: ctx}
 		c.first.b = &backend{name: PrimaryBackend, budget: budget}
 		c.route = &c.first
-		wait, refused := c.admitRetry(n, &Failure{StatusCode: 429, Header: h}, now, 0, func() float64 { return rnd })
+		wait, refused := admitRetry(c, n, &Failure{StatusCode: 429, Header: h}, now, 0, func() float64 { return rnd })
 		if refused != nil {
 			if wait != 0 || !isDenial(refused.gate.outcome) {
 				t.Fatalf("refused (%v) with wait %v", refused.gate.outcome, wait)
@@ -83,14 +83,14 @@ func (g *testGate) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	n := a.n
 	g.seen = append(g.seen, n)
 	if n == g.refuseAt {
-		return admission{refused: &denial{gate: gate{outcome: "test_refused", reason: errTestRefused}}}
+		return admission{refused: &denial{gate: &gate{outcome: "test_refused", reason: errTestRefused}}}
 	}
 	if n > 1 && g.cancel != nil {
 		g.cancel()
 	}
 	adm := admission{pass: testPass{g}}
 	if n > 1 && g.wait > 0 {
-		adm.refused, adm.canceled = c.waitUntil(g, now.Add(g.wait))
+		adm.refused, adm.canceled = waitUntil(c, g, now.Add(g.wait))
 	}
 	return adm
 }

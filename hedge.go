@@ -87,43 +87,6 @@ func (p *HedgePolicy) check(given HedgePolicy) error {
 	return nil
 }
 
-// admitHedge admits and starts the hedge of the attempt under way, or
-// returns nil when a gate refuses it. The gates are a retry's, in its
-// order, but a hedge waits for nothing: attempts left, the deadline, the
-// cost ceiling (a hedge costs a whole attempt: a cancelled one may still be
-// billed for its input), the throttle, the attempt gates with no wait, and
-// the budget last, so that no unit is spent on a hedge another gate
-// refuses.
-func (c *call) admitHedge() *attempt {
-	p := &c.d.policy
-	n := c.report.Attempts + 1
-	refused := func() *attempt {
-		c.trace.hedgeResult(hedgeRefused)
-		return nil
-	}
-	switch now := c.d.clock.Now(); {
-	case n-c.routeFrom > p.MaxAttempts, c.pastDeadline(now.Add(minAttempt)):
-		return refused()
-	case c.pastCostCeiling(c.retryCost, c.route):
-		return refused()
-	case c.route.b.throttle != nil && !c.route.b.throttle.allows(c):
-		return refused()
-	}
-	a := c.newAttempt(n, true)
-	if denied, canceled := c.admitAttempt(a); denied != nil || canceled {
-		return refused()
-	}
-	granted, err := c.route.b.budget.Acquire(c.ctx, c.d.clock.Now())
-	c.storeError(partBudget, "acquire", err)
-	if !granted {
-		a.settle(attemptEvent{})
-		return refused()
-	}
-	c.addRetryCost()
-	c.startAttempt(a)
-	return a
-}
-
 // latencyKey names a window of latency samples: a limit group's plain calls
 // or streams.
 type latencyKey struct {

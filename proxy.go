@@ -596,7 +596,10 @@ func writeCallError(w http.ResponseWriter, err error, rep *Report) int {
 	var up *upstreamStatus
 	var ev *upstreamEvent
 	var de *Error
-	isDamper := errors.As(err, &de)
+	var refused *gate // the gate whose refusal err is, if any
+	if errors.As(err, &de) {
+		refused = refusedBy(de.Reason)
+	}
 	switch {
 	case errors.As(err, &up):
 		// The provider's own answer, as it came.
@@ -613,10 +616,9 @@ func writeCallError(w http.ResponseWriter, err error, rep *Report) int {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(errorEvent(ev.data))
 		return http.StatusOK
-	case isDamper && de.Reason == ErrCircuitOpen:
-		return writeAPIError(w, 529, "overloaded_error", err.Error(), retryAfter(de.RetryAfter))
-	case isDamper && de.Reason == ErrRateLimited:
-		return writeAPIError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error(), retryAfter(de.RetryAfter))
+	case refused != nil && refused.status != 0:
+		// A gate's refusal, shaped as the API's own error for it.
+		return writeAPIError(w, refused.status, refused.apiType, err.Error(), retryAfter(de.RetryAfter))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAttemptTimeout):
 		return writeAPIError(w, http.StatusGatewayTimeout, "timeout_error", "damper proxy: "+err.Error(), nil)
 	}

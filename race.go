@@ -62,7 +62,7 @@ func (rc *race) run(a *attempt) (*attempt, attemptResult, Classification, bool) 
 			if len(rc.results) > 0 {
 				continue // an answer came with the delay: it goes first, and no hedge leaves
 			}
-			if h := c.admitHedge(); h != nil {
+			if h := admitHedge(c); h != nil {
 				rc.send(h)
 			}
 		case x := <-rc.results:

@@ -2,10 +2,12 @@ package damper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +19,115 @@ import (
 	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
+
+// The rate limiter's gate: Policy.RateLimit, over one [LimitBuckets] per
+// limit group from the backend's store. It admits every attempt, waiting
+// in line, and is asked before a retry whether it would have room at the
+// wait's end. Each call's wait is recorded in damper.ratelimit.wait, and
+// the primary backend's buckets in two gauges.
+
+// OutcomeRateLimited: the rate limiter could not admit the attempt in time.
+const OutcomeRateLimited Outcome = "rate_limited"
+
+// ErrRateLimited: the rate limiter could not admit the attempt within
+// RateLimitPolicy.MaxWait and the caller's deadline, so nothing was
+// sent. [Error.AdmitAt] holds when it could have been admitted, and
+// [Error.RetryAfter] the time until then.
+var ErrRateLimited = errors.New("damper: rate limited")
+
+// gateRateLimit's refusal reaches a proxy's client as the API's own rate
+// limit (429 rate_limit_error). It moves a call on to a backend with
+// limits of its own.
+var gateRateLimit = &gate{
+	outcome: OutcomeRateLimited, reason: ErrRateLimited,
+	status: http.StatusTooManyRequests, apiType: "rate_limit_error", moves: true,
+	part: newLimiterGate, instruments: rateInstruments, recordCall: recordRateWait,
+}
+
+// partLimiter is the limiter's part of a store.
+var partLimiter = newStorePart("limiter", "damper: rate limiter store error")
+
+// newLimiterGate makes backend b's limiter, or nil without
+// Policy.RateLimit.
+func newLimiterGate(d *Damper, b *backend) (any, error) {
+	if d.policy.RateLimit == nil {
+		return nil, nil
+	}
+	b.limiter = newLimiter(d.policy.RateLimit, d.clock, b.store)
+	b.limiter.tel = d.tel
+	return b.limiter, nil
+}
+
+// The limiter's metrics.
+const (
+	metricRateWait      = "damper.ratelimit.wait"
+	metricRateLimit     = "damper.ratelimit.limit"
+	metricRateRemaining = "damper.ratelimit.remaining"
+)
+
+// rateInstruments makes the histogram of the calls' waits in line and,
+// when the primary backend has a limiter, the gauges of its buckets.
+func rateInstruments(meter metric.Meter, d *Damper) any {
+	var none noop.Meter
+	wait := instrument(meter.Float64Histogram(metricRateWait, metric.WithUnit("s"),
+		metric.WithDescription("Time a Messages request waited in the rate limiter's line, by limit group."),
+		metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait))
+	if d.primary.limiter != nil {
+		rateGauges(meter, &d.tel.m, d.primary.limiter, d.clock, d)
+	}
+	return wait
+}
+
+// recordRateWait records a call's wait in its group's line.
+func recordRateWait(ctx context.Context, m *metrics, inst any, rep Report) {
+	wait := inst.(metric.Float64Histogram)
+	if rep.LimitGroup != "" && wait.Enabled(ctx) {
+		wait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(m.groups.label(rep.LimitGroup))))
+	}
+}
+
+// rateGauges registers the gauges of the rate limiter's buckets: each
+// one's limit and what remains, by group and bucket.
+func rateGauges(meter metric.Meter, m *metrics, lim *limiter, clock Clock, owner *Damper) {
+	limit, err := meter.Float64ObservableGauge(metricRateLimit, metric.WithUnit("{token}"),
+		metric.WithDescription("Per-minute limit of each rate-limit bucket (requests or tokens), learned or configured; absent until known."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	remaining, err := meter.Float64ObservableGauge(metricRateRemaining, metric.WithUnit("{token}"),
+		metric.WithDescription("What an interactive request could take from each rate-limit bucket now."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	groups, named, name := m.groups, m.named, m.name
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range lim.state(clock.Now()) {
+			group := groups.label(s.Group)
+			if s.Limit == 0 || group == otherLabel {
+				continue // one gauge for many groups would say nothing true
+			}
+			kvs := []attribute.KeyValue{keyRateGroup.String(group), keyRateBucket.String(s.Bucket), keyRateLearned.Bool(s.Learned)}
+			if named {
+				kvs = append(kvs, name)
+			}
+			o.ObserveFloat64(limit, s.Limit, metric.WithAttributes(kvs...))
+			o.ObserveFloat64(remaining, s.Remaining, metric.WithAttributes(kvs...))
+		}
+		return nil
+	}, limit, remaining)
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
+}
 
 // RateLimitPolicy configures the rate limiter: it keeps every goroutine of
 // a Damper under the API's rate limits together, so that attempts wait in
@@ -499,7 +609,7 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 			g.release(now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
-		refused, canceled := c.waitUntil(l, due)
+		refused, canceled := waitUntil(c, l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
 			g.cancel(c, r, ticket, now)

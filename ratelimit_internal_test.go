@@ -21,7 +21,7 @@ import (
 // a wait.
 type refuseLater struct{}
 
-var errRefusedLater = &denial{gate: gate{outcome: "later_refused"}}
+var errRefusedLater = &denial{gate: &gate{outcome: "later_refused"}}
 
 func (refuseLater) admitAttempt(*call, *attempt, time.Time) admission { return admission{} }
 
@@ -54,7 +54,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	d.primary.attemptGates = append(d.primary.attemptGates, refuseLater{})
 	first := limiterCall(d, context.Background())
 	a := first.newAttempt(1, false)
-	if refused, _ := first.admitAttempt(a); refused != nil {
+	if refused, _ := admitAttempt(first, a); refused != nil {
 		t.Fatalf("first attempt refused: %+v", refused)
 	}
 	a.settle(attemptEvent{outcome: fleet.AttemptOutcome{Success: true}})
@@ -62,7 +62,7 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 	c := limiterCall(d, context.Background())
 	start := time.Now()
 	b := c.newAttempt(1, false)
-	refused, canceled := c.admitAttempt(b)
+	refused, canceled := admitAttempt(c, b)
 	queued := b.queued
 	if refused != errRefusedLater || canceled || queued > time.Second || time.Since(start) > time.Second {
 		t.Fatalf("refused %+v, canceled %v, queued %v after %v; want the later gate's refusal at once", refused, canceled, queued, time.Since(start))

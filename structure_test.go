@@ -168,7 +168,7 @@ func TestEngineNamesNoAdapter(t *testing.T) {
 			}
 		}
 	}
-	engine := []string{"call.go", "report.go", "request.go", "attempt.go", "answer.go", "stream.go", "race.go", "hedge.go", "gates.go", "fallback.go"}
+	engine := []string{"call.go", "report.go", "request.go", "attempt.go", "answer.go", "stream.go", "race.go", "hedge.go", "gates.go", "gate_retry.go", "budget.go", "breaker.go", "throttle.go", "ratelimit.go", "fallback.go"}
 	for _, name := range engine {
 		f := files[name]
 		if f == nil {

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -186,7 +185,7 @@ type telemetry struct {
 
 	// A failing store fails every operation: the errors of each part are
 	// logged once per storeLogEvery, with the count of those left out.
-	storeErrs [numStoreParts]storeErrors
+	storeErrs []storeErrors // by storePart
 }
 
 // storeErrors paces the log lines of one part's store errors.
@@ -195,11 +194,10 @@ type storeErrors struct {
 	errors atomic.Int64 // errors since the last line
 }
 
-// newTelemetry builds the telemetry of a Damper with policy p, clock,
-// budget and rate limiter (nil for none) from cfg. The gauges' callbacks
-// hold budget, limiter and clock; they are unregistered once owner is
-// collected.
-func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget fleet.Budget, lim *limiter, owner *Damper) *telemetry {
+// newTelemetry builds the telemetry of a Damper with policy p and clock
+// from cfg; the gates' own instruments come once its backends are wired
+// (metrics.registerGates).
+func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock) *telemetry {
 	tp := cfg.tracerProvider
 	var placeholder trace.TracerProvider
 	if tp == nil {
@@ -213,6 +211,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget fleet.Budg
 	}
 	_, real := clock.(realClock)
 	t := &telemetry{
+		storeErrs:   make([]storeErrors, len(storeParts)),
 		tracer:      tp.Tracer(instrumentationName),
 		placeholder: placeholder,
 		log:         cfg.logger,
@@ -227,7 +226,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock, budget fleet.Budg
 		}
 	}
 	t.models, t.groups = policyLabels(p)
-	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, t.models, t.groups, budget, lim, clock, owner)
+	t.m = newMetrics(mp.Meter(instrumentationName), t.name, t.named, t.models, t.groups)
 	return t
 }
 
@@ -540,11 +539,4 @@ func requestErrorType(outcome Outcome, last AttemptReport) string {
 		return attemptErrorType(last)
 	}
 	return string(outcome)
-}
-
-// circuitChange records a change of the breaker's state: a metric and a
-// log line. It belongs to no call, so it has no span.
-func (t *telemetry) circuitChange(c CircuitChange) {
-	t.m.circuitChange(context.Background(), c)
-	t.logCircuitChange(c)
 }

@@ -98,31 +98,22 @@ func (ct *callTrace) logContext() context.Context {
 	return trace.ContextWithSpan(ct.ctx, ct.request)
 }
 
-// storePart is a part of a Damper's state that a [fleet.Store] may keep.
+// storePart is a part of a Damper's state that a [fleet.Store] may keep,
+// made by newStorePart beside the gate whose part it is.
 type storePart uint8
 
-const (
-	partBudget storePart = iota
-	partThrottle
-	partBreaker
-	partLimiter
-	numStoreParts
-)
+// storePartInfo names a part: its value of damper.store.part, and the log
+// message of its store's errors.
+type storePartInfo struct{ name, message string }
 
-// storePartNames are the parts' values of damper.store.part.
-var storePartNames = [numStoreParts]string{
-	partBudget:   "budget",
-	partThrottle: "throttle",
-	partBreaker:  "breaker",
-	partLimiter:  "limiter",
-}
+// storeParts are every part, by storePart.
+var storeParts []storePartInfo
 
-// storeErrorMessages are the log messages of each part's store errors.
-var storeErrorMessages = [numStoreParts]string{
-	partBudget:   "damper: retry budget error",
-	partThrottle: "damper: retry throttle store error",
-	partBreaker:  "damper: circuit breaker store error",
-	partLimiter:  "damper: rate limiter store error",
+// newStorePart adds a part; it is called once per part, as the package's
+// variables are initialized.
+func newStorePart(name, message string) storePart {
+	storeParts = append(storeParts, storePartInfo{name, message})
+	return storePart(len(storeParts) - 1)
 }
 
 // logStoreError counts a failure of a part's store in damper.store.errors
@@ -146,28 +137,10 @@ func (t *telemetry) logStoreError(ctx context.Context, part storePart, op string
 		return
 	}
 	pe.errors.Add(-n)
-	t.log.LogAttrs(ctx, slog.LevelWarn, storeErrorMessages[part], slog.String("op", op), slog.String("error", err.Error()),
+	t.log.LogAttrs(ctx, slog.LevelWarn, storeParts[part].message, slog.String("op", op), slog.String("error", err.Error()),
 		slog.Int64("errors", n))
 }
 
 // storeLogEvery is the least time between two lines about one part's
 // store errors.
 const storeLogEvery = 10 * time.Second
-
-// logCircuitChange writes the line of a change of the breaker's state: at
-// Warn when it opens, at Info otherwise.
-func (t *telemetry) logCircuitChange(c CircuitChange) {
-	level := slog.LevelInfo
-	if c.To == CircuitOpen {
-		level = slog.LevelWarn
-	}
-	ctx := context.Background()
-	if t.log == nil || !t.log.Enabled(ctx, level) {
-		return
-	}
-	attrs := []slog.Attr{slog.String("from", c.From.String()), slog.String("to", c.To.String())}
-	if c.To == CircuitOpen {
-		attrs = append(attrs, slog.Duration("open_for", c.NextProbe.Sub(c.At)))
-	}
-	t.log.LogAttrs(ctx, level, "damper: circuit breaker "+c.To.String(), attrs...)
-}

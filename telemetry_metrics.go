@@ -2,10 +2,8 @@ package damper
 
 import (
 	"context"
-	"runtime"
 	"time"
 
-	"github.com/damper-ai/damper-go/fleet"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -19,12 +17,7 @@ const (
 	metricDenials         = "damper.retry.denials"
 	metricBackoff         = "damper.retry.backoff"
 	metricRetryCost       = "damper.retry.cost"
-	metricBudgetBalance   = "damper.retry_budget.balance"
 	metricRequestDuration = "damper.request.duration"
-	metricCircuitChanges  = "damper.circuit.changes"
-	metricRateWait        = "damper.ratelimit.wait"
-	metricRateLimit       = "damper.ratelimit.limit"
-	metricRateRemaining   = "damper.ratelimit.remaining"
 	metricHedges          = "damper.hedges"
 	metricStoreErrors     = "damper.store.errors"
 	metricFallbacks       = "damper.fallbacks"
@@ -55,8 +48,6 @@ type metrics struct {
 	backoff   metric.Float64Histogram
 	retryCost metric.Float64Counter
 	duration  metric.Float64Histogram
-	circuit   metric.Int64Counter
-	rateWait  metric.Float64Histogram
 	hedges    metric.Int64Counter
 	storeErrs metric.Int64Counter
 	fallbacks metric.Int64Counter
@@ -65,15 +56,21 @@ type metrics struct {
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool
-	gen      genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
+	// gates are the gates' own instruments, made on meter once the
+	// backends are wired (registerGates).
+	gates []gateInstruments
+	meter metric.Meter
+	gen   genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 }
 
-// newMetrics creates a Damper's instruments on meter. An instrument the
-// meter refuses is replaced by a no-op one and the error goes to
-// otel.Handle, as telemetry must never fail a call.
-func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet, budget fleet.Budget, lim *limiter, clock Clock, owner *Damper) metrics {
+// newMetrics creates a Damper's instruments on meter, but the gates' own
+// (registerGates). An instrument the meter refuses is replaced by a no-op
+// one and the error goes to otel.Handle, as telemetry must never fail a
+// call.
+func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet) metrics {
 	var none noop.Meter
 	m := metrics{
+		meter:  meter,
 		name:   name,
 		named:  named,
 		models: models,
@@ -92,11 +89,6 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models,
 		duration: instrument(meter.Float64Histogram(metricRequestDuration, metric.WithUnit("s"),
 			metric.WithDescription("Duration of logical Messages requests, retries and waits included."),
 			metric.WithExplicitBucketBoundaries(0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)))(none.Float64Histogram(metricRequestDuration)),
-		circuit: instrument(meter.Int64Counter(metricCircuitChanges, metric.WithUnit("{change}"),
-			metric.WithDescription("Changes of the circuit breaker's state, by the state left and the state entered.")))(none.Int64Counter(metricCircuitChanges)),
-		rateWait: instrument(meter.Float64Histogram(metricRateWait, metric.WithUnit("s"),
-			metric.WithDescription("Time a Messages request waited in the rate limiter's line, by limit group."),
-			metric.WithExplicitBucketBoundaries(0, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)))(none.Float64Histogram(metricRateWait)),
 		hedges: instrument(meter.Int64Counter(metricHedges, metric.WithUnit("{hedge}"),
 			metric.WithDescription("Hedges of Messages calls by result: sent, won (answered first), canceled (the attempt hedged answered first), refused (by a gate).")))(none.Int64Counter(metricHedges)),
 		storeErrs: instrument(meter.Int64Counter(metricStoreErrors, metric.WithUnit("{error}"),
@@ -107,70 +99,7 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models,
 			metric.WithDescription("Backends a Messages call cannot fall back to with its model, once per call, backend and model, by backend and reason (no_model_id: give Backend.Models).")))(none.Int64Counter(metricFallbackSkips)),
 	}
 	m.gen = newGenAIMetrics(meter)
-	if lim != nil {
-		m.rateGauges(meter, lim, clock, owner)
-	}
-
-	// The gauge's callback holds the budget and the clock, not the Damper,
-	// so that a Damper nobody uses any more can be collected; its cleanup
-	// then unregisters the callback.
-	gauge, err := meter.Float64ObservableGauge(metricBudgetBalance, metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries the retry budget can still authorize in its current window."))
-	if err != nil {
-		otel.Handle(err)
-		return m
-	}
-	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		balance, err := budget.Available(ctx, clock.Now())
-		if err != nil {
-			return err // the SDK reports it; no value is better than a wrong one
-		}
-		o.ObserveFloat64(gauge, balance, m.with()...)
-		return nil
-	}, gauge)
-	if err != nil {
-		otel.Handle(err)
-		return m
-	}
-	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	return m
-}
-
-// rateGauges registers the gauges of the rate limiter's buckets: each
-// one's limit and what remains, by group and bucket.
-func (m *metrics) rateGauges(meter metric.Meter, lim *limiter, clock Clock, owner *Damper) {
-	limit, err := meter.Float64ObservableGauge(metricRateLimit, metric.WithUnit("{token}"),
-		metric.WithDescription("Per-minute limit of each rate-limit bucket (requests or tokens), learned or configured; absent until known."))
-	if err != nil {
-		otel.Handle(err)
-		return
-	}
-	remaining, err := meter.Float64ObservableGauge(metricRateRemaining, metric.WithUnit("{token}"),
-		metric.WithDescription("What an interactive request could take from each rate-limit bucket now."))
-	if err != nil {
-		otel.Handle(err)
-		return
-	}
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for _, s := range lim.state(clock.Now()) {
-			group := m.groups.label(s.Group)
-			if s.Limit == 0 || group == otherLabel {
-				continue // one gauge for many groups would say nothing true
-			}
-			kvs := []attribute.KeyValue{keyRateGroup.String(group), keyRateBucket.String(s.Bucket), keyRateLearned.Bool(s.Learned)}
-			if m.named {
-				kvs = append(kvs, m.name)
-			}
-			o.ObserveFloat64(limit, s.Limit, metric.WithAttributes(kvs...))
-			o.ObserveFloat64(remaining, s.Remaining, metric.WithAttributes(kvs...))
-		}
-		return nil
-	}, limit, remaining)
-	if err != nil {
-		otel.Handle(err)
-		return
-	}
-	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
 }
 
 // attrs returns the option recording kvs, and the Damper's name if any.
@@ -244,9 +173,7 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 	if isDenial(rep.Outcome) && m.denials.Enabled(ctx) {
 		m.denials.Add(ctx, 1, m.attrs(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
 	}
-	if rep.LimitGroup != "" && m.rateWait.Enabled(ctx) {
-		m.rateWait.Record(ctx, rep.RateLimitWait.Seconds(), m.attrs(keyProvider.String(rep.Provider), keyRateGroup.String(m.groups.label(rep.LimitGroup))))
-	}
+	m.recordGates(ctx, rep)
 	if m.duration.Enabled(ctx) {
 		kvs := []attribute.KeyValue{keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)}
 		if m.backends {
@@ -256,21 +183,10 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 	}
 }
 
-// circuitChange counts a change of the breaker's state.
-func (m *metrics) circuitChange(ctx context.Context, c CircuitChange) {
-	if m.circuit.Enabled(ctx) {
-		kvs := []attribute.KeyValue{keyCircuitFrom.String(c.From.String()), keyCircuitTo.String(c.To.String())}
-		if m.backends {
-			kvs = append(kvs, keyBackend.String(c.Backend))
-		}
-		m.circuit.Add(ctx, 1, m.attrs(kvs...))
-	}
-}
-
 // storeError counts an operation op of part's store that failed.
 func (m *metrics) storeError(ctx context.Context, part storePart, op string) {
 	if m.storeErrs.Enabled(ctx) {
-		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storePartNames[part]), keyStoreOp.String(op)))
+		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storeParts[part].name), keyStoreOp.String(op)))
 	}
 }
 

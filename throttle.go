@@ -2,11 +2,43 @@ package damper
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
 )
+
+// The retry throttle's gate: Policy.Throttle, over a [Throttle] count from
+// the backend's store. Before a retry or a hedge it checks the count,
+// taking nothing; it hears every attempt's end.
+
+// OutcomeRetryThrottled: the retry throttle refused the retry.
+const OutcomeRetryThrottled Outcome = "retry_throttled"
+
+// ErrRetryThrottled: the retry throttle had half of its tokens or
+// fewer left (see [ThrottlePolicy]).
+var ErrRetryThrottled = errors.New("damper: retry throttled")
+
+// partThrottle is the throttle's part of a store.
+var partThrottle = newStorePart("throttle", "damper: retry throttle store error")
+
+// gateThrottle moves a call on: another backend has a count of its own.
+var gateThrottle = &gate{outcome: OutcomeRetryThrottled, reason: ErrRetryThrottled, moves: true, part: newThrottleGate}
+
+// newThrottleGate makes backend b's throttle from its store, or nil
+// without Policy.Throttle.
+func newThrottleGate(d *Damper, b *backend) (any, error) {
+	p := d.policy.Throttle
+	if p == nil {
+		return nil, nil
+	}
+	t, err := fromStore("Throttle", b.store, fleet.ThrottleStore.Throttle, fleet.MemoryStore.Throttle, fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
+	if err != nil {
+		return nil, err
+	}
+	return newRetryThrottle(p, t, d.tel), nil
+}
 
 // ThrottlePolicy configures the retry throttle, the rule of gRPC's retry
 // throttling: a count of tokens that starts full at MaxTokens; each failed
@@ -70,9 +102,23 @@ func (t *retryThrottle) observeAttempt(ctx context.Context, _ time.Time, e attem
 	}
 }
 
-// allows reports whether c may make a retry now.
+// allows reports whether c may make a retry, or a hedge, now.
 func (t *retryThrottle) allows(c *call) bool {
 	n, err := t.t.Tokens(c.ctx)
 	c.storeError(partThrottle, "tokens", err)
 	return n > t.half
+}
+
+func (t *retryThrottle) refusesRetry(c *call, _ *retryAsk) *denial {
+	if !t.allows(c) {
+		return &denial{gate: gateThrottle}
+	}
+	return nil
+}
+
+func (t *retryThrottle) refusesHedge(c *call, _ time.Time) *denial {
+	if !t.allows(c) {
+		return &denial{gate: gateThrottle}
+	}
+	return nil
 }

@@ -183,8 +183,8 @@ func TestThrottleThroughEngine(t *testing.T) {
 		if got := clk.Sleeps()[sleeps:]; !slices.Equal(got, w.waits) {
 			t.Errorf("call %d: waits %v, want %v", i+1, got, w.waits)
 		}
-		if w.left >= 0 && throttleLeft(d.primary.throttle) != w.left {
-			t.Errorf("call %d: %v tokens left, want %v", i+1, throttleLeft(d.primary.throttle), w.left)
+		if w.left >= 0 && throttleLeft(throttleOf(d)) != w.left {
+			t.Errorf("call %d: %v tokens left, want %v", i+1, throttleLeft(throttleOf(d)), w.left)
 		}
 		if w.budget >= 0 && available(t, d, clk.Now()) != w.budget {
 			t.Errorf("call %d: budget %v, want %v", i+1, available(t, d, clk.Now()), w.budget)
@@ -237,7 +237,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk, srv, d, client := thrRig(t, Policy{MaxAttempts: 1, PerAttemptTimeout: time.Second, Throttle: &ThrottlePolicy{}})
-			setTokens(d.primary.throttle.t, int64(tt.start*1000))
+			setTokens(throttleOf(d).t, int64(tt.start*1000))
 			srv.Script("", tt.step)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -260,7 +260,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 			if srv.Count("") != 1 {
 				t.Fatalf("server got %d requests, want 1", srv.Count(""))
 			}
-			if got := throttleLeft(d.primary.throttle); got != tt.left {
+			if got := throttleLeft(throttleOf(d)); got != tt.left {
 				t.Fatalf("%v tokens left, want %v (err %v)", got, tt.left, err)
 			}
 		})
@@ -333,10 +333,10 @@ func TestRetryThrottleConcurrent(t *testing.T) {
 // budget alone observing, and no circuit state in its reports.
 func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 	_, srv, d, client := thrRig(t, Policy{})
-	if d.primary.attemptGates != nil || hasBreaker(d) || d.primary.throttle != nil || len(d.primary.observers) != 1 || d.policy.Breaker != nil || d.policy.Throttle != nil {
-		t.Fatalf("gates %v, breaker %v, throttle %v, %d observers; want none but the budget", d.primary.attemptGates, hasBreaker(d), d.primary.throttle, len(d.primary.observers))
+	if d.primary.attemptGates != nil || hasBreaker(d) || throttleOf(d) != nil || len(d.primary.observers) != 1 || d.policy.Breaker != nil || d.policy.Throttle != nil {
+		t.Fatalf("gates %v, breaker %v, throttle %v, %d observers; want none but the budget", d.primary.attemptGates, hasBreaker(d), throttleOf(d), len(d.primary.observers))
 	}
-	if _, ok := d.primary.observers[0].(budgetObserver); !ok {
+	if _, ok := d.primary.observers[0].(budgetGate); !ok {
 		t.Fatalf("observer %T, want the budget's", d.primary.observers[0])
 	}
 	srv.Script("", dampertest.Status(529), dampertest.Status(529), dampertest.Status(529))
@@ -352,8 +352,8 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 	}
 
 	_, _, rd, _ := thrRig(t, RecommendedPolicy())
-	if len(rd.primary.attemptGates) != 1 || !hasBreaker(rd) || rd.primary.throttle == nil || len(rd.primary.observers) != 2 {
-		t.Fatalf("recommended: %d gates, breaker %v, throttle %v, %d observers", len(rd.primary.attemptGates), hasBreaker(rd), rd.primary.throttle, len(rd.primary.observers))
+	if len(rd.primary.attemptGates) != 1 || !hasBreaker(rd) || throttleOf(rd) == nil || len(rd.primary.observers) != 2 {
+		t.Fatalf("recommended: %d gates, breaker %v, throttle %v, %d observers", len(rd.primary.attemptGates), hasBreaker(rd), throttleOf(rd), len(rd.primary.observers))
 	}
 }
 
@@ -362,7 +362,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 func TestRetryGatesOrder(t *testing.T) {
 	t.Run("breaker before throttle", func(t *testing.T) {
 		_, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{MinAttempts: 1}, Throttle: &ThrottlePolicy{}})
-		setTokens(d.primary.throttle.t, 5500) // one failure leaves 4.5: refused
+		setTokens(throttleOf(d).t, 5500) // one failure leaves 4.5: refused
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRetryThrottled) {
@@ -371,7 +371,7 @@ func TestRetryGatesOrder(t *testing.T) {
 	})
 	t.Run("throttle before budget", func(t *testing.T) {
 		clk, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RetryBudgetMinTokens: 1})
-		setTokens(d.primary.throttle.t, 5500)
+		setTokens(throttleOf(d).t, 5500)
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrRetryThrottled) {
@@ -404,4 +404,14 @@ func setTokens(th fleet.Throttle, n int64) {
 	ctx := context.Background()
 	cur, _ := th.Tokens(ctx)
 	_ = th.Add(ctx, n-cur)
+}
+
+// throttleOf returns d's primary throttle, or nil.
+func throttleOf(d *Damper) *retryThrottle {
+	for _, o := range d.primary.observers {
+		if t, ok := o.(*retryThrottle); ok {
+			return t
+		}
+	}
+	return nil
 }

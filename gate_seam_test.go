@@ -1,0 +1,183 @@
+package damper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/damper-ai/damper-go/dampertest"
+)
+
+// The toy gate, declared as a real gate is, in one place: its refusal
+// (outcome, sentinel, the proxy's answer, whether a call moves on), its
+// part on each backend (it refuses every attempt on the primary) and its
+// metric, a count of its refusals.
+
+const outcomeToy Outcome = "toy_refused"
+
+var errToyRefused = errors.New("toy gate: refused")
+
+const metricToyRefusals = "damper.toy.refusals"
+
+func newToyGate(moves bool) *gate {
+	return &gate{
+		outcome: outcomeToy, reason: errToyRefused,
+		status: http.StatusServiceUnavailable, apiType: "toy_error", moves: moves,
+		part: func(_ *Damper, b *backend) (any, error) { return toyPart{refuses: b.name == PrimaryBackend}, nil },
+		instruments: func(meter metric.Meter, _ *Damper) any {
+			c, err := meter.Int64Counter(metricToyRefusals)
+			if err != nil {
+				return nil
+			}
+			return c
+		},
+	}
+}
+
+// toyPart is the toy gate on one backend: an attempt gate.
+type toyPart struct{ refuses bool }
+
+func (p toyPart) admitAttempt(c *call, _ *attempt, _ time.Time) admission {
+	if !p.refuses {
+		return admission{}
+	}
+	if n, ok := c.d.tel.m.instrumentsOf(outcomeToy).(metric.Int64Counter); ok {
+		n.Add(c.ctx, 1)
+	}
+	return admission{refused: &denial{gate: refusedBy(errToyRefused)}}
+}
+
+func (toyPart) refusesAt(*call, time.Time, time.Time) *denial { return nil }
+
+// withToyGate places the toy gate last in the list for the test's length.
+func withToyGate(t *testing.T, moves bool) {
+	t.Helper()
+	saved := gateList
+	gateList = append(slices.Clip(gateList), newToyGate(moves))
+	t.Cleanup(func() { gateList = saved })
+}
+
+// toyDamper is a Damper on a virtual clock, with a ManualReader of its
+// metrics, and backends.
+func toyDamper(t *testing.T, backends ...Backend) (*Damper, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	d, err := New(Policy{}, WithClock(clk), WithRand(func() float64 { return 0.5 }),
+		WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), WithBackends(backends...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, reader
+}
+
+// toySums returns the sums of the counters named name, by the value of
+// attribute key ("" for none).
+func toySums(t *testing.T, reader *sdkmetric.ManualReader, name, key string) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				for _, p := range s.DataPoints {
+					v, _ := p.Attributes.Value(attribute.Key(key))
+					out[v.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A gate added to the list alone, with no other change, refuses a call
+// with its outcome and sentinel, counts it in its own metric and in the
+// denials, and the proxy answers its refusal with its status and type.
+func TestToyGateRefusesThroughTheList(t *testing.T) {
+	withToyGate(t, true)
+	d, reader := toyDamper(t)
+	srv := dampertest.NewServer(dampertest.InMemory())
+	t.Cleanup(srv.Close)
+
+	client := anthropic.NewClient(d.Option(), option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("k"),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv.Handler())}))
+	var rep Report
+	_, err := client.Messages.New(context.Background(), hookParams(), ReportInto(&rep))
+	var derr *Error
+	if !errors.Is(err, errToyRefused) || !errors.As(err, &derr) {
+		t.Fatalf("err = %v, want the toy gate's refusal", err)
+	}
+	if rep.Outcome != outcomeToy || rep.Attempts != 0 || srv.Count("") != 0 {
+		t.Fatalf("report %+v, server %d requests; want the toy outcome and nothing sent", rep, srv.Count(""))
+	}
+	if got := toySums(t, reader, metricToyRefusals, ""); got[""] != 1 {
+		t.Errorf("%s = %v, want 1", metricToyRefusals, got)
+	}
+	if got := toySums(t, reader, metricDenials, string(keyDenialReason)); got[string(outcomeToy)] != 1 {
+		t.Errorf("%s = %v, want one toy_refused", metricDenials, got)
+	}
+
+	px, err := NewProxy(d, ProxyConfig{Upstream: "http://upstream.invalid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	body := `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+	px.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
+	var e struct {
+		Error struct{ Type string } `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatalf("proxy body %q: %v", rec.Body, err)
+	}
+	if rec.Code != http.StatusServiceUnavailable || e.Error.Type != "toy_error" || rec.Header().Get(HeaderOutcome) != string(outcomeToy) {
+		t.Fatalf("proxy answered %d %q, outcome %q; want 503 toy_error, toy_refused", rec.Code, e.Error.Type, rec.Header().Get(HeaderOutcome))
+	}
+}
+
+// The toy gate's flag decides whether its refusal moves a call to the next
+// backend, which it does not refuse.
+func TestToyGateMovesOnItsFlag(t *testing.T) {
+	for _, moves := range []bool{true, false} {
+		t.Run(map[bool]string{true: "moves", false: "stays"}[moves], func(t *testing.T) {
+			withToyGate(t, moves)
+			second := dampertest.NewServer(dampertest.InMemory())
+			t.Cleanup(second.Close)
+			d, _ := toyDamper(t, Backend{Name: "second", Provider: ProviderAnthropic, Options: []option.RequestOption{
+				option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("k2"),
+				option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(second.Handler())}),
+			}})
+			primary := dampertest.NewServer(dampertest.InMemory())
+			t.Cleanup(primary.Close)
+			client := anthropic.NewClient(d.Option(), option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("k"),
+				option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(primary.Handler())}))
+			var rep Report
+			_, err := client.Messages.New(context.Background(), hookParams(), ReportInto(&rep))
+			switch {
+			case moves && (err != nil || rep.Backend != "second" || len(rep.Fallbacks) != 1 || rep.Fallbacks[0].Reason != string(outcomeToy)):
+				t.Fatalf("err %v, report %+v; want an answer from second after a toy_refused move", err, rep)
+			case !moves && (!errors.Is(err, errToyRefused) || rep.Outcome != outcomeToy || len(rep.Fallbacks) != 0):
+				t.Fatalf("err %v, report %+v; want the toy gate's refusal, no move", err, rep)
+			}
+			if primary.Count("") != 0 || moves != (second.Count("") == 1) {
+				t.Fatalf("primary %d, second %d requests", primary.Count(""), second.Count(""))
+			}
+		})
+	}
+}
