@@ -92,6 +92,13 @@ func (c *call) startAttempt(a *attempt) {
 		a.stopTimer = c.d.clock.AfterFunc(c.d.policy.PerAttemptTimeout, func() { cancel(c.d.timeoutCause) })
 	}
 	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
+	if a.span != nil {
+		for _, p := range a.passes {
+			if sp, ok := p.(spanPass); ok {
+				a.span.SetAttributes(sp.spanAttributes()...)
+			}
+		}
+	}
 	a.inCallCtx = a.inCallCtx && a.span == nil // a span comes in a context of its own
 	c.report.started(a.n, a.queued, a.hedge)
 }

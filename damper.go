@@ -2,8 +2,9 @@ package damper
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 
 	"github.com/damper-ai/damper-go/fleet"
 )
@@ -136,27 +137,25 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 // in; changing it changes nothing in the Damper.
 func (d *Damper) Policy() Policy {
 	p := d.policy
-	if p.Breaker != nil {
-		b := *p.Breaker
-		p.Breaker = &b
-	}
-	if p.Throttle != nil {
-		t := *p.Throttle
-		p.Throttle = &t
-	}
-	if p.RateLimit != nil {
-		r := *p.RateLimit
-		r.Limits = maps.Clone(r.Limits)
-		p.RateLimit = &r
-	}
-	if p.Hedge != nil {
-		h := *p.Hedge
-		p.Hedge = &h
-	}
-	if p.Fallback != nil {
-		p.Fallback = p.Fallback.clone()
+	v := reflect.ValueOf(&p).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() && strings.HasSuffix(f.Type().Elem().Name(), "Policy") {
+			f.Set(clonePart(f))
+		}
 	}
 	return p
+}
+
+// clonePart copies the part f points to, so that the copy shares no
+// memory with the Damper's: by the part's own clone when it holds maps or
+// slices, else whole.
+func clonePart(f reflect.Value) reflect.Value {
+	if c, ok := f.Interface().(interface{ clonePolicy() any }); ok {
+		return reflect.ValueOf(c.clonePolicy())
+	}
+	cp := reflect.New(f.Type().Elem())
+	cp.Elem().Set(f.Elem())
+	return cp
 }
 
 // noteCalls keeps x if it keeps a note of each call.

@@ -83,6 +83,9 @@ func boundedName(s string) bool {
 	return len(s) <= maxModelID && utf8.ValidString(s)
 }
 
+// clonePolicy is clone, for Damper.Policy.
+func (p *FallbackPolicy) clonePolicy() any { return p.clone() }
+
 // clone returns a copy of p that shares nothing with it.
 func (p *FallbackPolicy) clone() *FallbackPolicy {
 	c := *p

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/damper-ai/damper-go/dampertest"
 )
@@ -179,5 +181,60 @@ func TestToyGateMovesOnItsFlag(t *testing.T) {
 				t.Fatalf("primary %d, second %d requests", primary.Count(""), second.Count(""))
 			}
 		})
+	}
+}
+
+// toyPass is what the toy gate hands an attempt it admits: its span
+// attribute, set from the gate's own file.
+type toyPass struct{}
+
+func (toyPass) settle(time.Time, attemptEvent) {}
+func (toyPass) spanAttributes() []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.Bool("damper.toy.admitted", true)}
+}
+
+// toyAdmits is the toy gate's part when it admits every attempt with a pass.
+type toyAdmits struct{}
+
+func (toyAdmits) admitAttempt(*call, *attempt, time.Time) admission {
+	return admission{pass: toyPass{}}
+}
+func (toyAdmits) refusesAt(*call, time.Time, time.Time) *denial { return nil }
+
+// A gate's pass puts its attributes on the span of the attempt it admits,
+// with no change to the attempt's or the telemetry's files.
+func TestToyGateSpanAttributes(t *testing.T) {
+	saved := gateList
+	g := newToyGate(false)
+	g.part = func(*Damper, *backend) (any, error) { return toyAdmits{}, nil }
+	gateList = append(slices.Clip(gateList), g)
+	t.Cleanup(func() { gateList = saved })
+
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	d, err := New(Policy{}, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := dampertest.NewServer(dampertest.InMemory())
+	t.Cleanup(srv.Close)
+	client := anthropic.NewClient(d.Option(), option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("k"),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(srv.Handler())}))
+	if _, err := client.Messages.New(context.Background(), hookParams()); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, s := range spans.GetSpans() {
+		if s.Name != spanAttempt {
+			continue
+		}
+		for _, kv := range s.Attributes {
+			if kv.Key == "damper.toy.admitted" && kv.Value.AsBool() {
+				found++
+			}
+		}
+	}
+	if found != 1 {
+		t.Fatalf("attempt spans with the toy gate's attribute: %d, want 1", found)
 	}
 }

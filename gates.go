@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/damper-ai/damper-go/fleet"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // A gate is one unit, declared in its own file: its policy, when it acts,
@@ -353,6 +355,14 @@ type admission struct {
 // ended, or a zero event when it was never sent.
 type pass interface {
 	settle(now time.Time, e attemptEvent)
+}
+
+// spanPass is a pass that says what its gate did to the attempt on the
+// attempt's span (a concurrency limit's wait for a slot, say), so that a
+// gate's span attributes live in its own file.
+type spanPass interface {
+	pass
+	spanAttributes() []attribute.KeyValue
 }
 
 // attemptEvent is what an observer hears of an attempt as it ends.

@@ -209,6 +209,13 @@ func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
 
+// clonePolicy copies p with a map of limits of its own, for Damper.Policy.
+func (p *RateLimitPolicy) clonePolicy() any {
+	r := *p
+	r.Limits = maps.Clone(r.Limits)
+	return &r
+}
+
 // check is what the tags of RateLimitPolicy cannot say: each key of
 // Limits names a group, once, and becomes the group's name.
 func (p *RateLimitPolicy) check(RateLimitPolicy) error {
