@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// The rate limiter's gate: Policy.RateLimit, over one [LimitBuckets] per
+// The rate limiter's gate: Policy.RateLimit, over one [fleet.LimitBuckets] per
 // limit group from the backend's store. It admits every attempt, waiting
 // in line, and is asked before a retry whether it would have room at the
 // wait's end. Each call's wait is recorded in damper.ratelimit.wait, and

@@ -9,7 +9,7 @@ import (
 	"github.com/damper-ai/damper-go/fleet"
 )
 
-// The retry throttle's gate: Policy.Throttle, over a [Throttle] count from
+// The retry throttle's gate: Policy.Throttle, over a [fleet.Throttle] count from
 // the backend's store. Before a retry or a hedge it checks the count,
 // taking nothing; it hears every attempt's end.
 
