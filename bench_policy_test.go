@@ -3,7 +3,6 @@ package damper_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -22,15 +21,7 @@ func BenchmarkRecommendedPolicyPaired(b *testing.B) {
 	for _, inMemory := range []bool{false, true} {
 		name := map[bool]string{false: "loopback", true: "memory"}[inMemory]
 		b.Run(name, func(b *testing.B) {
-			base := []option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}
-			if inMemory {
-				base = append(base, option.WithBaseURL(dampertest.MemoryURL),
-					option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(benchMessageHandler)}))
-			} else {
-				srv := httptest.NewServer(benchMessageHandler)
-				b.Cleanup(srv.Close)
-				base = append(base, option.WithBaseURL(srv.URL))
-			}
+			base := benchOptions(b, inMemory)
 			client := func(p damper.Policy) anthropic.Client {
 				d, err := damper.New(p)
 				if err != nil {

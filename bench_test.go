@@ -39,20 +39,26 @@ var benchMessageHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.R
 // kernel's).
 func benchClients(b *testing.B, inMemory bool, extra ...option.RequestOption) (sdk, withDamper anthropic.Client) {
 	b.Helper()
-	base := append([]option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}, extra...)
-	if inMemory {
-		base = append(base, option.WithBaseURL(dampertest.MemoryURL),
-			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(benchMessageHandler)}))
-	} else {
-		srv := httptest.NewServer(benchMessageHandler)
-		b.Cleanup(srv.Close)
-		base = append(base, option.WithBaseURL(srv.URL))
-	}
+	base := benchOptions(b, inMemory, extra...)
 	d, err := damper.New(damper.Policy{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return anthropic.NewClient(base...), anthropic.NewClient(append(base, d.Option())...)
+}
+
+// benchOptions are the SDK options of a client of benchMessageHandler, on
+// loopback or in memory, with no retries of the SDK's own.
+func benchOptions(b *testing.B, inMemory bool, extra ...option.RequestOption) []option.RequestOption {
+	b.Helper()
+	base := append([]option.RequestOption{option.WithAPIKey("bench-key"), option.WithMaxRetries(0)}, extra...)
+	if inMemory {
+		return append(base, option.WithBaseURL(dampertest.MemoryURL),
+			option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(benchMessageHandler)}))
+	}
+	srv := httptest.NewServer(benchMessageHandler)
+	b.Cleanup(srv.Close)
+	return append(base, option.WithBaseURL(srv.URL))
 }
 
 // benchParams is a request with a user message of about size bytes.

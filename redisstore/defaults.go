@@ -8,10 +8,4 @@ import (
 // defaults is the zero Policy, with every part, filled in: each field's
 // default as its declaration's tag gives it, for the parts a caller gives
 // with zero fields.
-var defaults = func() damper.Policy {
-	p := damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{}, RateLimit: &damper.RateLimitPolicy{}}
-	if err := conf.Fill(&p); err != nil {
-		panic(err)
-	}
-	return p
-}()
+var defaults = conf.Defaults(damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{}, RateLimit: &damper.RateLimitPolicy{}})

@@ -7,14 +7,8 @@ import (
 
 // defaults is the zero Policy, with every part, filled in: each field's
 // default as its declaration's tag gives it.
-var defaults = func() damper.Policy {
-	p := damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{},
-		RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}}
-	if err := conf.Fill(&p); err != nil {
-		panic(err)
-	}
-	return p
-}()
+var defaults = conf.Defaults(damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{},
+	RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}})
 
 // recommended is damper.RecommendedPolicy(), whose breaker's open periods
 // the reports quote.

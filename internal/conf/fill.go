@@ -82,6 +82,16 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
+// Defaults returns v filled in by Fill: for a zero value, every field's
+// default as its tag declares it. It panics when Fill fails, which for a
+// zero value means a tag that contradicts itself, a bug a test catches.
+func Defaults[T any](v T) T {
+	if err := Fill(&v); err != nil {
+		panic(err)
+	}
+	return v
+}
+
 // Fill fills in the struct ptr points to: it checks every field against
 // its bounds, sets each zero field to its default and each None to 0, and
 // runs the registered checks. The pointers, maps and slices it holds are
