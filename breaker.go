@@ -149,10 +149,6 @@ const (
 // [WithBackends]).
 type CircuitChange = fleet.CircuitChange
 
-// withDefaults returns a copy of p with every zero field set to its
-// default, or an error naming the first field that cannot be used.
-func (p BreakerPolicy) withDefaults() (*BreakerPolicy, error) { return filledPart(p, "Breaker") }
-
 // check is what the tags of BreakerPolicy cannot say.
 func (p *BreakerPolicy) check(BreakerPolicy) error {
 	if p.Window < breaker.Buckets {

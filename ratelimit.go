@@ -673,13 +673,6 @@ type noReservation struct{}
 
 func (noReservation) Taken() bool { return false }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 func (l *limiter) state(now time.Time) []RateLimitState {
 	l.mu.Lock()
 	names := slices.Sorted(maps.Keys(l.groups))

@@ -60,10 +60,6 @@ type ThrottlePolicy struct {
 	TokenRatio float64 `key:"token_ratio" default:"0.2" in:"(0,1]"`
 }
 
-// withDefaults returns a copy of p with every zero field set to its
-// default, or an error naming the first field that cannot be used.
-func (p ThrottlePolicy) withDefaults() (*ThrottlePolicy, error) { return filledPart(p, "Throttle") }
-
 // check is what the tags of ThrottlePolicy cannot say: the count keeps
 // thousandths of a token.
 func (p *ThrottlePolicy) check(ThrottlePolicy) error {

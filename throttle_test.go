@@ -92,7 +92,7 @@ func TestRetryThrottleArithmetic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := tt.p.withDefaults()
+			p, err := filledPart(tt.p, "Throttle")
 			if err != nil {
 				t.Fatal(err)
 			}
