@@ -188,8 +188,8 @@ type retryAsk struct {
 	now       time.Time
 	retryCost float64
 	rnd       func() float64
-	wait      *retryWait // nil until a check needs it
-	drawn     retryWait
+	wait      retryWait // once drawn
+	drawn     bool
 }
 
 // retryWait is the wait before a retry: full jitter, or the provider's
@@ -203,16 +203,15 @@ type retryWait struct {
 // attempts gate, first in the list, needs none, so that a call's last
 // attempt draws nothing.
 func (r *retryAsk) backoff(c *call) retryWait {
-	if r.wait == nil {
-		p := &c.d.policy
-		w := &r.drawn
+	if !r.drawn {
+		p, w := &c.d.policy, &r.wait
 		if !p.IgnoreRetryAfter && r.f.Header != nil {
 			w.hint, w.hasHint = parseRetryAfter(r.f.Header, r.now)
 		}
 		w.wait = backoff(r.n, p.BackoffBase, p.BackoffMax, min(w.hint, p.MaxRetryAfter), w.hasHint, p.MaxRetryAfter, r.rnd())
-		r.wait = w
+		r.drawn = true
 	}
-	return *r.wait
+	return r.wait
 }
 
 // admitRetry runs the gates of c's backend on the retry that would follow
