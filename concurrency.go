@@ -426,7 +426,7 @@ func (p *concPass) free() {
 
 // The concurrency limit's span attributes.
 const (
-	keyConcurrencyWait  = attribute.Key("damper.concurrency.wait")
+	keyConcurrencyWait  = attribute.Key("damper.concurrency.wait_s")
 	keyConcurrencyLimit = attribute.Key("damper.concurrency.limit")
 )
 
