@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -51,18 +52,19 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // the first 20 sent after its last change (once attempts fill a limit
 // that grew): a plain call's whole answer, a stream's first content (a
 // stream's length says more of its output than of the provider's load).
-// Once all 20 have ended, it compares their times with the best that
-// attempts of the same kind have taken, the lowest mean of a cohort in the
-// last 5 to 10 minutes. While they stay within Tolerance of it, the limit
-// grows, by up to half at a time and less as they near Tolerance, if
-// attempts filled at least half of it; beyond Tolerance it shrinks in
+// Once all 20 have ended, it compares their typical time (the geometric
+// mean, which one slow answer moves little) with the best of that kind:
+// a level in the low quarter of past cohorts' times, which a cohort sent
+// while the limit was full does not raise. Within Tolerance of the best,
+// the limit grows, by up to half at a time and less as the latency nears
+// Tolerance, if an attempt found it full; beyond Tolerance it shrinks in
 // proportion (limit × Tolerance / ratio, at most halved at a time), to
 // where the latency would be back within Tolerance. A 529 or an attempt
 // timeout in a cohort cuts it by 10 %. The best is learned on the way up,
-// so start the limit below the provider's capacity; a provider that
-// becomes slower for good is relearned within 10 minutes. Against a
-// provider that serves 100 attempts at once, the limit goes from 20 to
-// between 100 and 150 within 300 attempts.
+// so start the limit below the provider's capacity; at Min and still too
+// slow, the limit takes the provider for slower for good and relearns it.
+// Against a provider that serves 100 attempts at once, 1 s each, the
+// limit goes from 20 to between 100 and 150 within 300 attempts.
 //
 // An attempt that finds no slot waits in line, first come, first served
 // within its priority, for at most MaxWait and not past the caller's
@@ -100,12 +102,14 @@ type ConcurrencyPolicy struct {
 	Min int `key:"min" default:"1" min:"1" max:"100000"`
 	// Tolerance is how much slower than their best the adaptive limit lets
 	// attempts become: 1.5 lets a provider's latency climb by half before
-	// the limit shrinks. Default 1.5; above 1, at most 10.
+	// the limit shrinks. Default 1.5, which holds against the heavy tail
+	// of a model's answer times; a provider whose times spread little
+	// allows less. Above 1, at most 10.
 	Tolerance float64 `key:"tolerance" default:"1.5" in:"(1,10]"`
-	// MaxWait is the longest an attempt waits for a slot. Default 2 s: a
+	// MaxWait is the longest an attempt waits for a slot. Default 1 s: a
 	// slot frees when any attempt ends, so a longer wait only moves the
 	// provider's queue into the caller. At most 24 h; [None] never waits.
-	MaxWait time.Duration `key:"max_wait" default:"2s" none:"never waits" min:">0" max:"24h"`
+	MaxWait time.Duration `key:"max_wait" default:"1s" none:"never waits" min:">0" max:"24h"`
 	// Priority is the priority of calls whose context does not give one
 	// (see [ContextWithPriority]). Default [Interactive].
 	Priority Priority `key:"priority" enum:"interactive:Interactive,batch:Batch"`
@@ -117,13 +121,12 @@ type ConcurrencyPolicy struct {
 // The adaptive limit's constants.
 const (
 	concWindow      = 20   // samples behind each change of the limit
-	concKindSamples = 5    // a kind's fewest samples in a window for its mean to count as a best
+	concKindSamples = 5    // a kind's fewest answers in a cohort for it to move the kind's best
 	concGrowth      = 1.5  // the most the limit grows at a time
 	concCut         = 0.5  // the most it shrinks at a time, on latency
 	concOverloadCut = 0.9  // its cut on a 529 or an attempt timeout
 	concDefaultMax  = 1000 // Max with Adaptive, when not given
 	concInitial     = 20
-	concBestPeriod  = 5 * time.Minute
 )
 
 // check is what the tags of ConcurrencyPolicy cannot say: Max is needed
@@ -178,48 +181,42 @@ type concLimit struct {
 	epoch   uint64            // bumped when a cohort starts
 	filling bool              // the limit has grown, and attempts have not filled it yet
 	cohort  int               // the attempts of this epoch's cohort sent so far
-	peak    int               // the most slots held at once in the window
+	short   bool              // an attempt found no free slot since the cohort began
 	win     concWindowSamples // the window under way
 	kinds   [2]latencyBest    // the best of plain answers and of streams
 }
 
-// concWindowSamples is what a window of samples holds.
+// concWindowSamples is what a cohort's ends hold.
 type concWindowSamples struct {
 	ended     int     // attempts of the cohort that have ended
-	ratioSum  float64 // each answered attempt's time over its kind's best
+	logRatio  float64 // the sum of ln(time / its kind's best) of its answers
 	ratioN    int
 	overloads int
-	sum       [2]time.Duration // by kind, for the kind's best
+	logSum    [2]float64 // by kind, the sum of ln(seconds) of its answers
 	kindN     [2]int
 }
 
-// latencyBest is the lowest window mean of one kind of attempt, in this
-// period and the one before.
+// latencyBest is what attempts of one kind take at their best, in ln
+// seconds: a low level of their cohorts' typical times (geometric means,
+// which one slow answer moves little). A cohort below it pulls it down by
+// half the gap; one above, up by a twentieth of the gap, and only when no
+// attempt of the cohort found the limit full (a provider kept busy by the
+// limit shows what the limit allows, not what it can do). So it sits in
+// the low quarter of the cohorts' times, not at the luckiest one, which
+// would ever drift lower as cohorts add up.
 type latencyBest struct {
-	cur, prev time.Duration // 0: none yet
-	since     time.Time     // the start of cur's period
+	log   float64
+	known bool
 }
 
-func (b *latencyBest) best() time.Duration {
+func (b *latencyBest) note(logMean float64, short bool) {
 	switch {
-	case b.cur == 0:
-		return b.prev
-	case b.prev == 0:
-		return b.cur
-	}
-	return min(b.cur, b.prev)
-}
-
-// note takes mean, a window's, at now.
-func (b *latencyBest) note(mean time.Duration, now time.Time) {
-	if b.since.IsZero() {
-		b.since = now
-	}
-	if now.Sub(b.since) >= concBestPeriod {
-		b.prev, b.cur, b.since = b.cur, 0, now
-	}
-	if b.cur == 0 || mean < b.cur {
-		b.cur = mean
+	case !b.known:
+		b.log, b.known = logMean, true
+	case logMean < b.log:
+		b.log += (logMean - b.log) / 2
+	case !short:
+		b.log += (logMean - b.log) / 20
 	}
 }
 
@@ -269,7 +266,6 @@ func (l *concLimit) room(p Priority) bool {
 func (l *concLimit) take(p Priority) {
 	l.held[p]++
 	n := l.held[Interactive] + l.held[Batch]
-	l.peak = max(l.peak, n)
 	if l.filling && n >= l.slots() {
 		l.newCohort()
 	}
@@ -310,6 +306,7 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 		l.mu.Unlock()
 		return admission{pass: pass}
 	}
+	l.short = true
 	l.mu.Unlock()
 	latest, atDeadline := now.Add(l.p.MaxWait), false
 	if deadline, ok := c.ctx.Deadline(); ok && deadline.Before(latest) {
@@ -406,7 +403,7 @@ func (p *concPass) settle(now time.Time, e attemptEvent) {
 		if e.streamOpen {
 			kind = kindStream
 		}
-		l.sample(now, now.Sub(p.sent), kind, e)
+		l.sample(now.Sub(p.sent), kind, e)
 	}
 	if !e.streamOpen {
 		p.free()
@@ -442,44 +439,50 @@ func (p *concPass) spanAttributes() []attribute.KeyValue {
 // failure that says nothing of the provider's load, a cancellation, a
 // lost hedge) only counts as an end. Once the whole cohort has ended, the
 // limit moves. The caller holds l.mu.
-func (l *concLimit) sample(now time.Time, took time.Duration, kind int, e attemptEvent) {
+func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
 	w := &l.win
 	switch {
 	case e.failure == nil && e.outcome.Success:
-		if best := l.kinds[kind].best(); best > 0 {
-			w.ratioSum += float64(took) / float64(best)
+		x := math.Log(max(took, time.Microsecond).Seconds())
+		if b := l.kinds[kind]; b.known {
+			w.logRatio += x - b.log
 			w.ratioN++
 		}
-		w.sum[kind] += took
+		w.logSum[kind] += x
 		w.kindN[kind]++
 	case e.failure != nil && (e.failure.StatusCode == 529 || errors.Is(e.failure.Err, ErrAttemptTimeout)):
 		w.overloads++
 	}
 	if w.ended++; w.ended >= concWindow {
-		l.adjust(now)
+		l.adjust()
 	}
 }
 
 // adjust moves the limit once its cohort has ended, and starts the next
 // cohort: at once, or when attempts fill a limit that grew. The caller
 // holds l.mu.
-func (l *concLimit) adjust(now time.Time) {
+func (l *concLimit) adjust() {
 	w := l.win
-	for k := range l.kinds {
-		if w.kindN[k] >= concKindSamples {
-			l.kinds[k].note(w.sum[k]/time.Duration(w.kindN[k]), now)
-		}
-	}
 	next := l.limit
 	switch {
 	case w.overloads > 0:
 		next *= concOverloadCut
 	case w.ratioN > 0:
-		g := l.p.Tolerance / (w.ratioSum / float64(w.ratioN))
-		if g > 1 && float64(l.peak) < l.limit/2 {
-			g = 1 // attempts did not need the room it has
+		g := l.p.Tolerance / math.Exp(w.logRatio/float64(w.ratioN))
+		switch {
+		case g > 1 && !l.short:
+			g = 1 // attempts did not need more room
+		case g < 1 && l.limit <= float64(l.p.Min):
+			// Slow at the least limit: the provider is slower for good,
+			// not for this process's load. Its best is relearned.
+			l.kinds = [2]latencyBest{}
 		}
 		next *= min(max(g, concCut), concGrowth)
+	}
+	for k := range l.kinds {
+		if w.kindN[k] >= concKindSamples {
+			l.kinds[k].note(w.logSum[k]/float64(w.kindN[k]), l.short)
+		}
 	}
 	next = min(max(next, float64(l.p.Min)), float64(l.p.Max))
 	grew := next > l.limit
@@ -497,7 +500,7 @@ func (l *concLimit) adjust(now time.Time) {
 func (l *concLimit) newCohort() {
 	l.epoch++
 	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
-	l.peak = l.held[Interactive] + l.held[Batch]
+	l.short = len(l.line[Interactive])+len(l.line[Batch]) > 0
 }
 
 // The concurrency limit's metrics.
