@@ -80,7 +80,7 @@ type psJob struct {
 
 type psHeap []*psJob
 
-func (h psHeap) Len() int { return len(h) }
+func (h psHeap) Len() int           { return len(h) }
 func (h psHeap) Less(i, j int) bool { return h[i].finish < h[j].finish }
 func (h psHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

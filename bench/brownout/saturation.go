@@ -72,10 +72,10 @@ func SaturationContenders(replicas int) []Contender {
 type SaturationFigures struct {
 	// Requests were issued in the whole run, OK of them succeeded;
 	// Limited is the share refused by Damper's concurrency limit,
-	// TimedOut the share ended by the deadline, Failed the share that
-	// failed otherwise.
-	Requests, OK               int
-	Limited, TimedOut, Failed float64
+	// CircuitOpen the share refused by an open breaker, TimedOut the share
+	// ended by the deadline, Failed the share that failed otherwise.
+	Requests, OK                           int
+	Limited, CircuitOpen, TimedOut, Failed float64
 	// SurgeRequests were issued during the surge, SurgeOK of them
 	// succeeded: SurgeGoodput a second of the surge.
 	SurgeRequests, SurgeOK int
@@ -95,7 +95,7 @@ type SaturationFigures struct {
 func (r *Result) SaturationFigures() SaturationFigures {
 	var f SaturationFigures
 	u := r.Scenario.Surge
-	var limited, timedOut, failed int
+	var limited, open, timedOut, failed int
 	var lat []time.Duration
 	for _, q := range r.Requests {
 		f.Requests++
@@ -114,13 +114,16 @@ func (r *Result) SaturationFigures() SaturationFigures {
 			timedOut++
 		case q.ConcurrencyLimited:
 			limited++
+		case q.CircuitOpen:
+			open++
 		default:
 			failed++
 		}
 	}
 	if f.Requests > 0 {
 		n := float64(f.Requests)
-		f.Limited, f.TimedOut, f.Failed = float64(limited)/n, float64(timedOut)/n, float64(failed)/n
+		f.Limited, f.CircuitOpen = float64(limited)/n, float64(open)/n
+		f.TimedOut, f.Failed = float64(timedOut)/n, float64(failed)/n
 	}
 	if u != nil {
 		f.SurgeGoodput = float64(f.SurgeOK) / u.Length.Seconds()
