@@ -109,8 +109,8 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 	}
 	c.route = &c.first
 	for _, sk := range c.plan(d, c.inputTokens, c.maxTokens) {
-		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: SkipNoModelID})
-		sk.b.skipped(c.ctx, d.tel, sk.model, SkipNoModelID)
+		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: skipNoModelID})
+		sk.b.skipped(c.ctx, d.tel, sk.model, skipNoModelID)
 	}
 	return c, nil
 }

@@ -84,8 +84,16 @@ type Failure struct {
 }
 
 // Classifier decides what to do with a failed attempt. It is given
-// Damper's own verdict and returns the one to act on, so it can override
-// any decision or keep it. It is called once per failed attempt, without
+// Damper's own verdict (builtin) and returns the one to act on, so it can
+// override any decision or keep it.
+//
+// The built-in verdict: any failure after content reached the caller is
+// ambiguous. Before that, an explicit x-should-retry header wins (retrying
+// even a 400 when true); spend-limit 429s are final, other 429s and every
+// 5xx are retried, other 4xx are not; an SSE error event is retried when
+// its type is transient (the API's overloaded_error, api_error and
+// rate_limit_error, or a transient Bedrock exception turned into an error
+// event by the SDK's bedrock package); transport failures are retried. It is called once per failed attempt, without
 // any Damper lock held, and must be safe for concurrent use.
 type Classifier func(f Failure, builtin Classification) Classification
 
@@ -95,16 +103,10 @@ const (
 	errorCodeContractSpendLimit = "contract_spend_limit_reached"
 )
 
-// Classify is Damper's built-in classification. Any failure after content
-// reached the caller is ambiguous. Before that: an explicit x-should-retry
-// header wins (retrying even a 400 when true); spend-limit 429s are final,
-// other 429s and every 5xx are retried, other 4xx are not; an SSE error
-// event is retried when its type is transient: the API's overloaded_error,
-// api_error and rate_limit_error, or a transient Bedrock exception
-// (throttling, service unavailable, internal server, model stream error,
-// model timeout, model not ready) that the SDK's bedrock package turned
-// into an error event; transport failures are retried.
-func Classify(f Failure) Classification {
+// classifyFailure is Damper's built-in classification (see [Classifier]);
+// the transient Bedrock exceptions are throttling, service unavailable,
+// internal server, model stream error, model timeout and model not ready.
+func classifyFailure(f Failure) Classification {
 	if f.AfterContent {
 		return Classification{Class: Ambiguous, Signal: signalOf(f), Kind: kindOf(f)}
 	}
@@ -293,7 +295,7 @@ var (
 // classify is the one classification of a failed attempt: the built-in
 // verdict, then the Policy's Classifier, which may change it.
 func (d *Damper) classify(f Failure) Classification {
-	cls := Classify(f)
+	cls := classifyFailure(f)
 	if d.policy.Classifier != nil {
 		cls = d.policy.Classifier(f, cls)
 	}

@@ -3,7 +3,6 @@ package damper_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/damper-ai/damper-go"
@@ -53,16 +52,4 @@ func TestUnpricedModel(t *testing.T) {
 			t.Errorf("report prices an unknown model: %+v", rep)
 		}
 	})
-}
-
-func TestEstimateInputTokens(t *testing.T) {
-	text := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("a", 400) + `"}]}`)
-	if got := damper.EstimateInputTokens(text); got != (len(text)+3)/4 {
-		t.Errorf("text: %d tokens, want %d", got, (len(text)+3)/4)
-	}
-	image := []byte(`{"source":{"type":"base64","data":"` + strings.Repeat("QUJD", 100_000) + `"}}`)
-	want := (len(image)-400_000+3)/4 + 1600
-	if got := damper.EstimateInputTokens(image); got != want {
-		t.Errorf("image: %d tokens, want %d (a flat 1,600 for the payload)", got, want)
-	}
 }

@@ -9,7 +9,10 @@ const (
 	HeaderRetryCost        = headerRetryCost
 )
 
+const SkipNoModelID = skipNoModelID
+
 var (
 	ParseRetryAfter = parseRetryAfter
 	ModelFamily     = modelFamily
+	Classify        = classifyFailure
 )

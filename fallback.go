@@ -118,14 +118,15 @@ type Skip struct {
 	// Model is the model, as the caller, or Policy.Fallback for a sibling,
 	// names it.
 	Model string
-	// Reason is why: SkipNoModelID.
+	// Reason is why: "no_model_id", the backend has no ID for the model:
+	// neither its Models nor [DefaultModelID] for its Provider gives one.
+	// Backend.Models is the cure.
 	Reason string
 }
 
-// SkipNoModelID is the Reason of a [Skip] whose backend has no ID for the
-// model: neither the backend's Models nor [DefaultModelID] for its
-// Provider gives one. Backend.Models is the cure.
-const SkipNoModelID = "no_model_id"
+// skipNoModelID is the Reason of a Skip whose backend has no ID for the
+// model.
+const skipNoModelID = "no_model_id"
 
 // route is one place a call's attempts can go: a backend, and the model
 // sent there.

@@ -64,10 +64,11 @@ type gate struct {
 // hears an attempt's end first.
 var gateList = []*gate{
 	gateAttempts, gateRetryAfter, gateDeadline, gateCost, // gate_retry.go
-	gateBudget,    // budget.go
-	gateRateLimit, // ratelimit.go
-	gateCircuit,   // breaker.go
-	gateThrottle,  // throttle.go
+	gateBudget,      // budget.go
+	gateRateLimit,   // ratelimit.go
+	gateConcurrency, // concurrency.go
+	gateCircuit,     // breaker.go
+	gateThrottle,    // throttle.go
 }
 
 // isDenial reports whether outcome is a gate's refusal.
@@ -310,24 +311,35 @@ func waitUntil(c *call, after attemptGate, until time.Time) (refused *denial, ca
 	if !until.After(now) {
 		return nil, false
 	}
+	if refused := laterRefusal(c, after, now, until); refused != nil {
+		return refused, false
+	}
+	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
+}
+
+// laterRefusal asks the attempt gates after gate after whether they would
+// refuse c's attempt at until, taking nothing: a gate about to wait, until
+// a time or for an event, starts no wait that a later gate would refuse.
+func laterRefusal(c *call, after attemptGate, now, until time.Time) *denial {
 	later := false
 	for _, g := range c.route.b.attemptGates {
 		if later {
 			if refused := g.refusesAt(c, now, until); refused != nil {
-				return refused, false
+				return refused
 			}
 		}
 		later = later || g == after
 	}
-	return nil, c.d.clock.Sleep(c.ctx, until.Sub(now)) != nil
+	return nil
 }
 
 // attemptGate admits each attempt n of call c, the first included, before
 // it is sent: it may refuse it, or hand it a pass that hears how it ended.
 // A gate that makes the attempt wait does so with waitUntil, which first
 // asks the gates after it whether they would refuse the attempt by then.
-// The rate limiter and the circuit breaker are attempt gates, in that order:
-// the breaker admits its probe at the moment the attempt leaves.
+// The rate limiter, the concurrency limit and the circuit breaker are
+// attempt gates, in that order: the breaker admits its probe at the
+// moment the attempt leaves.
 type attemptGate interface {
 	// admitAttempt admits attempt a of c at now; a hedge (a.hedge) must
 	// find room at once, with no wait.

@@ -123,6 +123,10 @@ type Policy struct {
 	// limits, learned from its headers or configured (see
 	// [RateLimitPolicy]). Nil: no rate limiter.
 	RateLimit *RateLimitPolicy `key:"rate_limit"`
+	// Concurrency, when set, limits the attempts in flight on each
+	// backend, fixed or following the provider's latency (see
+	// [ConcurrencyPolicy]). Nil: no limit.
+	Concurrency *ConcurrencyPolicy `key:"concurrency"`
 	// Hedge, when set, sends one more attempt beside one that is slow to
 	// start answering; the first to answer wins (see [HedgePolicy]). Nil:
 	// no hedging.

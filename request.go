@@ -13,6 +13,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/damper-ai/damper-go/internal/estimate"
 )
 
 // What a call reads of its request: the facts it needs from the body, and
@@ -279,16 +281,16 @@ type bodyFacts struct {
 	model       string
 	maxTokens   int
 	stream      bool
-	inputTokens int // see EstimateInputTokens
+	inputTokens int // see estimate.InputTokens
 }
 
 // readBodyFacts reads the model, max_tokens and stream members of a
 // Messages request body (the first of duplicate members counting) and
-// estimates its input tokens as EstimateInputTokens does, in one pass.
+// estimates its input tokens as estimate.InputTokens does, in one pass.
 // The SDK writes the members after the messages, which it skips at the
 // speed of a byte search: a long prompt is one long string. A body it does
 // not follow (a key with an escape, a body that is not an object) is left
-// to gjson and EstimateInputTokens.
+// to gjson and estimate.InputTokens.
 func readBodyFacts(body []byte) bodyFacts {
 	var f bodyFacts
 	s := bodyScan{b: body}
@@ -330,7 +332,7 @@ func readBodyFacts(body []byte) bodyFacts {
 			i = skipSpace(body, i+1)
 		}
 	}
-	f.inputTokens = inputTokens(len(body), s.dataBytes, s.blocks)
+	f.inputTokens = estimate.FromCounts(len(body), s.dataBytes, s.blocks)
 	return f
 }
 
@@ -375,7 +377,7 @@ func jsonInt(v []byte) int {
 // slowFacts is readBodyFacts by gjson's look-up of each path.
 func slowFacts(body []byte) bodyFacts {
 	r := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
-	return bodyFacts{model: r[0].Str, maxTokens: int(r[1].Int()), stream: r[2].Bool(), inputTokens: EstimateInputTokens(body)}
+	return bodyFacts{model: r[0].Str, maxTokens: int(r[1].Int()), stream: r[2].Bool(), inputTokens: estimate.InputTokens(body)}
 }
 
 func skipSpace(b []byte, i int) int {
@@ -406,7 +408,7 @@ func skipString(b []byte, i int) int {
 }
 
 // bodyScan skips JSON values, counting as it goes the base64 "data"
-// strings that EstimateInputTokens leaves out.
+// strings that estimate.InputTokens leaves out.
 type bodyScan struct {
 	b                 []byte
 	dataBytes, blocks int

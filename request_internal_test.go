@@ -14,12 +14,14 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/tidwall/gjson"
+
+	"github.com/damper-ai/damper-go/internal/estimate"
 )
 
 // FuzzReadBodyFacts: the one-pass read of a request body's model,
 // max_tokens and stream agrees with gjson's look-up of each path, the
 // first of duplicate members included; its estimate of the input tokens
-// agrees with EstimateInputTokens on a body with no escapes; and it never
+// agrees with estimate.InputTokens on a body with no escapes; and it never
 // panics.
 func FuzzReadBodyFacts(f *testing.F) {
 	for _, s := range []string{
@@ -43,7 +45,7 @@ func FuzzReadBodyFacts(f *testing.F) {
 			t.Fatalf("readBodyFacts(%q) = %+v; gjson says %+v", body, got, want)
 		}
 		if bytes.IndexByte(body, '\\') < 0 && got.inputTokens != want.inputTokens {
-			t.Fatalf("readBodyFacts(%q) estimates %d tokens, EstimateInputTokens %d", body, got.inputTokens, want.inputTokens)
+			t.Fatalf("readBodyFacts(%q) estimates %d tokens, estimate.InputTokens %d", body, got.inputTokens, want.inputTokens)
 		}
 	})
 }
@@ -145,7 +147,7 @@ func BenchmarkPriceLookup(b *testing.B) {
 func BenchmarkReadBodyFacts(b *testing.B) {
 	body := []byte(`{"max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"` +
 		strings.Repeat(`lorem ipsum dolor sit amet, \"quoted\" now and then. `, 2000) + `"}]}],"model":"claude-sonnet-4-5","stream":true}`)
-	tokens := EstimateInputTokens(body)
+	tokens := estimate.InputTokens(body)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -221,7 +223,7 @@ func TestReadFacts(t *testing.T) {
 			if tc.wantErr != nil {
 				return
 			}
-			if f := q.facts; f.model != "claude-opus-4-1" || f.maxTokens != 77 || !f.stream || f.inputTokens != EstimateInputTokens(body) {
+			if f := q.facts; f.model != "claude-opus-4-1" || f.maxTokens != 77 || !f.stream || f.inputTokens != estimate.InputTokens(body) {
 				t.Errorf("facts: %q, %d, %v, %d tokens", f.model, f.maxTokens, f.stream, f.inputTokens)
 			}
 		})

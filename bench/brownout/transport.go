@@ -43,7 +43,7 @@ const (
 // countInputTokens counts the input tokens of a Messages request body as
 // the simulated provider does, for its rate limit and the answer's usage:
 // a deterministic stand-in for the API's tokenizer. It differs from
-// Damper's estimate (damper.EstimateInputTokens, a token per four bytes of
+// Damper's estimate (estimate.InputTokens, a token per four bytes of
 // the whole JSON body), as the real tokenizer does, if less.
 func countInputTokens(body []byte) int {
 	var req struct {

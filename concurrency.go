@@ -1,0 +1,548 @@
+package damper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/damper-ai/damper-go/internal/conf"
+)
+
+// The concurrency limit's gate: Policy.Concurrency, a limit on the
+// attempts in flight on each backend, fixed or following the provider's
+// latency. Before every attempt it takes a slot, waiting in line for one;
+// the attempt gives it back at its end, a stream at the stream's end. Its
+// state is the process's own (see ConcurrencyPolicy).
+
+// OutcomeConcurrencyLimited: no slot of the concurrency limit came in time.
+const OutcomeConcurrencyLimited Outcome = "concurrency_limited"
+
+// ErrConcurrencyLimited: the concurrency limit had no slot for the attempt
+// within ConcurrencyPolicy.MaxWait and the caller's deadline, so nothing
+// was sent.
+var ErrConcurrencyLimited = errors.New("damper: concurrency limited")
+
+// gateConcurrency's refusal reaches a proxy's client as the API's own
+// "overloaded" (529 overloaded_error): the backend has no room now. It
+// moves a call on to a backend with room of its own.
+var gateConcurrency = &gate{
+	outcome: OutcomeConcurrencyLimited, reason: ErrConcurrencyLimited,
+	status: 529, apiType: "overloaded_error", moves: true,
+	part: newConcurrencyGate, instruments: concurrencyInstruments,
+}
+
+func init() { conf.Register((*ConcurrencyPolicy).check) }
+
+// ConcurrencyPolicy configures the concurrency limit: at most a limit of
+// attempts in flight on each backend, fixed (Max) or adaptive (Adaptive).
+//
+// A provider near saturation slows down before it fails: its latency
+// climbs as requests queue, and only later come 529s and timeouts. The
+// adaptive limit acts on the latency. It times the attempts of a cohort,
+// the first 20 sent after its last change (once attempts fill a limit
+// that grew): a plain call's whole answer, a stream's first content (a
+// stream's length says more of its output than of the provider's load).
+// Once all 20 have ended, it compares their times with the best that
+// attempts of the same kind have taken, the lowest mean of a cohort in the
+// last 5 to 10 minutes. While they stay within Tolerance of it, the limit
+// grows, by up to half at a time and less as they near Tolerance, if
+// attempts filled at least half of it; beyond Tolerance it shrinks in
+// proportion (limit × Tolerance / ratio, at most halved at a time), to
+// where the latency would be back within Tolerance. A 529 or an attempt
+// timeout in a cohort cuts it by 10 %. The best is learned on the way up,
+// so start the limit below the provider's capacity; a provider that
+// becomes slower for good is relearned within 10 minutes. Against a
+// provider that serves 100 attempts at once, the limit goes from 20 to
+// between 100 and 150 within 300 attempts.
+//
+// An attempt that finds no slot waits in line, first come, first served
+// within its priority, for at most MaxWait and not past the caller's
+// deadline, then fails with [ErrConcurrencyLimited]. Batch calls use at
+// most BatchShare of the limit, and wait behind interactive calls that
+// wait. A hedge never waits: it is sent only when a slot is free at once.
+// A slot is held from the attempt's admission to its end: a stream holds
+// it until the stream ends (its caller reads it whole, closes it, or its
+// context ends), since the provider works on the stream until then.
+//
+// The limit is each process's own, on each backend: a fleet is not
+// limited as a whole, since a limit shared through a store would need a
+// lease on every slot, to come back from a process that dies holding it,
+// and two store round trips on every attempt. The adaptive limit needs no
+// sharing: every process sees the same provider latency, so their limits
+// together settle where the provider's latency is within Tolerance. A
+// fixed Max is per process: a fleet of n holds up to n × Max.
+//
+// The zero value is a fixed limit that needs Max; a nil
+// *ConcurrencyPolicy in a Policy means no limit.
+type ConcurrencyPolicy struct {
+	// Max is the most attempts in flight on one backend: the fixed limit
+	// or, with Adaptive, the most the limit may grow to (zero: 1,000).
+	// At most 100,000.
+	Max int `key:"max" min:"0" max:"100000" zero:"1000 with adaptive, else an error"`
+	// Adaptive makes the limit follow the provider's latency, from
+	// Initial, between Min and Max.
+	Adaptive bool `key:"adaptive"`
+	// Initial is where the adaptive limit starts: below the provider's
+	// capacity, as the best latency is learned while the limit grows.
+	// Zero: 20, or Max when lower. At most Max.
+	Initial int `key:"initial" min:"0" max:"100000" zero:"20, or Max when lower"`
+	// Min is the least the adaptive limit shrinks to. Default 1; at most
+	// Initial.
+	Min int `key:"min" default:"1" min:"1" max:"100000"`
+	// Tolerance is how much slower than their best the adaptive limit lets
+	// attempts become: 1.5 lets a provider's latency climb by half before
+	// the limit shrinks. Default 1.5; above 1, at most 10.
+	Tolerance float64 `key:"tolerance" default:"1.5" in:"(1,10]"`
+	// MaxWait is the longest an attempt waits for a slot. Default 2 s: a
+	// slot frees when any attempt ends, so a longer wait only moves the
+	// provider's queue into the caller. At most 24 h; [None] never waits.
+	MaxWait time.Duration `key:"max_wait" default:"2s" none:"never waits" min:">0" max:"24h"`
+	// Priority is the priority of calls whose context does not give one
+	// (see [ContextWithPriority]). Default [Interactive].
+	Priority Priority `key:"priority" enum:"interactive:Interactive,batch:Batch"`
+	// BatchShare is the share of the limit that batch calls may hold; the
+	// rest is kept for interactive calls. Default 0.8; above 0, at most 1.
+	BatchShare float64 `key:"batch_share" default:"0.8" in:"(0,1]" unit:"a share"`
+}
+
+// The adaptive limit's constants.
+const (
+	concWindow      = 20   // samples behind each change of the limit
+	concKindSamples = 5    // a kind's fewest samples in a window for its mean to count as a best
+	concGrowth      = 1.5  // the most the limit grows at a time
+	concCut         = 0.5  // the most it shrinks at a time, on latency
+	concOverloadCut = 0.9  // its cut on a 529 or an attempt timeout
+	concDefaultMax  = 1000 // Max with Adaptive, when not given
+	concInitial     = 20
+	concBestPeriod  = 5 * time.Minute
+)
+
+// check is what the tags of ConcurrencyPolicy cannot say: Max is needed
+// for a fixed limit, and Min ≤ Initial ≤ Max.
+func (p *ConcurrencyPolicy) check(ConcurrencyPolicy) error {
+	if p.Max == 0 {
+		if !p.Adaptive {
+			return fieldError("Max", 0, "a fixed limit needs Max; or set Adaptive")
+		}
+		p.Max = concDefaultMax
+	}
+	if !p.Adaptive {
+		return nil
+	}
+	if p.Initial == 0 {
+		p.Initial = min(concInitial, p.Max)
+	}
+	if p.Initial > p.Max {
+		return fieldError("Initial", p.Initial, fmt.Sprintf("must not exceed Max (%d)", p.Max))
+	}
+	if p.Min > p.Initial {
+		return fieldError("Min", p.Min, fmt.Sprintf("must not exceed Initial (%d)", p.Initial))
+	}
+	return nil
+}
+
+// newConcurrencyGate makes backend b's concurrency limit, or nil without
+// Policy.Concurrency.
+func newConcurrencyGate(d *Damper, b *backend) (any, error) {
+	p := d.policy.Concurrency
+	if p == nil {
+		return nil, nil
+	}
+	return newConcLimit(p, d.clock, b.name), nil
+}
+
+// concLimit is one backend's concurrency limit: its slots, its line and,
+// when adaptive, its latency windows.
+type concLimit struct {
+	p       *ConcurrencyPolicy
+	clock   Clock
+	backend string
+
+	mu    sync.Mutex
+	limit float64
+	held  [2]int           // slots held, by priority
+	line  [2][]*slotWaiter // attempts waiting for a slot, by priority, oldest first
+	// The adaptive limit's samples come from a cohort: the first
+	// concWindow attempts sent once the limit last changed and filled up.
+	// Waiting for all of them to end, not for the first concWindow ends,
+	// keeps the quick ones from standing for all.
+	epoch   uint64            // bumped when a cohort starts
+	filling bool              // the limit has grown, and attempts have not filled it yet
+	cohort  int               // the attempts of this epoch's cohort sent so far
+	peak    int               // the most slots held at once in the window
+	win     concWindowSamples // the window under way
+	kinds   [2]latencyBest    // the best of plain answers and of streams
+}
+
+// concWindowSamples is what a window of samples holds.
+type concWindowSamples struct {
+	ended     int     // attempts of the cohort that have ended
+	ratioSum  float64 // each answered attempt's time over its kind's best
+	ratioN    int
+	overloads int
+	sum       [2]time.Duration // by kind, for the kind's best
+	kindN     [2]int
+}
+
+// latencyBest is the lowest window mean of one kind of attempt, in this
+// period and the one before.
+type latencyBest struct {
+	cur, prev time.Duration // 0: none yet
+	since     time.Time     // the start of cur's period
+}
+
+func (b *latencyBest) best() time.Duration {
+	switch {
+	case b.cur == 0:
+		return b.prev
+	case b.prev == 0:
+		return b.cur
+	}
+	return min(b.cur, b.prev)
+}
+
+// note takes mean, a window's, at now.
+func (b *latencyBest) note(mean time.Duration, now time.Time) {
+	if b.since.IsZero() {
+		b.since = now
+	}
+	if now.Sub(b.since) >= concBestPeriod {
+		b.prev, b.cur, b.since = b.cur, 0, now
+	}
+	if b.cur == 0 || mean < b.cur {
+		b.cur = mean
+	}
+}
+
+const (
+	kindPlain  = 0
+	kindStream = 1
+)
+
+// slotWaiter is an attempt waiting in line. granted is set, under the
+// limit's lock, when a slot is taken for it; cancel then ends its wait.
+type slotWaiter struct {
+	prio    Priority
+	granted bool
+	cancel  context.CancelFunc
+}
+
+func newConcLimit(p *ConcurrencyPolicy, clock Clock, backend string) *concLimit {
+	l := &concLimit{p: p, clock: clock, backend: backend, limit: float64(p.Max)}
+	if p.Adaptive {
+		l.limit = float64(p.Initial)
+	}
+	return l
+}
+
+// slots is the limit in whole slots.
+func (l *concLimit) slots() int { return max(1, int(l.limit)) }
+
+// free reports whether an attempt of priority p may take a slot now,
+// ahead of none that waits before it. The caller holds l.mu.
+func (l *concLimit) free(p Priority) bool {
+	total := l.held[Interactive] + l.held[Batch]
+	if total >= l.slots() || len(l.line[Interactive]) > 0 {
+		return false
+	}
+	if p == Interactive {
+		return true
+	}
+	return len(l.line[Batch]) == 0 && l.held[Batch] < max(1, int(l.p.BatchShare*float64(l.slots())))
+}
+
+// take takes a slot for priority p. The caller holds l.mu.
+func (l *concLimit) take(p Priority) {
+	l.held[p]++
+	n := l.held[Interactive] + l.held[Batch]
+	l.peak = max(l.peak, n)
+	if l.filling && n >= l.slots() {
+		l.newCohort()
+	}
+}
+
+// grant takes slots for the attempts waiting in line, in order, while
+// there is room. The caller holds l.mu.
+func (l *concLimit) grant() {
+	for _, p := range [...]Priority{Interactive, Batch} {
+		for len(l.line[p]) > 0 {
+			w := l.line[p][0]
+			l.line[p] = l.line[p][1:] // free checks the line: leave it first
+			if !l.free(p) {
+				l.line[p] = append([]*slotWaiter{w}, l.line[p]...)
+				break
+			}
+			l.take(p)
+			w.granted = true
+			w.cancel()
+		}
+	}
+}
+
+// priorityOf is the priority of c's attempts.
+func (l *concLimit) priorityOf(c *call) Priority {
+	if v, ok := c.ctx.Value(priorityKey{}).(Priority); ok && v <= Batch {
+		return v
+	}
+	return l.p.Priority
+}
+
+// admitAttempt takes a slot for a, waiting in line for one until MaxWait
+// or the caller's deadline; a hedge takes one only if it is free at once.
+func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
+	p := l.priorityOf(c)
+	l.mu.Lock()
+	if l.free(p) {
+		l.take(p)
+		pass := l.newPass(p, now, 0)
+		l.mu.Unlock()
+		return admission{pass: pass}
+	}
+	l.mu.Unlock()
+	latest, atDeadline := now.Add(l.p.MaxWait), false
+	if deadline, ok := c.ctx.Deadline(); ok && deadline.Before(latest) {
+		latest, atDeadline = deadline, true
+	}
+	if a.hedge || !latest.After(now) {
+		return admission{refused: &denial{gate: gateConcurrency}}
+	}
+	if refused := laterRefusal(c, l, now, latest); refused != nil {
+		return admission{refused: refused}
+	}
+	w := &slotWaiter{prio: p}
+	ctx, cancel := context.WithCancel(c.ctx)
+	w.cancel = cancel
+	l.mu.Lock()
+	if l.free(p) { // a slot came back since
+		l.take(p)
+		w.granted = true
+	} else {
+		l.line[p] = append(l.line[p], w)
+	}
+	l.mu.Unlock()
+	if !w.granted {
+		_ = l.clock.Sleep(ctx, latest.Sub(now))
+	}
+	cancel()
+	l.mu.Lock()
+	granted := w.granted
+	if !granted {
+		l.line[p] = slices.DeleteFunc(l.line[p], func(x *slotWaiter) bool { return x == w })
+	}
+	at := l.clock.Now()
+	var pass *concPass
+	if granted && c.ctx.Err() == nil {
+		pass = l.newPass(p, at, at.Sub(now))
+	} else if granted {
+		l.release(p)
+	}
+	l.mu.Unlock()
+	switch err := c.ctx.Err(); {
+	case pass != nil:
+		return admission{pass: pass}
+	case err != nil && !(atDeadline && errors.Is(err, context.DeadlineExceeded)):
+		return admission{canceled: true}
+	}
+	// No slot by MaxWait or by the caller's deadline, whichever ended the
+	// wait first (the deadline's timer and the wait's may fire together).
+	return admission{refused: &denial{gate: gateConcurrency}}
+}
+
+// refusesAt never refuses ahead: whether a slot is free then depends on
+// attempts yet to end.
+func (l *concLimit) refusesAt(*call, time.Time, time.Time) *denial { return nil }
+
+// release gives back a slot of priority p and hands the free room to the
+// line. The caller holds l.mu.
+func (l *concLimit) release(p Priority) {
+	l.held[p]--
+	l.grant()
+}
+
+// newPass is the pass of an attempt that took a slot at now after waiting
+// waited. The caller holds l.mu.
+func (l *concLimit) newPass(p Priority, now time.Time, waited time.Duration) *concPass {
+	pass := &concPass{l: l, prio: p, sent: now, waited: waited, limit: l.slots()}
+	if l.p.Adaptive && !l.filling && l.cohort < concWindow {
+		l.cohort++
+		pass.epoch, pass.inCohort = l.epoch, true
+	}
+	return pass
+}
+
+// concPass is one attempt's slot.
+type concPass struct {
+	l        *concLimit
+	prio     Priority
+	epoch    uint64 // the cohort's, when inCohort
+	inCohort bool
+	sent     time.Time
+	waited   time.Duration
+	limit    int
+	released bool
+}
+
+// settle takes the attempt's time and gives its slot back; a stream
+// handed to its caller keeps its slot until its end (settleEnd).
+func (p *concPass) settle(now time.Time, e attemptEvent) {
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p.inCohort && p.epoch == l.epoch && !p.released {
+		kind := kindPlain
+		if e.streamOpen {
+			kind = kindStream
+		}
+		l.sample(now, now.Sub(p.sent), kind, e)
+	}
+	if !e.streamOpen {
+		p.free()
+	}
+}
+
+func (p *concPass) settleEnd(time.Time, usage) {
+	p.l.mu.Lock()
+	p.free()
+	p.l.mu.Unlock()
+}
+
+// free gives the slot back, once. The caller holds the limit's lock.
+func (p *concPass) free() {
+	if !p.released {
+		p.released = true
+		p.l.release(p.prio)
+	}
+}
+
+// The concurrency limit's span attributes.
+const (
+	keyConcurrencyWait  = attribute.Key("damper.concurrency.wait")
+	keyConcurrencyLimit = attribute.Key("damper.concurrency.limit")
+)
+
+func (p *concPass) spanAttributes() []attribute.KeyValue {
+	return []attribute.KeyValue{keyConcurrencyWait.Float64(p.waited.Seconds()), keyConcurrencyLimit.Int(p.limit)}
+}
+
+// sample takes the end of an attempt of the cohort: the time of an
+// answer, or an overload (a 529, an attempt timeout); any other end (a
+// failure that says nothing of the provider's load, a cancellation, a
+// lost hedge) only counts as an end. Once the whole cohort has ended, the
+// limit moves. The caller holds l.mu.
+func (l *concLimit) sample(now time.Time, took time.Duration, kind int, e attemptEvent) {
+	w := &l.win
+	switch {
+	case e.failure == nil && e.outcome.Success:
+		if best := l.kinds[kind].best(); best > 0 {
+			w.ratioSum += float64(took) / float64(best)
+			w.ratioN++
+		}
+		w.sum[kind] += took
+		w.kindN[kind]++
+	case e.failure != nil && (e.failure.StatusCode == 529 || errors.Is(e.failure.Err, ErrAttemptTimeout)):
+		w.overloads++
+	}
+	if w.ended++; w.ended >= concWindow {
+		l.adjust(now)
+	}
+}
+
+// adjust moves the limit once its cohort has ended, and starts the next
+// cohort: at once, or when attempts fill a limit that grew. The caller
+// holds l.mu.
+func (l *concLimit) adjust(now time.Time) {
+	w := l.win
+	for k := range l.kinds {
+		if w.kindN[k] >= concKindSamples {
+			l.kinds[k].note(w.sum[k]/time.Duration(w.kindN[k]), now)
+		}
+	}
+	next := l.limit
+	switch {
+	case w.overloads > 0:
+		next *= concOverloadCut
+	case w.ratioN > 0:
+		g := l.p.Tolerance / (w.ratioSum / float64(w.ratioN))
+		if g > 1 && float64(l.peak) < l.limit/2 {
+			g = 1 // attempts did not need the room it has
+		}
+		next *= min(max(g, concCut), concGrowth)
+	}
+	next = min(max(next, float64(l.p.Min)), float64(l.p.Max))
+	grew := next > l.limit
+	l.limit = next
+	// Attempts sent while a higher limit fills up find the provider
+	// emptier than it will be: the next cohort waits for it to fill.
+	if l.filling = grew && l.held[Interactive]+l.held[Batch] < l.slots(); !l.filling {
+		l.newCohort()
+	}
+	l.grant()
+}
+
+// newCohort starts a cohort: the attempts sent from now on are sampled.
+// The caller holds l.mu.
+func (l *concLimit) newCohort() {
+	l.epoch++
+	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
+	l.peak = l.held[Interactive] + l.held[Batch]
+}
+
+// The concurrency limit's metrics.
+const (
+	metricConcurrencyLimit = "damper.concurrency.limit"
+	metricConcurrencyHeld  = "damper.concurrency.in_flight"
+)
+
+// concurrencyInstruments registers the gauges of every backend's limit
+// and the slots its attempts hold.
+func concurrencyInstruments(meter metric.Meter, d *Damper) any {
+	var limits []*concLimit
+	for _, b := range append([]*backend{d.primary}, d.fallbacks...) {
+		for _, g := range b.attemptGates {
+			if l, ok := g.(*concLimit); ok {
+				limits = append(limits, l)
+			}
+		}
+	}
+	if len(limits) == 0 {
+		return nil
+	}
+	var none noop.Meter
+	limit := instrument(meter.Int64ObservableGauge(metricConcurrencyLimit, metric.WithUnit("{attempt}"),
+		metric.WithDescription("The concurrency limit of each backend: the attempts it lets be in flight at once.")))(none.Int64ObservableGauge(metricConcurrencyLimit))
+	held := instrument(meter.Int64ObservableGauge(metricConcurrencyHeld, metric.WithUnit("{attempt}"),
+		metric.WithDescription("The attempts in flight on each backend under its concurrency limit.")))(none.Int64ObservableGauge(metricConcurrencyHeld))
+	m := &d.tel.m
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, l := range limits {
+			l.mu.Lock()
+			n, h := l.slots(), l.held[Interactive]+l.held[Batch]
+			l.mu.Unlock()
+			var kvs []attribute.KeyValue
+			if m.backends {
+				kvs = append(kvs, keyBackend.String(l.backend))
+			}
+			if m.named {
+				kvs = append(kvs, m.name)
+			}
+			o.ObserveInt64(limit, int64(n), metric.WithAttributes(kvs...))
+			o.ObserveInt64(held, int64(h), metric.WithAttributes(kvs...))
+		}
+		return nil
+	}, limit, held)
+	if err != nil {
+		otel.Handle(err)
+		return nil
+	}
+	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	return nil
+}

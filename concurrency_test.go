@@ -1,0 +1,156 @@
+package damper
+
+import (
+	"container/heap"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/conf"
+)
+
+// queueingProvider is a provider of known capacity: an attempt sent while
+// n attempts (itself included) are in flight takes service × max(1, n/k),
+// as a provider that shares k workers among all it holds.
+type queueingProvider struct {
+	k       int
+	service func() time.Duration
+}
+
+// inFlight is an attempt under way in a simulation: its slot and its end.
+type inFlight struct {
+	end  time.Time
+	pass *concPass
+}
+
+type inFlightHeap []inFlight
+
+func (h inFlightHeap) Len() int           { return len(h) }
+func (h inFlightHeap) Less(i, j int) bool { return h[i].end.Before(h[j].end) }
+func (h inFlightHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *inFlightHeap) Push(x any)        { *h = append(*h, x.(inFlight)) }
+func (h *inFlightHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// saturation is a limit under unbounded demand, on a virtual clock: every
+// free slot is taken at once.
+type saturation struct {
+	l       *concLimit
+	now     time.Time
+	running inFlightHeap
+}
+
+func saturate(l *concLimit) *saturation {
+	return &saturation{l: l, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// run goes on against provider pv, and returns the limit after each of
+// samples answered attempts.
+func (s *saturation) run(pv queueingProvider, samples int) []int {
+	l, now := s.l, s.now
+	running := &s.running
+	defer func() { s.now = now }()
+	limits := make([]int, 0, samples)
+	answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
+	for len(limits) < samples {
+		for {
+			l.mu.Lock()
+			if !l.free(Interactive) {
+				l.mu.Unlock()
+				break
+			}
+			l.take(Interactive)
+			p := l.newPass(Interactive, now, 0)
+			n := l.held[Interactive]
+			l.mu.Unlock()
+			took := time.Duration(float64(pv.service()) * max(1, float64(n)/float64(pv.k)))
+			heap.Push(running, inFlight{end: now.Add(took), pass: p})
+		}
+		next := heap.Pop(running).(inFlight)
+		now = next.end
+		next.pass.settle(now, answered)
+		l.mu.Lock()
+		limits = append(limits, l.slots())
+		l.mu.Unlock()
+	}
+	return limits
+}
+
+func adaptive(t *testing.T, p ConcurrencyPolicy) *concLimit {
+	t.Helper()
+	p.Adaptive = true
+	if err := conf.Fill(&p); err != nil {
+		t.Fatal(err)
+	}
+	return newConcLimit(&p, nil, PrimaryBackend)
+}
+
+// settledBy returns the first sample from which every limit stays within
+// [lo, hi], or -1.
+func settledBy(limits []int, lo, hi int) int {
+	at := -1
+	for i, n := range limits {
+		switch {
+		case n < lo || n > hi:
+			at = -1
+		case at < 0:
+			at = i
+		}
+	}
+	return at
+}
+
+// TestConcurrencyLimitFindsCapacity: from its start of 20, the adaptive
+// limit finds a provider that serves 100 attempts at once in 1 s each
+// within 300 samples, and stays between its capacity and Tolerance × it
+// (where the latency it allows, 1.5 × 1 s, is reached) from then on.
+func TestConcurrencyLimitFindsCapacity(t *testing.T) {
+	l := adaptive(t, ConcurrencyPolicy{})
+	limits := saturate(l).run(queueingProvider{k: 100, service: func() time.Duration { return time.Second }}, 3000)
+	at := settledBy(limits, 100, 165)
+	t.Logf("settled from sample %d; limits at 100, 500, 1000, 3000: %d %d %d %d", at, limits[99], limits[499], limits[999], limits[2999])
+	if at < 0 || at > 300 {
+		t.Fatalf("limit settled in [100, 165] from sample %d, want within 300", at)
+	}
+}
+
+// TestConcurrencyLimitFollowsCapacityDown: a provider that served 100
+// attempts at once comes to serve 40 (other traffic took the rest): the
+// limit, settled near 100, comes down to 40 within 500 samples: each of
+// its cohorts waits for attempts sent under the higher limit to end.
+func TestConcurrencyLimitFollowsCapacityDown(t *testing.T) {
+	l := adaptive(t, ConcurrencyPolicy{})
+	pv := queueingProvider{k: 100, service: func() time.Duration { return time.Second }}
+	s := saturate(l)
+	if got := s.run(pv, 1500); got[len(got)-1] < 100 {
+		t.Fatalf("limit %d before the drop, want at least 100", got[len(got)-1])
+	}
+	pv.k = 40
+	limits := s.run(pv, 2000)
+	at := settledBy(limits, 40, 66)
+	t.Logf("settled from sample %d; limits at 20, 100, 200, 2000: %d %d %d %d", at, limits[19], limits[99], limits[199], limits[1999])
+	if at < 0 || at > 500 {
+		t.Fatalf("limit settled in [40, 66] from sample %d, want within 500", at)
+	}
+}
+
+// TestConcurrencyLimitWithNoisyService: attempts whose own times spread
+// from 1 s to 3 s, as a model's answers do: the limit still settles at the
+// provider's capacity of 60, within 300 samples.
+func TestConcurrencyLimitWithNoisyService(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	l := adaptive(t, ConcurrencyPolicy{})
+	limits := saturate(l).run(queueingProvider{k: 60, service: func() time.Duration {
+		return time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+	}}, 5000)
+	at := settledBy(limits, 50, 110)
+	t.Logf("settled from sample %d; limits at 100, 300, 5000: %d %d %d", at, limits[99], limits[299], limits[4999])
+	if at < 0 || at > 300 {
+		t.Fatalf("limit settled in [50, 110] from sample %d, want within 300", at)
+	}
+}
