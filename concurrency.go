@@ -250,14 +250,19 @@ func (l *concLimit) slots() int { return max(1, int(l.limit)) }
 // free reports whether an attempt of priority p may take a slot now,
 // ahead of none that waits before it. The caller holds l.mu.
 func (l *concLimit) free(p Priority) bool {
-	total := l.held[Interactive] + l.held[Batch]
-	if total >= l.slots() || len(l.line[Interactive]) > 0 {
+	if len(l.line[Interactive]) > 0 || (p == Batch && len(l.line[Batch]) > 0) {
 		return false
 	}
-	if p == Interactive {
-		return true
+	return l.room(p)
+}
+
+// room reports whether the limit has a slot for priority p, whoever waits.
+// The caller holds l.mu.
+func (l *concLimit) room(p Priority) bool {
+	if l.held[Interactive]+l.held[Batch] >= l.slots() {
+		return false
 	}
-	return len(l.line[Batch]) == 0 && l.held[Batch] < max(1, int(l.p.BatchShare*float64(l.slots())))
+	return p == Interactive || l.held[Batch] < max(1, int(l.p.BatchShare*float64(l.slots())))
 }
 
 // take takes a slot for priority p. The caller holds l.mu.
@@ -274,13 +279,11 @@ func (l *concLimit) take(p Priority) {
 // there is room. The caller holds l.mu.
 func (l *concLimit) grant() {
 	for _, p := range [...]Priority{Interactive, Batch} {
-		for len(l.line[p]) > 0 {
+		// The first in line goes first: batch calls wait behind every
+		// interactive one.
+		for len(l.line[p]) > 0 && l.room(p) && (p == Interactive || len(l.line[Interactive]) == 0) {
 			w := l.line[p][0]
-			l.line[p] = l.line[p][1:] // free checks the line: leave it first
-			if !l.free(p) {
-				l.line[p] = append([]*slotWaiter{w}, l.line[p]...)
-				break
-			}
+			l.line[p] = l.line[p][1:]
 			l.take(p)
 			w.granted = true
 			w.cancel()

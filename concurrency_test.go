@@ -154,3 +154,29 @@ func TestConcurrencyLimitWithNoisyService(t *testing.T) {
 		t.Fatalf("limit settled in [50, 110] from sample %d, want within 300", at)
 	}
 }
+
+// A slot given back goes to the first in line even while others wait
+// behind it: the line drains one slot at a time.
+func TestConcurrencyLineDrainsInOrder(t *testing.T) {
+	l := newConcLimit(&ConcurrencyPolicy{Max: 1, BatchShare: 0.8}, realClock{}, PrimaryBackend)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.take(Interactive)
+	var waiters []*slotWaiter
+	for range 3 {
+		w := &slotWaiter{prio: Interactive, cancel: func() {}}
+		waiters = append(waiters, w)
+		l.line[Interactive] = append(l.line[Interactive], w)
+	}
+	for i := range waiters {
+		l.release(Interactive)
+		for j, w := range waiters {
+			if want := j <= i; w.granted != want {
+				t.Fatalf("after %d slots given back: waiter %d granted %v, want %v", i+1, j, w.granted, want)
+			}
+		}
+		if l.held[Interactive] != 1 {
+			t.Fatalf("after %d slots given back: %d held, want 1", i+1, l.held[Interactive])
+		}
+	}
+}
