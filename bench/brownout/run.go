@@ -109,6 +109,9 @@ type Request struct {
 	// ConcurrencyLimited is true when the call ended refused by Damper's
 	// concurrency limit: no slot came in time.
 	ConcurrencyLimited bool
+	// LastSent is when its last attempt reached a provider, from the
+	// start of the run; 0 if it made none.
+	LastSent time.Duration
 }
 
 // Attempt is one provider attempt: when it arrived, from the start of the
@@ -155,6 +158,10 @@ type Result struct {
 	// replica's attempts. Both are nil with any other provider.
 	Held          []int
 	HeldByReplica [][]int
+	// Limit is, with a saturating provider, each replica's concurrency
+	// limit at the start of each whole second, as its Damper's gauge
+	// damper.concurrency.limit reports it; -1 where it has none.
+	Limit [][]int
 }
 
 // heldTrack is the most of something held in each second of a run.
@@ -251,6 +258,7 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	}
 
 	replicas := make([]call, sc.Replicas)
+	var gauges []*gaugeReader
 	for i := range replicas {
 		env := replicaEnv{
 			transport: simTransport{run: run, replica: i},
@@ -263,11 +271,19 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 		if run.secondary != nil {
 			env.secondary = simTransport{run: run, replica: i, secondary: true}
 		}
+		if sc.Saturating != nil {
+			env.meter = newGaugeReader()
+			gauges = append(gauges, env.meter)
+		}
 		r, err := c.newReplica(env)
 		if err != nil {
 			return nil, fmt.Errorf("brownout: %s replica %d: %w", c.Name, i, err)
 		}
 		replicas[i] = r
+	}
+
+	if gauges != nil {
+		res.Limit = sampleLimits(s, gauges, seconds)
 	}
 
 	arrivals := rand.New(rand.NewPCG(sc.Seed, 2))
@@ -290,6 +306,28 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	// Run until every request has ended: each is bounded by its deadline.
 	s.run(epoch.Add(100 * 365 * 24 * time.Hour))
 	return res, nil
+}
+
+// sampleLimits schedules, at the start of each of seconds, a reading of
+// each replica's concurrency limit from its gauges, and returns where the
+// readings go: by replica, then by second.
+func sampleLimits(s *sched, gauges []*gaugeReader, seconds int) [][]int {
+	limits := make([][]int, len(gauges))
+	for i := range limits {
+		limits[i] = make([]int, seconds)
+	}
+	for sec := range seconds {
+		s.at(epoch.Add(time.Duration(sec)*time.Second), nil, func() {
+			for i, g := range gauges {
+				v, ok := g.read("damper.concurrency.limit")
+				limits[i][sec] = -1
+				if ok {
+					limits[i][sec] = int(v)
+				}
+			}
+		})
+	}
+	return limits
 }
 
 // noteMove records reason as the running request's first move to
@@ -337,6 +375,9 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
 		rec.RateLimited = errors.Is(err, damper.ErrRateLimited)
 		rec.ConcurrencyLimited = concurrencyLimited(err)
+		if p.attempt > 0 {
+			rec.LastSent = p.sent.Sub(epoch)
+		}
 		if rec.OK {
 			if sec := int(rec.Ended / time.Second); sec < len(r.res.GoodputPerSecond) {
 				r.res.GoodputPerSecond[sec]++

@@ -1,10 +1,13 @@
 package brownout
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/damper-ai/damper-go"
 )
 
 // The saturation scenario: a provider whose service time grows with the
@@ -62,9 +65,44 @@ func SaturationScenario(replicas int) Scenario {
 	}
 }
 
-// SaturationContenders returns the contenders of the saturation scenario.
+// SaturationContenders returns the contenders of the saturation scenario
+// with replicas: the recommended policy, with no concurrency limit, with a
+// fixed limit that knows the provider's cores, and with the adaptive
+// limit.
 func SaturationContenders(replicas int) []Contender {
-	return []Contender{DamperRecommended()}
+	return []Contender{DamperRecommended(), DamperFixedLimit(SaturationFixedLimit(replicas)), DamperAdaptiveLimit()}
+}
+
+// SaturationFixedLimit is the fixed limit of each of replicas that knows
+// the saturation scenario's provider: its cores shared among the replicas,
+// rounded.
+func SaturationFixedLimit(replicas int) int {
+	return int(math.Round(float64(SaturationCores(replicas)) / float64(replicas)))
+}
+
+// DamperFixedLimit is damper.RecommendedPolicy() with a fixed concurrency
+// limit of limit attempts in flight per replica.
+func DamperFixedLimit(limit int) Contender {
+	return damperContender(fixedLimitName,
+		fmt.Sprintf("real code: SDK v2 client + damper.New(p) middleware, p := damper.RecommendedPolicy() with p.Concurrency = &damper.ConcurrencyPolicy{Max: %d}: a fixed limit of %d attempts in flight per replica, the provider's cores shared among the replicas (a limit that knows the capacity), the wait for a slot at its default (%v), on the virtual clock", limit, limit, defaults.Concurrency.MaxWait),
+		func() damper.Policy {
+			p := damper.RecommendedPolicy()
+			p.Concurrency = &damper.ConcurrencyPolicy{Max: limit}
+			return p
+		})
+}
+
+// DamperAdaptiveLimit is damper.RecommendedPolicy() with the adaptive
+// concurrency limit at its defaults.
+func DamperAdaptiveLimit() Contender {
+	c := defaults.Concurrency
+	return damperContender(adaptiveLimitName,
+		fmt.Sprintf("real code: SDK v2 client + damper.New(p) middleware, p := damper.RecommendedPolicy() with p.Concurrency = &damper.ConcurrencyPolicy{Adaptive: true}: the adaptive limit at its defaults (from %d, between %d and %d, tolerance %g, the wait for a slot %v), per replica, on the virtual clock", c.Initial, c.Min, c.Max, c.Tolerance, c.MaxWait),
+		func() damper.Policy {
+			p := damper.RecommendedPolicy()
+			p.Concurrency = &damper.ConcurrencyPolicy{Adaptive: true}
+			return p
+		})
 }
 
 // SaturationFigures are the numbers of one contender in the saturation
@@ -81,8 +119,12 @@ type SaturationFigures struct {
 	SurgeRequests, SurgeOK int
 	SurgeGoodput           float64
 	// P50, P95 and P99 are the latency of the successful requests of the
-	// run, from issue to the end of the call.
-	P50, P95, P99 time.Duration
+	// run, from issue to the end of the call. Of that, P99Before is the
+	// 99th percentile of the time before the last attempt reached the
+	// provider (waits for a slot, backoffs, attempts that failed), and
+	// P99Provider of the time that attempt took.
+	P50, P95, P99          time.Duration
+	P99Before, P99Provider time.Duration
 	// Attempts reached the provider in the run, PerRequest of them a
 	// request; Rejected of them got 529. PeakHeld is the most attempts
 	// the provider held at once.
@@ -96,7 +138,7 @@ func (r *Result) SaturationFigures() SaturationFigures {
 	var f SaturationFigures
 	u := r.Scenario.Surge
 	var limited, open, timedOut, failed int
-	var lat []time.Duration
+	var lat, before, provider []time.Duration
 	for _, q := range r.Requests {
 		f.Requests++
 		surge := u != nil && q.Issued >= u.Start && q.Issued < u.Start+u.Length
@@ -107,6 +149,7 @@ func (r *Result) SaturationFigures() SaturationFigures {
 		case q.OK:
 			f.OK++
 			lat = append(lat, q.Ended-q.Issued)
+			before, provider = append(before, q.LastSent-q.Issued), append(provider, q.Ended-q.LastSent)
 			if surge {
 				f.SurgeOK++
 			}
@@ -131,6 +174,9 @@ func (r *Result) SaturationFigures() SaturationFigures {
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		f.P50, f.P95, f.P99 = quantile(lat, 0.50), quantile(lat, 0.95), quantile(lat, 0.99)
+		slices.Sort(before)
+		slices.Sort(provider)
+		f.P99Before, f.P99Provider = quantile(before, 0.99), quantile(provider, 0.99)
 	}
 	f.Attempts = len(r.Attempts)
 	for _, a := range r.Attempts {
@@ -154,8 +200,9 @@ type SaturationSecond struct {
 	// its 529s; Goodput the requests that succeeded in the second.
 	Held, Rejected, Goodput int
 	// HeldByReplica is the most attempts each replica had at the provider
-	// in the second.
-	HeldByReplica []int
+	// in the second, and LimitByReplica each replica's concurrency limit
+	// at its start (-1: none).
+	HeldByReplica, LimitByReplica []int
 }
 
 // Trace returns the seconds of r from from to to (excluded).
@@ -166,6 +213,9 @@ func (r *Result) Trace(from, to time.Duration) []SaturationSecond {
 		x := SaturationSecond{Second: sec, Held: r.Held[sec], Goodput: r.GoodputPerSecond[sec]}
 		for _, by := range r.HeldByReplica {
 			x.HeldByReplica = append(x.HeldByReplica, by[sec])
+		}
+		for _, by := range r.Limit {
+			x.LimitByReplica = append(x.LimitByReplica, by[sec])
 		}
 		out = append(out, x)
 	}
@@ -256,5 +306,5 @@ func (s *SaturationSuite) Checks() []Check {
 // concurrencyLimited reports whether err is a refusal of Damper's
 // concurrency limit.
 func concurrencyLimited(err error) bool {
-	return false
+	return errors.Is(err, damper.ErrConcurrencyLimited)
 }

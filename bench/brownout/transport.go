@@ -103,6 +103,7 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if p == nil {
 		return nil, fmt.Errorf("brownout: attempt sent outside a simulated request")
 	}
+	p.sent = s.now
 	if ps := t.run.saturating; ps != nil && !t.secondary {
 		return t.saturated(req, ps, p)
 	}
