@@ -131,7 +131,7 @@ const (
 func (p *ConcurrencyPolicy) check(ConcurrencyPolicy) error {
 	if p.Max == 0 {
 		if !p.Adaptive {
-			return fieldError("Max", 0, "a fixed limit needs Max; or set Adaptive")
+			return fieldError("Max", 0, "a fixed limit needs a maximum; or make the limit adaptive")
 		}
 		p.Max = concDefaultMax
 	}
@@ -325,14 +325,15 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	ctx, cancel := context.WithCancel(c.ctx)
 	w.cancel = cancel
 	l.mu.Lock()
-	if l.free(p) { // a slot came back since
+	freed := l.free(p) // a slot came back since
+	if freed {
 		l.take(p)
 		w.granted = true
 	} else {
 		l.line[p] = append(l.line[p], w)
 	}
 	l.mu.Unlock()
-	if !w.granted {
+	if !freed {
 		_ = l.clock.Sleep(ctx, latest.Sub(now))
 	}
 	cancel()
@@ -428,7 +429,7 @@ func (p *concPass) free() {
 
 // The concurrency limit's span attributes.
 const (
-	keyConcurrencyWait  = attribute.Key("damper.concurrency.wait")
+	keyConcurrencyWait  = attribute.Key("damper.concurrency.wait_s")
 	keyConcurrencyLimit = attribute.Key("damper.concurrency.limit")
 )
 

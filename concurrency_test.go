@@ -3,6 +3,7 @@ package damper
 import (
 	"container/heap"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,6 +153,73 @@ func TestConcurrencyLimitWithNoisyService(t *testing.T) {
 	t.Logf("settled from sample %d; limits at 100, 300, 5000: %d %d %d", at, limits[99], limits[299], limits[4999])
 	if at < 0 || at > 300 {
 		t.Fatalf("limit settled in [50, 110] from sample %d, want within 300", at)
+	}
+}
+
+// The concurrency limit in a policy file: its keys, and errors that name
+// the key and the value.
+func TestConcurrencyPolicyFile(t *testing.T) {
+	p, err := ParsePolicyYAML([]byte("concurrency:\n  adaptive: true\n  max: 300\n  tolerance: 2\n  max_wait: 500ms\n  priority: batch\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Concurrency; c == nil || !c.Adaptive || c.Max != 300 || c.Tolerance != 2 || c.MaxWait != 500*time.Millisecond || c.Priority != Batch {
+		t.Fatalf("parsed %+v", p.Concurrency)
+	}
+	d, err := New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Policy().Concurrency; c.Initial != 20 || c.Min != 1 || c.BatchShare != 0.8 {
+		t.Errorf("filled in %+v, want initial 20, min 1, batch_share 0.8", c)
+	}
+	for _, tt := range []struct{ file, want string }{
+		{"concurrency: {}", "concurrency.max: 0 (the default): a fixed limit needs a maximum; or make the limit adaptive"},
+		{"concurrency: {adaptive: true, max: 10, initial: 20}", "concurrency.initial: 20: must not exceed max (10)"},
+		{"concurrency: {adaptive: true, min: 30}", "concurrency.min: 30: must not exceed initial (20)"},
+		{"concurrency: {max: 5, tolerance: 1}", "concurrency.tolerance: 1: must be in (1, 10]"},
+		{"concurrency: {max: 100001}", "concurrency.max: 100001: must be at most 100000"},
+		{"concurrency: {max: 5, priority: urgent}", "concurrency.priority"},
+	} {
+		if _, err := ParsePolicyYAML([]byte(tt.file)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err %v, want it to say %q", tt.file, err, tt.want)
+		}
+	}
+	if _, err := New(Policy{Concurrency: &ConcurrencyPolicy{}}); err == nil || !strings.Contains(err.Error(), "Policy.Concurrency.Max = 0") {
+		t.Errorf("New with a fixed limit and no Max: %v", err)
+	}
+}
+
+// A cohort with a 529 or an attempt timeout cuts the limit by 10 %; one
+// with other failures (a 500, a cancellation) does not.
+func TestConcurrencyOverloadCuts(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
+	for _, tt := range []struct {
+		name string
+		last attemptEvent
+		want int
+	}{
+		{"529", attemptEvent{failure: &Failure{StatusCode: 529}}, 45},
+		{"attempt timeout", attemptEvent{failure: &Failure{Err: attemptTimeoutError{d: time.Second}}}, 45},
+		{"500", attemptEvent{failure: &Failure{StatusCode: 500}}, 50},
+		{"cancelled", attemptEvent{}, 50},
+	} {
+		l := adaptive(t, ConcurrencyPolicy{Initial: 50})
+		passes := make([]*concPass, concWindow)
+		l.mu.Lock()
+		for i := range passes {
+			l.take(Interactive)
+			passes[i] = l.newPass(Interactive, now, 0)
+		}
+		l.mu.Unlock()
+		for _, p := range passes[:concWindow-1] {
+			p.settle(now.Add(time.Second), answered)
+		}
+		passes[concWindow-1].settle(now.Add(time.Second), tt.last)
+		if got := l.slots(); got != tt.want {
+			t.Errorf("%s: limit %d after the cohort, want %d", tt.name, got, tt.want)
+		}
 	}
 }
 

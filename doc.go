@@ -11,8 +11,8 @@
 // when first attempts stop succeeding; each call's retries are capped in
 // estimated cost and fitted to its deadline. [RecommendedPolicy] adds a
 // circuit breaker and a retry throttle; a [Policy] also sets a rate limiter,
-// hedging and fallback to other backends; [WithStore] shares state across
-// a fleet. Other endpoints pass through, with the SDK's own retries.
+// a concurrency limit, hedging and fallback to other backends; [WithStore]
+// shares state across a fleet. Other endpoints pass through, with the SDK's own retries.
 //
 // # Streams
 //

@@ -98,7 +98,7 @@ type ProxyConfig struct {
 // call, the answer is the last provider error it had, as the provider sent
 // it; a refusal before any answer is shaped as the API's own error, with
 // the status the API uses for the same condition, so that SDKs handle it
-// as they would a provider's:
+// as they would a provider's. Each gate declares its answer; for example:
 //
 //   - the breaker open (circuit_open): 529 overloaded_error, with
 //     retry-after until its next probe. The breaker opens on the
@@ -106,6 +106,8 @@ type ProxyConfig struct {
 //   - the rate limiter's wait too long (rate_limited): 429
 //     rate_limit_error, with retry-after until it could admit the call.
 //   - the call's deadline passed: 504 timeout_error.
+//
+// docs/guide/proxy.md lists them all.
 //   - the provider unreachable, or its answer cut short, with no status:
 //     502 api_error (504 timeout_error for an attempt's timeout).
 //
