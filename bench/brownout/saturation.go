@@ -23,15 +23,15 @@ import (
 // the mean of which is the caller's deadline, so that a provider filled to
 // its depth answers most attempts after their caller has given up.
 const (
-	SaturationWorkMin      = time.Second
-	SaturationWorkMax      = 3 * time.Second
-	SaturationDepthFactor  = 5
-	SaturationSurgeStart   = PublishedStart
-	SaturationSurgeLength  = 60 * time.Second
-	SaturationSurgeFactor  = 2.0
-	SaturationDeadline     = 10 * time.Second
-	SaturationDuration     = 240 * time.Second
-	SaturationRejectLatent = 50 * time.Millisecond
+	SaturationWorkMin       = time.Second      // an attempt's least work
+	SaturationWorkMax       = 3 * time.Second  // and its most, as the other scenarios' service time
+	SaturationDepthFactor   = 5                // the provider's depth, in times its cores
+	SaturationSurgeStart    = PublishedStart   // when the surge begins, as the other incidents do
+	SaturationSurgeLength   = 60 * time.Second // how long it lasts
+	SaturationSurgeFactor   = 2.0              // the load during the surge, in times the normal load
+	SaturationDeadline      = 10 * time.Second // every request's deadline
+	SaturationDuration      = 240 * time.Second
+	SaturationRejectLatency = 50 * time.Millisecond // a 529's, as the other scenarios'
 )
 
 // SaturationCores is the cores of the saturation scenario's provider for
@@ -54,7 +54,7 @@ func SaturationScenario(replicas int) Scenario {
 			Depth:         SaturationDepthFactor * cores,
 			WorkMin:       SaturationWorkMin,
 			WorkMax:       SaturationWorkMax,
-			RejectLatency: SaturationRejectLatent,
+			RejectLatency: SaturationRejectLatency,
 		},
 		Surge:    &Surge{Start: SaturationSurgeStart, Length: SaturationSurgeLength, Factor: SaturationSurgeFactor},
 		Replicas: replicas,

@@ -19,7 +19,7 @@ func (s *SaturationSuite) Markdown() string {
 	fmt.Fprintf(&b, "### %s\n\n", sc.Title)
 	fmt.Fprintf(&b, "**Setup.** %d replicas share %.0f new logical requests a second (Poisson arrivals, each sent to a random replica) for %v, and %.0f a second (%gx) from %s to %s of the run; every request has a %v deadline. ",
 		sc.Replicas, sc.Rate, sc.Duration, sc.Rate*u.Factor, u.Factor, secs0(u.Start), secs0(u.Start+u.Length), sc.Deadline)
-	fmt.Fprintf(&b, "The provider is another model than the scenarios' above: it serves attempts by processor sharing over %d cores. An admitted attempt needs %v–%v of one core's work; with *n* attempts held, each progresses at min(1, %d/*n*) of a core, recomputed at every arrival and departure, so up to %d attempts are served at full speed and beyond that every one of them slows alike: with twice as many held, each takes twice its work. ",
+	fmt.Fprintf(&b, "This provider is not the token bucket of the scenarios above: it serves attempts by processor sharing over %d cores. An admitted attempt needs %v–%v of one core's work; with *n* attempts held, each progresses at min(1, %d/*n*) of a core, recomputed at every arrival and departure, so up to %d attempts are served at full speed and beyond that every one of them slows alike: with twice as many held, each takes twice its work. ",
 		p.Cores, p.WorkMin, p.WorkMax, p.Cores, p.Cores)
 	fmt.Fprintf(&b, "The cores are sized as the capacity of the scenarios above is, %.0f %% headroom over the normal load at the mean work of %g s (%d cores serve %.1f attempts a second); the surge asks for %.0f, %.2fx what it serves. ",
 		100*(Headroom-1), work, p.Cores, float64(p.Cores)/work, sc.Rate*u.Factor, sc.Rate*u.Factor*work/float64(p.Cores))
@@ -31,7 +31,8 @@ func (s *SaturationSuite) Markdown() string {
 	for _, r := range s.Results {
 		fmt.Fprintf(&b, "| %s | %s |\n", r.Contender, saturationPath(r.Contender, sc.Replicas))
 	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "\n**Contenders.** *damper+breaker* is `damper.RecommendedPolicy()`, as in the tables above; the two others add Damper's concurrency limit to it, each replica's Damper with a limit of its own on the attempts it has in flight. An attempt that finds no slot waits in line for one, up to `MaxWait` (%s) and not past the caller's deadline, and the call then fails with `damper.ErrConcurrencyLimited`, having sent nothing. *damper+breaker+fixed-limit* is given the provider's capacity: its %d cores shared among the %d replicas, %d each. *damper+breaker+adaptive* is given nothing: its limit follows the latency of its own attempts, growing while they take less than `Tolerance` (%g) times the best it has seen, shrinking when they take longer.\n\n",
+		secs0(defaults.Concurrency.MaxWait), p.Cores, sc.Replicas, SaturationFixedLimit(sc.Replicas), defaults.Concurrency.Tolerance)
 	writeFailsafeLimiter(&b)
 
 	b.WriteString("**Figures** are over every request of the run: *successful* requests, with *goodput* the requests issued during the surge that succeeded, a second of the surge; the latency of the successful requests, from issue to the end of the call, and of its 99th percentile what came before the request's last attempt reached the provider (*before*: the wait for a slot, backoffs, attempts that failed) and what that attempt took there (*at the provider*), each its own percentile; the shares of the requests refused by the concurrency limit (`damper.ErrConcurrencyLimited`), refused by an open breaker (`damper.ErrCircuitOpen`), ended by the deadline, and failed otherwise (529s that the retries did not get past); the provider's attempts, in all and per request, and its 529s; and the most attempts it held at once.\n\n")
