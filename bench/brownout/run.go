@@ -58,7 +58,7 @@ type Surge struct {
 // validate reports the first setting that cannot describe a surge.
 func (u Surge) validate() error {
 	if u.Start < 0 || u.Length <= 0 || u.Factor <= 0 {
-		return fmt.Errorf("brownout: Surge = {Start: %v, Length: %v, Factor: %g}: need Start >= 0, Length > 0, Factor > 0", u.Start, u.Length, u.Factor)
+		return fmt.Errorf("Surge = {Start: %v, Length: %v, Factor: %g}: need Start >= 0, Length > 0, Factor > 0", u.Start, u.Length, u.Factor)
 	}
 	return nil
 }
@@ -219,12 +219,12 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	}
 	if sc.Saturating != nil {
 		if err := sc.Saturating.validate(); err != nil {
-			return nil, fmt.Errorf("scenario %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
 		}
 	}
 	if sc.Surge != nil {
 		if err := sc.Surge.validate(); err != nil {
-			return nil, fmt.Errorf("scenario %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
 		}
 	}
 	seconds := int(math.Ceil((sc.Duration + sc.Deadline + time.Minute).Seconds()))

@@ -36,13 +36,13 @@ type SaturatingProvider struct {
 func (p SaturatingProvider) validate() error {
 	switch {
 	case p.Cores < 1:
-		return fmt.Errorf("brownout: SaturatingProvider.Cores = %d: must be at least 1", p.Cores)
+		return fmt.Errorf("SaturatingProvider.Cores = %d: must be at least 1", p.Cores)
 	case p.Depth < p.Cores:
-		return fmt.Errorf("brownout: SaturatingProvider.Depth = %d: must be at least Cores (%d)", p.Depth, p.Cores)
+		return fmt.Errorf("SaturatingProvider.Depth = %d: must be at least Cores (%d)", p.Depth, p.Cores)
 	case p.WorkMin <= 0 || p.WorkMax < p.WorkMin:
-		return fmt.Errorf("brownout: SaturatingProvider.WorkMin, WorkMax = %v, %v: need 0 < WorkMin <= WorkMax", p.WorkMin, p.WorkMax)
+		return fmt.Errorf("SaturatingProvider.WorkMin, WorkMax = %v, %v: need 0 < WorkMin <= WorkMax", p.WorkMin, p.WorkMax)
 	case p.RejectLatency < 0:
-		return fmt.Errorf("brownout: SaturatingProvider.RejectLatency = %v: must not be negative", p.RejectLatency)
+		return fmt.Errorf("SaturatingProvider.RejectLatency = %v: must not be negative", p.RejectLatency)
 	}
 	return nil
 }
