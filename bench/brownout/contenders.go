@@ -47,6 +47,9 @@ type replicaEnv struct {
 	// moved records why the running request first moved to another
 	// backend, as Damper's report says.
 	moved func(reason string)
+	// meter, when set, is the MeterProvider of the replica's Damper,
+	// through which the run reads its gauges.
+	meter *gaugeReader
 }
 
 // newSDKClient returns a real SDK client over the simulated transport.
@@ -171,7 +174,11 @@ func newDamper(env replicaEnv, p damper.Policy, settings ...damper.Setting) (*da
 		b.OnStateChange = env.circuit
 		p.Breaker = &b
 	}
-	return damper.New(p, append([]damper.Setting{damper.WithClock(env.clock), damper.WithRand(env.rng.Float64)}, settings...)...)
+	base := []damper.Setting{damper.WithClock(env.clock), damper.WithRand(env.rng.Float64)}
+	if env.meter != nil {
+		base = append(base, damper.WithMeterProvider(env.meter))
+	}
+	return damper.New(p, append(base, settings...)...)
 }
 
 // SDKDefault is the SDK's own retry loop: 2 retries, 0.5 s·2^n capped at

@@ -8,7 +8,7 @@ import (
 // defaults is the zero Policy, with every part, filled in: each field's
 // default as its declaration's tag gives it.
 var defaults = conf.Defaults(damper.Policy{Breaker: &damper.BreakerPolicy{}, Throttle: &damper.ThrottlePolicy{},
-	RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}})
+	RateLimit: &damper.RateLimitPolicy{}, Hedge: &damper.HedgePolicy{}, Concurrency: &damper.ConcurrencyPolicy{Adaptive: true}})
 
 // recommended is damper.RecommendedPolicy(), whose breaker's open periods
 // the reports quote.

@@ -42,6 +42,48 @@ type Scenario struct {
 	// of its own: the contenders that fall back reach it, the others never
 	// do. It is healthy unless its Incident says otherwise.
 	Secondary *Provider
+	// Saturating, when set, is the provider instead of Provider: one whose
+	// service time grows with the attempts it holds.
+	Saturating *SaturatingProvider
+	// Surge, when set, raises the offered load for a while.
+	Surge *Surge
+}
+
+// Surge multiplies a scenario's Rate by Factor over [Start, Start+Length).
+type Surge struct {
+	Start, Length time.Duration
+	Factor        float64
+}
+
+// validate reports the first setting that cannot describe a surge.
+func (u Surge) validate() error {
+	if u.Start < 0 || u.Length <= 0 || u.Factor <= 0 {
+		return fmt.Errorf("Surge = {Start: %v, Length: %v, Factor: %g}: need Start >= 0, Length > 0, Factor > 0", u.Start, u.Length, u.Factor)
+	}
+	return nil
+}
+
+// nextArrival is the next arrival of a Poisson process of rate sc.Rate,
+// multiplied by the surge while it lasts, after now, for a draw e of an
+// exponential of mean 1: e is spent at each rate in turn, which is exact
+// for a rate that changes by steps.
+func (sc Scenario) nextArrival(now time.Duration, e float64) time.Duration {
+	u := sc.Surge
+	for {
+		rate, until := sc.Rate, time.Duration(math.MaxInt64)
+		switch {
+		case now < u.Start:
+			until = u.Start
+		case now < u.Start+u.Length:
+			rate, until = sc.Rate*u.Factor, u.Start+u.Length
+		}
+		gap := e / rate
+		if until == math.MaxInt64 || gap < (until-now).Seconds() {
+			return now + time.Duration(gap*float64(time.Second))
+		}
+		e -= (until - now).Seconds() * rate
+		now = until
+	}
 }
 
 // Request is the record of one logical request.
@@ -64,6 +106,12 @@ type Request struct {
 	// RateLimited is true when the call ended refused by Damper's rate
 	// limiter (its error matches damper.ErrRateLimited).
 	RateLimited bool
+	// ConcurrencyLimited is true when the call ended refused by Damper's
+	// concurrency limit: no slot came in time.
+	ConcurrencyLimited bool
+	// LastSent is when its last attempt reached a provider, from the
+	// start of the run; 0 if it made none.
+	LastSent time.Duration
 }
 
 // Attempt is one provider attempt: when it arrived, from the start of the
@@ -105,6 +153,32 @@ type Result struct {
 	SecondaryAttempts []Attempt
 	// Circuit is every change of a breaker, in order.
 	Circuit []CircuitEvent
+	// Held is, with a saturating provider, the most attempts it held in
+	// each whole second of the run; HeldByReplica the same for each
+	// replica's attempts. Both are nil with any other provider.
+	Held          []int
+	HeldByReplica [][]int
+	// Limit is, with a saturating provider, each replica's concurrency
+	// limit at the start of each whole second, as its Damper's gauge
+	// damper.concurrency.limit reports it; -1 where it has none.
+	Limit [][]int
+}
+
+// heldTrack is the most of something held in each second of a run.
+type heldTrack struct {
+	perSec   []int
+	sec, cur int
+}
+
+// set records that n are held from at on.
+func (h *heldTrack) set(at time.Duration, n int) {
+	sec := min(int(at/time.Second), len(h.perSec)-1)
+	for h.sec < sec {
+		h.sec++
+		h.perSec[h.sec] = max(h.perSec[h.sec], h.cur)
+	}
+	h.perSec[sec] = max(h.perSec[sec], n)
+	h.cur = n
 }
 
 // runState is a run in progress.
@@ -112,7 +186,10 @@ type runState struct {
 	s         *sched
 	provider  *providerState
 	secondary *providerState // nil without Scenario.Secondary
-	res       *Result
+	// saturating is the provider instead of provider, with
+	// Scenario.Saturating.
+	saturating *psProvider
+	res        *Result
 }
 
 func (r *runState) recordAttempt(now time.Time, replica, status int, secondary bool) {
@@ -140,6 +217,16 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	if sc.Replicas < 1 || sc.Rate <= 0 || sc.Duration <= 0 || sc.Deadline <= 0 {
 		return nil, fmt.Errorf("brownout: scenario %q: Replicas, Rate, Duration and Deadline must be positive", sc.Name)
 	}
+	if sc.Saturating != nil {
+		if err := sc.Saturating.validate(); err != nil {
+			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
+		}
+	}
+	if sc.Surge != nil {
+		if err := sc.Surge.validate(); err != nil {
+			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
+		}
+	}
 	seconds := int(math.Ceil((sc.Duration + sc.Deadline + time.Minute).Seconds()))
 	res := &Result{
 		Scenario:          sc,
@@ -153,8 +240,25 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 		// Stream 3: 2 is the arrivals', 100 on the replicas'.
 		run.secondary = newProviderState(*sc.Secondary, sc.Seed, 3)
 	}
+	if sc.Saturating != nil {
+		// Stream 1, the provider's: there is no other.
+		run.saturating = newPSProvider(*sc.Saturating, s, rand.New(rand.NewPCG(sc.Seed, 1)), sc.Replicas)
+		all := heldTrack{perSec: make([]int, seconds)}
+		by := make([]heldTrack, sc.Replicas)
+		res.HeldByReplica = make([][]int, sc.Replicas)
+		for i := range by {
+			by[i].perSec = make([]int, seconds)
+			res.HeldByReplica[i] = by[i].perSec
+		}
+		res.Held = all.perSec
+		run.saturating.noteHeld = func(now time.Time, replica, n, byReplica int) {
+			all.set(now.Sub(epoch), n)
+			by[replica].set(now.Sub(epoch), byReplica)
+		}
+	}
 
 	replicas := make([]call, sc.Replicas)
+	var gauges []*gaugeReader
 	for i := range replicas {
 		env := replicaEnv{
 			transport: simTransport{run: run, replica: i},
@@ -167,11 +271,19 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 		if run.secondary != nil {
 			env.secondary = simTransport{run: run, replica: i, secondary: true}
 		}
+		if sc.Saturating != nil {
+			env.meter = newGaugeReader()
+			gauges = append(gauges, env.meter)
+		}
 		r, err := c.newReplica(env)
 		if err != nil {
 			return nil, fmt.Errorf("brownout: %s replica %d: %w", c.Name, i, err)
 		}
 		replicas[i] = r
+	}
+
+	if gauges != nil {
+		res.Limit = sampleLimits(s, gauges, seconds)
 	}
 
 	arrivals := rand.New(rand.NewPCG(sc.Seed, 2))
@@ -180,7 +292,12 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	arrive = func() {
 		replica := replicas[arrivals.IntN(len(replicas))]
 		run.start(replica, sc.Deadline)
-		next := s.now.Add(time.Duration(arrivals.ExpFloat64() / sc.Rate * float64(time.Second)))
+		var next time.Time
+		if sc.Surge == nil {
+			next = s.now.Add(time.Duration(arrivals.ExpFloat64() / sc.Rate * float64(time.Second)))
+		} else {
+			next = epoch.Add(sc.nextArrival(s.now.Sub(epoch), arrivals.ExpFloat64()))
+		}
 		if next.Before(end) {
 			s.at(next, nil, arrive)
 		}
@@ -189,6 +306,28 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	// Run until every request has ended: each is bounded by its deadline.
 	s.run(epoch.Add(100 * 365 * 24 * time.Hour))
 	return res, nil
+}
+
+// sampleLimits schedules, at the start of each of seconds, a reading of
+// each replica's concurrency limit from its gauges, and returns where the
+// readings go: by replica, then by second.
+func sampleLimits(s *sched, gauges []*gaugeReader, seconds int) [][]int {
+	limits := make([][]int, len(gauges))
+	for i := range limits {
+		limits[i] = make([]int, seconds)
+	}
+	for sec := range seconds {
+		s.at(epoch.Add(time.Duration(sec)*time.Second), nil, func() {
+			for i, g := range gauges {
+				v, ok := g.read("damper.concurrency.limit")
+				limits[i][sec] = -1
+				if ok {
+					limits[i][sec] = int(v)
+				}
+			}
+		})
+	}
+	return limits
 }
 
 // noteMove records reason as the running request's first move to
@@ -235,6 +374,10 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.Secondary, rec.BySecondary, rec.Moved = p.secondary, p.bySecondary, p.moved
 		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
 		rec.RateLimited = errors.Is(err, damper.ErrRateLimited)
+		rec.ConcurrencyLimited = concurrencyLimited(err)
+		if p.attempt > 0 {
+			rec.LastSent = p.sent.Sub(epoch)
+		}
 		if rec.OK {
 			if sec := int(rec.Ended / time.Second); sec < len(r.res.GoodputPerSecond) {
 				r.res.GoodputPerSecond[sec]++

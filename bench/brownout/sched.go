@@ -21,6 +21,9 @@ type sched struct {
 	seq    uint64
 	cur    *proc         // the process running now, nil while the scheduler runs
 	yield  chan struct{} // a process parked or ended
+	// sleepers are the processes that went to sleep (simClock.Sleep), in
+	// that order; some may have woken since.
+	sleepers []*proc
 }
 
 func newSched(start time.Time) *sched {
@@ -100,9 +103,36 @@ func (s *sched) run(end time.Time) {
 			s.cancel(p.wake)
 			s.resume(p, wakeup{err: p.ctxErr()})
 		}
+		s.wakeSleepers()
 	}
 	if s.now.Before(end) {
 		s.now = end
+	}
+}
+
+// wakeSleepers wakes, in the order they went to sleep, the sleeping
+// processes whose context another process has ended: a Damper whose
+// concurrency limit hands a slot to an attempt waiting for one ends that
+// attempt's wait so, and a real goroutine would wake at once.
+func (s *sched) wakeSleepers() {
+	var due []*proc
+	kept := s.sleepers[:0]
+	for _, p := range s.sleepers {
+		if !p.sleeping {
+			continue
+		}
+		kept = append(kept, p)
+		if p.parked && p.ctxDone() {
+			due = append(due, p)
+		}
+	}
+	clear(s.sleepers[len(kept):])
+	s.sleepers = kept
+	for _, p := range due {
+		if p.sleeping && p.parked && p.ctxDone() {
+			s.cancel(p.wake)
+			s.resume(p, wakeup{err: p.ctxErr()})
+		}
 	}
 }
 
@@ -119,7 +149,9 @@ type proc struct {
 	// bySecondary is true when the last answer of 200 came from it.
 	secondary   int
 	bySecondary bool
-	moved       string // the reason of its first move to another backend
+	moved       string    // the reason of its first move to another backend
+	sleeping    bool      // parked in simClock.Sleep
+	sent        time.Time // when its last attempt reached a provider
 }
 
 type wakeup struct {
@@ -188,7 +220,10 @@ func (c simClock) Sleep(ctx context.Context, d time.Duration) error {
 	s := c.s
 	p := s.cur
 	e := s.at(s.now.Add(d), nil, func() { s.resume(p, wakeup{}) })
+	p.sleeping = true
+	s.sleepers = append(s.sleepers, p)
 	w := s.park(ctx, e)
+	p.sleeping = false
 	if w.err != nil {
 		return ctx.Err()
 	}

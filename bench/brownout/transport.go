@@ -103,6 +103,10 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if p == nil {
 		return nil, fmt.Errorf("brownout: attempt sent outside a simulated request")
 	}
+	p.sent = s.now
+	if ps := t.run.saturating; ps != nil && !t.secondary {
+		return t.saturated(req, ps, p)
+	}
 	res := provider.attempt(s.now, inputTokens)
 	p.attempt++
 	if t.secondary {
@@ -117,6 +121,33 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	e.fn = func() { s.resume(p, wakeup{res: &res}) }
 	w := s.park(ctx, e)
 	if w.err != nil {
+		return nil, w.err
+	}
+	return httpResponse(req, *w.res), nil
+}
+
+// saturated sends the attempt of process p to the saturating provider ps,
+// and parks p until its answer, or until its context ends: the attempt
+// then leaves the provider. An admitted attempt is recorded as a 200, the
+// only answer the provider gives one.
+func (t simTransport) saturated(req *http.Request, ps *psProvider, p *proc) (*http.Response, error) {
+	s := t.run.s
+	p.attempt++
+	job := ps.admit(p, t.replica)
+	if job == nil {
+		t.run.recordAttempt(s.now, t.replica, 529, false)
+		res := response{status: 529, errType: "overloaded_error", latency: ps.RejectLatency}
+		e := s.at(s.now.Add(res.latency), nil, nil)
+		e.fn = func() { s.resume(p, wakeup{res: &res}) }
+		if w := s.park(req.Context(), e); w.err != nil {
+			return nil, w.err
+		}
+		return httpResponse(req, res), nil
+	}
+	t.run.recordAttempt(s.now, t.replica, http.StatusOK, false)
+	w := s.park(req.Context(), nil)
+	if w.err != nil {
+		ps.leave(job)
 		return nil, w.err
 	}
 	return httpResponse(req, *w.res), nil
