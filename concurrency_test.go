@@ -257,15 +257,19 @@ func TestConcurrencyLineDrainsInOrder(t *testing.T) {
 // six times the median), against a provider of 60 that is never short of
 // demand: over 40,000 attempts the limit neither collapses, as a best
 // taken from the luckiest cohort would make it, nor runs away.
+// (A Tolerance of 1.3 does fall to a handful here: the run logs it.)
 func TestConcurrencyLimitWithHeavyTails(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
+	run := func(seed uint64, tolerance float64) []int {
 		rng := rand.New(rand.NewPCG(seed, 2))
-		l := adaptive(t, ConcurrencyPolicy{})
-		limits := saturate(l).run(queueingProvider{k: 60, service: func() time.Duration {
+		l := adaptive(t, ConcurrencyPolicy{Tolerance: tolerance})
+		return saturate(l).run(queueingProvider{k: 60, service: func() time.Duration {
 			return time.Duration(float64(time.Second) * math.Exp(0.8*rng.NormFloat64()))
-		}}, 40000)
-		lo, hi := slices.Min(limits[2000:]), slices.Max(limits[2000:])
-		t.Logf("seed %d: after 2,000 attempts, limits %d to %d", seed, lo, hi)
+		}}, 40000)[2000:]
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		limits := run(seed, 0)
+		lo, hi := slices.Min(limits), slices.Max(limits)
+		t.Logf("seed %d: after 2,000 attempts, limits %d to %d; with a tolerance of 1.3, as low as %d", seed, lo, hi, slices.Min(run(seed, 1.3)))
 		if lo < 20 || hi > 150 {
 			t.Errorf("seed %d: limits %d to %d after 2,000 attempts, want within [20, 150]", seed, lo, hi)
 		}

@@ -70,7 +70,7 @@ func SaturationScenario(replicas int) Scenario {
 // fixed limit that knows the provider's cores, and with the adaptive
 // limit.
 func SaturationContenders(replicas int) []Contender {
-	return []Contender{DamperRecommended(), DamperFixedLimit(SaturationFixedLimit(replicas)), DamperAdaptiveLimit()}
+	return []Contender{DamperRecommended(), DamperFixedLimit(SaturationFixedLimit(replicas)), DamperAdaptiveLimit(), DamperAdaptiveLimitTolerance(SaturationTolerance)}
 }
 
 // SaturationFixedLimit is the fixed limit of each of replicas that knows
@@ -101,6 +101,24 @@ func DamperAdaptiveLimit() Contender {
 		func() damper.Policy {
 			p := damper.RecommendedPolicy()
 			p.Concurrency = &damper.ConcurrencyPolicy{Adaptive: true}
+			return p
+		})
+}
+
+// SaturationTolerance is the adaptive limit's Tolerance for a provider
+// whose attempts' times spread as little as this one's (1 s to 3 s of
+// work): the latency held closer to the best than the default allows.
+const SaturationTolerance = 1.3
+
+// DamperAdaptiveLimitTolerance is damper.RecommendedPolicy() with the
+// adaptive concurrency limit at its defaults but for its Tolerance.
+func DamperAdaptiveLimitTolerance(tolerance float64) Contender {
+	c := defaults.Concurrency
+	return damperContender(fmt.Sprintf("%s-%g", adaptiveLimitName, tolerance),
+		fmt.Sprintf("real code: as damper+breaker+adaptive, with p.Concurrency = &damper.ConcurrencyPolicy{Adaptive: true, Tolerance: %g}: the latency held within %g times its best (the default, %g, holds against heavy-tailed answer times)", tolerance, tolerance, c.Tolerance),
+		func() damper.Policy {
+			p := damper.RecommendedPolicy()
+			p.Concurrency = &damper.ConcurrencyPolicy{Adaptive: true, Tolerance: tolerance}
 			return p
 		})
 }
