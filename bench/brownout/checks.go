@@ -68,6 +68,25 @@ func runAll(scenarios []Scenario, contenders []Contender) ([]*Result, error) {
 	return runPairs(scs, cs)
 }
 
+// runEach runs sc with every contender, and returns the results in
+// contender order.
+func runEach(sc Scenario, contenders []Contender) ([]*Result, error) {
+	scs := make([]Scenario, len(contenders))
+	for i := range scs {
+		scs[i] = sc
+	}
+	return runPairs(scs, contenders)
+}
+
+// resultOf returns the result of contender among results.
+func resultOf(results []*Result, contender string) (*Result, bool) {
+	i := slices.IndexFunc(results, func(r *Result) bool { return r.Contender == contender })
+	if i < 0 {
+		return nil, false
+	}
+	return results[i], true
+}
+
 // runPairs runs scenarios[j] with contenders[j] for every j, on as many
 // goroutines as there are processors, and returns the results in that
 // order, or the first error in that order.

@@ -266,11 +266,7 @@ func RunFallback(sc Scenario, contenders []Contender) (*FallbackSuite, error) {
 	if sc.Secondary == nil {
 		return nil, fmt.Errorf("brownout: scenario %q: Secondary is nil: the fallback scenario needs a second provider", sc.Name)
 	}
-	scs := make([]Scenario, len(contenders))
-	for i := range scs {
-		scs[i] = sc
-	}
-	results, err := runPairs(scs, contenders)
+	results, err := runEach(sc, contenders)
 	if err != nil {
 		return nil, err
 	}
@@ -286,11 +282,7 @@ func (s *FallbackSuite) figures() map[string]FallbackFigures {
 }
 
 func (s *FallbackSuite) result(contender string) (*Result, bool) {
-	i := slices.IndexFunc(s.Results, func(r *Result) bool { return r.Contender == contender })
-	if i < 0 {
-		return nil, false
-	}
-	return s.Results[i], true
+	return resultOf(s.Results, contender)
 }
 
 // FallbackSuccessShare is the share of requests that the recommended

@@ -257,11 +257,7 @@ func RunSaturation(sc Scenario, contenders []Contender) (*SaturationSuite, error
 	if sc.Saturating == nil {
 		return nil, fmt.Errorf("brownout: scenario %q: Saturating is nil: the saturation scenario needs a saturating provider", sc.Name)
 	}
-	scs := make([]Scenario, len(contenders))
-	for i := range scs {
-		scs[i] = sc
-	}
-	results, err := runPairs(scs, contenders)
+	results, err := runEach(sc, contenders)
 	if err != nil {
 		return nil, err
 	}
@@ -277,11 +273,7 @@ func (s *SaturationSuite) figures() map[string]SaturationFigures {
 }
 
 func (s *SaturationSuite) result(contender string) (*Result, bool) {
-	i := slices.IndexFunc(s.Results, func(r *Result) bool { return r.Contender == contender })
-	if i < 0 {
-		return nil, false
-	}
-	return s.Results[i], true
+	return resultOf(s.Results, contender)
 }
 
 // Names of the saturation contenders that targets single out.
