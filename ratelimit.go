@@ -188,7 +188,8 @@ type RateLimitPolicy struct {
 // Each is at most 1,000,000,000.
 type RateLimits = fleet.RateLimits
 
-// Priority is a call's place in the rate limiter's line.
+// Priority is a call's place in the lines of the rate limiter and the
+// concurrency limit.
 type Priority = fleet.Priority
 
 const (
@@ -203,8 +204,8 @@ const (
 type priorityKey struct{}
 
 // ContextWithPriority returns ctx marking the Messages calls made with it
-// as of priority p, for the rate limiter; it overrides the policy's
-// Priority.
+// as of priority p, for the rate limiter and the concurrency limit; it
+// overrides their policies' Priority.
 func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
