@@ -228,7 +228,6 @@ const (
 // slotWaiter is an attempt waiting in line. granted is set, under the
 // limit's lock, when a slot is taken for it; cancel then ends its wait.
 type slotWaiter struct {
-	prio    Priority
 	granted bool
 	cancel  context.CancelFunc
 }
@@ -318,7 +317,7 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	if refused := laterRefusal(c, l, now, latest); refused != nil {
 		return admission{refused: refused}
 	}
-	w := &slotWaiter{prio: p}
+	w := new(slotWaiter)
 	ctx, cancel := context.WithCancel(c.ctx)
 	w.cancel = cancel
 	l.mu.Lock()

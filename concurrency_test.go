@@ -235,7 +235,7 @@ func TestConcurrencyLineDrainsInOrder(t *testing.T) {
 	l.take(Interactive)
 	var waiters []*slotWaiter
 	for range 3 {
-		w := &slotWaiter{prio: Interactive, cancel: func() {}}
+		w := &slotWaiter{cancel: func() {}}
 		waiters = append(waiters, w)
 		l.line[Interactive] = append(l.line[Interactive], w)
 	}
