@@ -44,6 +44,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
+	golang.org/x/exp v0.0.0-20190121172915-509febef88a4 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )

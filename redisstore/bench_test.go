@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

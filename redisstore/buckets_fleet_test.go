@@ -20,7 +20,7 @@ import (
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 )
 
 // rlFleet is what one run of a fleet of Dampers against an API that

@@ -13,7 +13,7 @@ import (
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
-	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 )
 
 // partHook records, for each script a client runs, the part whose key it

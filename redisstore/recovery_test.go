@@ -19,7 +19,7 @@ import (
 	"github.com/damper-ai/damper-go/dampertest"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/redisstore/internal/redistest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 )
 
 // recoveryTimeout is the store's timeout in these tests: long enough that

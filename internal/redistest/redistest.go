@@ -5,8 +5,9 @@ package redistest
 
 import (
 	"bufio"
-	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // readyWithin bounds a server's start: a fresh redis-server answers within
@@ -172,31 +171,25 @@ func StartCluster(t testing.TB, masters int) []*Server {
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000")
 	}
-	ctx := context.Background()
-	clients := make([]*redis.Client, masters)
 	for i, n := range nodes {
-		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
-		defer clients[i].Close()
-	}
-	for i, c := range clients {
 		lo, hi := i*16384/masters, (i+1)*16384/masters-1
-		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			t.Fatalf("redistest: CLUSTER SET-CONFIG-EPOCH on %s: %v", nodes[i].Addr, err)
+		if _, err := command(n.Addr, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
+			t.Fatalf("redistest: CLUSTER SET-CONFIG-EPOCH on %s: %v", n.Addr, err)
 		}
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d on %s: %v", lo, hi, nodes[i].Addr, err)
+		if _, err := command(n.Addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d on %s: %v", lo, hi, n.Addr, err)
 		}
 	}
 	// Each node meets every other: a handshake that fails is then made
 	// again, and the meetings are sent again while the cluster is not ok.
 	meet := func() {
-		for i, c := range clients {
+		for i, from := range nodes {
 			for j, n := range nodes {
 				if i == j {
 					continue
 				}
-				if err := c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.Port)).Err(); err != nil {
-					t.Fatalf("redistest: CLUSTER MEET %s from %s: %v", n.Addr, nodes[i].Addr, err)
+				if _, err := command(from.Addr, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.Port)); err != nil {
+					t.Fatalf("redistest: CLUSTER MEET %s from %s: %v", n.Addr, from.Addr, err)
 				}
 			}
 		}
@@ -205,7 +198,7 @@ func StartCluster(t testing.TB, masters int) []*Server {
 	lastMeet := time.Now()
 	deadline := time.Now().Add(readyWithin)
 	for i := 0; i < masters; {
-		info, err := clients[i].ClusterInfo(ctx).Result()
+		info, err := command(nodes[i].Addr, "CLUSTER", "INFO")
 		if err == nil && strings.Contains(info, "cluster_state:ok") &&
 			strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)+"\r\n") {
 			i++
@@ -217,8 +210,9 @@ func StartCluster(t testing.TB, masters int) []*Server {
 		}
 		if time.Now().After(deadline) {
 			var views strings.Builder
-			for j, c := range clients {
-				fmt.Fprintf(&views, "CLUSTER NODES on %s:\n%s\n", nodes[j].Addr, c.ClusterNodes(ctx).Val())
+			for _, n := range nodes {
+				view, _ := command(n.Addr, "CLUSTER", "NODES")
+				fmt.Fprintf(&views, "CLUSTER NODES on %s:\n%s\n", n.Addr, view)
 			}
 			t.Fatalf("redistest: the cluster on %s is not ok after %v: %v\n%s\n%s", nodes[i].Addr, readyWithin, err, info, views.String())
 		}
@@ -238,17 +232,52 @@ func Addrs(servers []*Server) []string {
 
 // ping reports whether a server on addr answers PING.
 func ping(addr string) bool {
+	reply, err := command(addr, "PING")
+	return err == nil && reply == "PONG"
+}
+
+// command sends one command to the server on addr, on a connection of its
+// own, and returns its reply: a status or a bulk string, or a Redis error.
+// The package speaks the protocol itself, for these few administrative
+// commands, so that the module it lives in needs no Redis client.
+func command(addr string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		return false
+		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	var req strings.Builder
+	fmt.Fprintf(&req, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && line == "+PONG\r\n"
+	if _, err := io.WriteString(c, req.String()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("reply %q: not a bulk string", line)
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return "", err
+		}
+		return string(body[:n]), nil
+	}
+	return "", fmt.Errorf("reply %q: not a status, an error or a bulk string", line)
 }
 
 // freePort returns a loopback port nothing listens on; with bus, port +
