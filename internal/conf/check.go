@@ -7,7 +7,7 @@ import (
 )
 
 // Check reads the declaration of struct type t and of every struct it
-// holds (through a pointer, a map or an embedding): it fails on a field
+// holds (through a pointer, a map, a list or an embedding): it fails on a field
 // with no key tag, a tag that does not parse, and a default outside its
 // field's bounds.
 func Check(t reflect.Type) error {
@@ -22,7 +22,7 @@ func Check(t reflect.Type) error {
 			inner = f.typ.Elem()
 		case kindInline:
 			inner = f.typ
-		case kindMap:
+		case kindMap, kindSlice:
 			if f.typ.Elem().Kind() == reflect.Struct {
 				inner = f.typ.Elem()
 			}
@@ -110,7 +110,15 @@ func sample(v reflect.Value, none bool) error {
 			m.SetMapIndex(reflect.ValueOf("sample-"+f.key).Convert(f.typ.Key()), e)
 			fv.Set(m)
 		case kindSlice:
-			fv.Set(reflect.Append(reflect.MakeSlice(f.typ, 0, 1), reflect.ValueOf("sample").Convert(f.typ.Elem())))
+			e := reflect.New(f.typ.Elem()).Elem()
+			if e.Kind() == reflect.Struct {
+				if err := sample(e, none); err != nil {
+					return err
+				}
+			} else {
+				e.Set(reflect.ValueOf("sample").Convert(e.Type()))
+			}
+			fv.Set(reflect.Append(reflect.MakeSlice(f.typ, 0, 1), e))
 		case kindSkip:
 		default:
 			return fmt.Errorf("conf: no sample for %v", f.typ)

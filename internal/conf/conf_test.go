@@ -107,3 +107,53 @@ func TestFillAndFile(t *testing.T) {
 		}
 	}
 }
+
+type listed struct {
+	Items []listItem `key:"items" max:"2" unit:"items"`
+}
+
+type listItem struct {
+	Name string            `key:"name" default:"anon"`
+	M    map[string]string `key:"m" max:"1" unit:"entries"`
+	N    int               `key:"num" min:"0"`
+}
+
+func init() {
+	Register(func(p *listItem, _ listItem) error {
+		if p.N == 7 {
+			return &FieldError{Field: "N", Value: p.N, Why: "must not be 7"}
+		}
+		return nil
+	})
+}
+
+// TestListOfStructs: each element of a list of structs is filled in and
+// checked as a struct of its own, its errors named by its index.
+func TestListOfStructs(t *testing.T) {
+	var got listed
+	if err := DecodeYAML([]byte("items:\n  - {m: {a: b}}\n  - {name: x, num: 3}\n"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := Fill(&got); err != nil || len(got.Items) != 2 || got.Items[0].Name != "anon" || got.Items[1].N != 3 {
+		t.Fatalf("filled %+v, %v", got, err)
+	}
+	if err := Check(reflect.TypeFor[listed]()); err != nil {
+		t.Error(err)
+	}
+	var sampled listed
+	if err := Sample(&sampled, false); err != nil || len(sampled.Items) != 1 || sampled.Items[0].Name != "sample-name" {
+		t.Errorf("Sample: %+v, %v", sampled, err)
+	}
+	for doc, want := range map[string]string{
+		`{"items": [{}, {}, {}]}`:                      `items: 3 items: must be at most 2`,
+		`{"items": [{}, {"m": {"a": "1", "b": "2"}}]}`: `items[1].m: 2 entries: must be at most 1`,
+		`{"items": [{"num": -1}]}`:                     `items[0].num: -1: must be at least 0`,
+		`{"items": [{}, {"num": 7}]}`:                  `items[1].num: 7: must not be 7`,
+		`{"items": [{"bad": 1}]}`:                      `items[0].bad: unknown key`,
+	} {
+		var s listed
+		if err := DecodeJSON([]byte(doc), &s); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -75,6 +75,12 @@ func (a at) entry(k string) at {
 	return at{fmt.Sprintf("%s[%q]", a.field, k), joinPath(a.key, k)}
 }
 
+// index is the path of a list's i-th element, as a file's decoding names
+// it too: "backends[1]".
+func (a at) index(i int) at {
+	return at{fmt.Sprintf("%s[%d]", a.field, i), fmt.Sprintf("%s[%d]", a.key, i)}
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -195,6 +201,13 @@ func fill(v reflect.Value, a at, file *read) error {
 				return &FieldError{Field: fa.field, Key: fa.key, Value: Text(fmt.Sprintf("%d %s", fv.Len(), f.unit)), Why: why}
 			}
 			fv.Set(cloneSlice(fv))
+			if f.typ.Elem().Kind() == reflect.Struct { // each element is filled in as a struct of its own
+				for i := range fv.Len() {
+					if err := fill(fv.Index(i), fa.index(i), file); err != nil {
+						return err
+					}
+				}
+			}
 		}
 	}
 	if s.check == nil {
