@@ -9,7 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The vertex package's Google libraries start opencensus's worker
+	// when imported, once, for the life of the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
 // TestUsage: help asked for goes to stdout with status 0, from damper and

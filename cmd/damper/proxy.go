@@ -52,6 +52,9 @@ type proxyFile struct {
 	LogLevel          string         `key:"log_level" default:"info"`
 	Name              string         `key:"name"`
 	Policy            *damper.Policy `key:"policy"`
+	// Backends are the fallback backends, tried in order after the
+	// upstream (proxy_backends.go).
+	Backends []backendFile `key:"backends" max:"8" unit:"backends"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -67,7 +70,9 @@ type proxySettings struct {
 	level             slog.Level
 	name              string
 	policy            damper.Policy
-	configFile        string // for messages only
+	backends          []backendFile     // the fallback backends, as the file has them
+	built             []fallbackBackend // backends built and checked at start; nil: serveProxy builds them
+	configFile        string            // for messages only
 	listenIsNonLocal  bool
 	policyFromDefault bool
 }
@@ -90,6 +95,9 @@ func (s *proxySettings) apply(f proxyFile) error {
 	if err := conf.Fill(&f); err != nil {
 		return err
 	}
+	if err := checkBackendNames(f.Backends); err != nil {
+		return err
+	}
 	level, err := parseLevel(f.LogLevel)
 	if err != nil {
 		return &conf.Error{Path: "log_level", Err: fmt.Errorf("%q: %w", f.LogLevel, err)}
@@ -99,6 +107,7 @@ func (s *proxySettings) apply(f proxyFile) error {
 		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
 		readHeader: f.ReadHeaderTimeout, read: f.ReadTimeout, idle: f.IdleTimeout, write: f.WriteTimeout,
 		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
+		backends: f.Backends,
 	}
 	if policy != nil {
 		s.policy = *policy
@@ -147,8 +156,12 @@ answer for write_timeout has its call ended.
 
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
-read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name)
-and the Damper policy under "policy"; durations are strings such as "30s",
+read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name),
+the Damper policy under "policy", and under "backends" the fallback
+backends tried in order after the upstream (each a name, a provider of
+anthropic, bedrock or vertex, and its base_url, api_key_env, region,
+project and models), whose credentials and reachability are checked at
+start; durations are strings such as "30s",
 and so are the durations in the log lines.
 
 Flags:
@@ -259,6 +272,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	logger := newLogger(stderr, s.level)
+	if s.built, err = startBackends(context.Background(), s, defaultStartChecks()); err != nil {
+		logger.Error("damper proxy: cannot start", "error", err.Error())
+		return exitFail
+	}
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		logger.Error("damper proxy: cannot listen", "listen", s.listen, "error", err.Error())
@@ -288,6 +305,15 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	settings := []damper.Setting{damper.WithMeterProvider(mp), damper.WithLogger(logger)}
 	if s.name != "" {
 		settings = append(settings, damper.WithName(s.name))
+	}
+	backends := s.built
+	if backends == nil {
+		if backends, err = buildBackends(ctx, s.backends, nil); err != nil {
+			return err
+		}
+	}
+	if len(backends) > 0 {
+		settings = append(settings, damper.WithBackends(damperBackends(backends)...))
 	}
 	d, err := damper.New(s.policy, settings...)
 	if err != nil {
@@ -333,6 +359,13 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	}
 	if s.policyFromDefault {
 		attrs = append(attrs, "policy", "default")
+	}
+	if len(backends) > 0 {
+		names := make([]string, len(backends))
+		for i, b := range backends {
+			names[i] = b.name
+		}
+		attrs = append(attrs, "backends", names)
 	}
 	logger.Info("damper proxy: serving", attrs...)
 	if s.listenIsNonLocal {
