@@ -161,8 +161,8 @@ the Damper policy under "policy", and under "backends" the fallback
 backends tried in order after the upstream (each a name, a provider of
 anthropic, bedrock or vertex, and its base_url, api_key_env, region,
 project and models), whose credentials and reachability are checked at
-start; durations are strings such as "30s",
-and so are the durations in the log lines.
+start; durations are strings such as "30s", and so are the durations in
+the log lines.
 
 Flags:
 `)

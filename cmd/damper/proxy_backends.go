@@ -286,7 +286,11 @@ func buildBackends(ctx context.Context, files []backendFile, storeFor func(backe
 			if err != nil {
 				return nil, fmt.Errorf("%s: no Google credentials (Application Default Credentials): %w", fb.label(), err)
 			}
-			opts = []option.RequestOption{vertex.WithCredentials(ctx, f.Region, f.Project, creds)}
+			opt, err := vertexOption(ctx, f.Region, f.Project, creds)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", fb.label(), err)
+			}
+			opts = []option.RequestOption{opt}
 			if base != nil {
 				opts = append(opts, option.WithBaseURL(base.String()))
 			} else {
@@ -330,6 +334,17 @@ func bedrockCredentials(cfg aws.Config) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// vertexOption is vertex.WithCredentials, whose failure to make its HTTP
+// client (a bad client-certificate setting in the environment) is a panic.
+func vertexOption(ctx context.Context, region, project string, creds *google.Credentials) (opt option.RequestOption, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the Vertex AI client: %v", r)
+		}
+	}()
+	return vertex.WithCredentials(ctx, region, project, creds), nil
 }
 
 // vertexEndpoint is the endpoint the SDK's vertex package picks for region.
