@@ -107,8 +107,14 @@ func checkBackendFile(b *backendFile, _ backendFile) error {
 		}
 	}
 	if b.BaseURL != "" {
-		if _, err := parseBaseURL(b.BaseURL); err != nil {
+		u, err := parseBaseURL(b.BaseURL)
+		if err != nil {
 			return bad("BaseURL", conf.Text(shownURL(b.BaseURL)), err.Error())
+		}
+		// The SDK's platform clients rewrite /v1/messages alone: behind a
+		// path it would go out unsigned and untranslated.
+		if b.Provider != "anthropic" && strings.Trim(u.Path, "/") != "" {
+			return bad("BaseURL", conf.Text(shownURL(b.BaseURL)), fmt.Sprintf("a %s base URL has no path", b.Provider))
 		}
 	}
 	if b.APIKeyEnv != "" {

@@ -75,6 +75,7 @@ func TestBackendsFileErrors(t *testing.T) {
 		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://'}\n", `backends[0].base_url: "https://": the URL has no host`},
 		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://user:" + backendSecret + "@h'}\n", `backends[0].base_url: "https://xxxxx@h": a base URL holds no credentials`},
 		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://h/?q=1'}\n", `backends[0].base_url: "https://h/?q=1": a base URL has no query`},
+		{"  - {name: b, provider: vertex, region: us-east5, project: p, base_url: 'https://h/vertex'}\n", `backends[0].base_url: "https://h/vertex": a vertex base URL has no path`},
 		{"  - {name: a, provider: anthropic, api_key_env: 1KEY}\n", `backends[0].api_key_env: (not shown): want the name of the environment variable that holds the key`},
 		{"  - {name: a, provider: anthropic, api_key_env: " + backendSecret + "}\n", `backends[0].api_key_env: (not shown): want the name of the environment variable`},
 		{"  - {name: a, provider: anthropic, api_key_env: DAMPER_TEST_UNSET_VAR}\n", `backends[0].api_key_env: "DAMPER_TEST_UNSET_VAR": the environment variable is unset or empty`},
