@@ -15,6 +15,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,8 +111,9 @@ func parseStore(f *proxyStoreFile, proxyName string) (*storeConfig, error) {
 		if e.name == "" {
 			continue
 		}
+		// A wrong name is not shown: it may be the secret itself.
 		if err := checkEnvName(e.name); err != nil {
-			return nil, storeError("store."+e.key, "%q: %v", excerptValue(e.name), err)
+			return nil, storeError("store."+e.key, "%v (the value, %d characters, is not shown: it may be a secret)", err, len(e.name))
 		}
 	}
 	if f.UsernameEnv != "" && c.urlUsername {
@@ -256,7 +259,7 @@ func checkAddress(addr string) error {
 // checkEnvName checks the name of an environment variable.
 func checkEnvName(name string) error {
 	if len(name) > maxEnvName {
-		return fmt.Errorf("must be at most %d characters", maxEnvName)
+		return fmt.Errorf("want the name of an environment variable, at most %d characters", maxEnvName)
 	}
 	for i, r := range name {
 		ok := r == '_' || (r >= 'A' && r <= 'Z') || (r >= 'a' && r <= 'z') || (i > 0 && r >= '0' && r <= '9')
@@ -336,6 +339,8 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
+	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
+	redisLog.to.Store(logger)
 	o := c.base
 	o.Username, o.Password = user, password
 	o.ContextTimeoutEnabled = true
@@ -354,6 +359,23 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 		return nil, fmt.Errorf("%s: %w", c.describe(), err)
 	}
 	return p, nil
+}
+
+// redisLog is where the Redis client's own messages go: the proxy's
+// logger, as JSON lines, rather than the client's default, plain lines on
+// stderr. The client's logger is global: set once, it writes to the
+// logger of the last store opened.
+var redisLog struct {
+	once sync.Once
+	to   atomic.Pointer[slog.Logger]
+}
+
+type redisLogger struct{}
+
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l := redisLog.to.Load(); l != nil {
+		l.Warn("damper proxy: redis client", "message", fmt.Sprintf(format, v...))
+	}
 }
 
 // tlsConfig is the client's TLS configuration: nil without TLS.
