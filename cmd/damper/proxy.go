@@ -169,6 +169,14 @@ read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name)
 and the Damper policy under "policy"; durations are strings such as "30s",
 and so are the durations in the log lines.
 
+admin_listen (host:port), when set, serves /healthz, /readyz and /metrics
+there instead, and the listen address answers them 404. store keeps the
+Damper's state (retry budget, throttle, breaker, rate limits) in Redis,
+shared by every proxy given the same store, with the keys address or url,
+username_env and password_env (the names of the variables that hold the
+credentials), tls, ca_file, name, timeout and fail_closed; the proxy does
+not start when a PING finds Redis unreachable or refusing it.
+
 Flags:
 `)
 		fs.PrintDefaults()
