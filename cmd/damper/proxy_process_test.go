@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,16 +147,4 @@ func needNode(t *testing.T) string {
 		t.Skip(msg)
 	}
 	return node
-}
-
-// exitCode is the status of a process that ran, or -1.
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err == nil {
-		return 0
-	}
-	return -1
 }

@@ -348,14 +348,14 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	client := redis.NewClient(&o)
 	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
 	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("%s: %s: %w", c.describe(), pingFailure(err), err)
-	}
 	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr,
 		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Logger: logger}}
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("%s: %s: %w", c.describe(), pingFailure(err), err)
+	}
 	if p.primary, err = redisstore.New(client, p.options); err != nil {
-		_ = client.Close()
+		_ = p.Close()
 		return nil, fmt.Errorf("%s: %w", c.describe(), err)
 	}
 	return p, nil
@@ -413,12 +413,15 @@ func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
 	return s, nil
 }
 
-// Close closes the client; nil-safe.
+// Close closes the client, after which the client's messages go nowhere;
+// nil-safe.
 func (p *proxyStore) Close() error {
 	if p == nil {
 		return nil
 	}
-	return p.client.Close()
+	err := p.client.Close()
+	redisLog.to.CompareAndSwap(p.options.Logger, nil)
+	return err
 }
 
 // String names the store in log lines.
