@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
+// TestMain runs the damper command with the binary's arguments instead of
+// the tests when the environment says so (see startProxyProcess), so that
+// a test can start proxies as processes of their own without building a
+// binary.
 func TestMain(m *testing.M) {
+	if os.Getenv(runAsDamperEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	// The vertex package's Google libraries start opencensus's worker
 	// when imported, once, for the life of the process.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))

@@ -41,6 +41,9 @@ import (
 // name, default and bounds; the keys of damper.ProxyConfig are its own.
 type proxyFile struct {
 	Listen string `key:"listen" default:"127.0.0.1:8787"`
+	// AdminListen, when set, serves /healthz, /readyz and /metrics, which
+	// the API's listener then no longer answers.
+	AdminListen string `key:"admin_listen"`
 	// Upstream's default is the command's: the library's has none.
 	damper.ProxyConfig `key:",inline"`
 	DrainTimeout       time.Duration `key:"drain_timeout" default:"30s" min:">0"`
@@ -55,6 +58,8 @@ type proxyFile struct {
 	// Backends are the fallback backends, tried in order after the
 	// upstream (proxy_backends.go).
 	Backends []backendFile `key:"backends" max:"8" unit:"backends"`
+	// Store keeps the Damper's state in Redis (proxy_store.go).
+	Store *proxyStoreFile `key:"store"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -75,6 +80,11 @@ type proxySettings struct {
 	configFile        string            // for messages only
 	listenIsNonLocal  bool
 	policyFromDefault bool
+
+	adminListen string       // "": /healthz, /readyz and /metrics on listen
+	adminLn     net.Listener // admin_listen's, opened by runProxy
+	store       *storeConfig // nil: the state in memory
+	fleet       *proxyStore  // store's, opened by runProxy
 }
 
 const defaultProxyUpstream = "https://api.anthropic.com"
@@ -102,12 +112,19 @@ func (s *proxySettings) apply(f proxyFile) error {
 	if err != nil {
 		return &conf.Error{Path: "log_level", Err: fmt.Errorf("%q: %w", f.LogLevel, err)}
 	}
+	if err := checkAdminListen(f.AdminListen); err != nil {
+		return err
+	}
+	store, err := parseStore(f.Store, f.Name)
+	if err != nil {
+		return err
+	}
 	*s = proxySettings{
 		listen: f.Listen, upstream: cmp.Or(f.Upstream, defaultProxyUpstream),
 		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
 		readHeader: f.ReadHeaderTimeout, read: f.ReadTimeout, idle: f.IdleTimeout, write: f.WriteTimeout,
 		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
-		backends: f.Backends,
+		backends: f.Backends, adminListen: f.AdminListen, store: store,
 	}
 	if policy != nil {
 		s.policy = *policy
@@ -163,6 +180,14 @@ anthropic, bedrock or vertex, and its base_url, api_key_env, region,
 project and models), whose credentials and reachability are checked at
 start; durations are strings such as "30s", and so are the durations in
 the log lines.
+
+admin_listen (host:port), when set, serves /healthz, /readyz and /metrics
+there instead, and the listen address answers them 404. store keeps the
+Damper's state (retry budget, throttle, breaker, rate limits) in Redis,
+shared by every proxy given the same store, with the keys address or url,
+username_env and password_env (the names of the variables that hold the
+credentials), tls, ca_file, name, timeout and fail_closed; the proxy does
+not start when a PING finds Redis unreachable or refusing it.
 
 Flags:
 `)
@@ -272,7 +297,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	logger := newLogger(stderr, s.level)
-	if s.built, err = startBackends(context.Background(), s, defaultStartChecks()); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if s.fleet, err = openProxyStore(ctx, s.store, logger); err != nil {
+		logger.Error("damper proxy: cannot start", "error", err.Error())
+		return exitFail
+	}
+	defer s.fleet.Close()
+	if s.built, err = startBackends(ctx, s, defaultStartChecks()); err != nil {
 		logger.Error("damper proxy: cannot start", "error", err.Error())
 		return exitFail
 	}
@@ -281,8 +313,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		logger.Error("damper proxy: cannot listen", "listen", s.listen, "error", err.Error())
 		return exitFail
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if s.adminLn, err = listenAdmin(s.adminListen); err != nil {
+		ln.Close()
+		logger.Error("damper proxy: cannot listen", "admin_listen", s.adminListen, "error", err.Error())
+		return exitFail
+	}
 	if err := serveProxy(ctx, s, ln, logger); err != nil {
 		logger.Error("damper proxy: stopped", "error", err.Error())
 		return exitFail
@@ -306,9 +341,12 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	if s.name != "" {
 		settings = append(settings, damper.WithName(s.name))
 	}
+	if s.fleet != nil {
+		settings = append(settings, damper.WithStore(s.fleet.primary))
+	}
 	backends := s.built
 	if backends == nil {
-		if backends, err = buildBackends(ctx, s.backends, nil); err != nil {
+		if backends, err = buildBackends(ctx, s.backends, s.fleet.storeFor()); err != nil {
 			return err
 		}
 	}
@@ -325,21 +363,14 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	}
 	var draining atomic.Bool
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	admin := adminEndpoints(metrics, &draining)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Host == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-			switch r.URL.Path {
-			case "/healthz":
-				fmt.Fprintln(w, "ok")
+		if r.URL.Host == "" && isAdminPath(r.URL.Path) {
+			if s.adminLn != nil {
+				notOnAPI(w, r)
 				return
-			case "/readyz":
-				if draining.Load() {
-					http.Error(w, "draining", http.StatusServiceUnavailable)
-					return
-				}
-				fmt.Fprintln(w, "ready")
-				return
-			case "/metrics":
-				metrics.ServeHTTP(w, r)
+			}
+			if admin(w, r) {
 				return
 			}
 		}
@@ -367,15 +398,27 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		}
 		attrs = append(attrs, "backends", names)
 	}
+	if s.adminLn != nil {
+		attrs = append(attrs, "admin_listen", s.adminLn.Addr().String())
+	}
+	if s.fleet != nil {
+		attrs = append(attrs, "store", s.fleet.String())
+	}
 	logger.Info("damper proxy: serving", attrs...)
 	if s.listenIsNonLocal {
 		logger.Warn("damper proxy: listening beyond loopback: other hosts can send calls through this proxy with their own keys", "listen", s.listen)
 	}
 
+	adm := serveAdmin(s, srv, admin, logger)
+	defer adm.close() // after the drain: it answers through it
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		return err
+	case err := <-adm.failed:
+		srv.Close()
+		<-served
 		return err
 	case <-ctx.Done():
 	}
@@ -384,6 +427,10 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		logger.Info("damper proxy: unready, still serving", "shutdown_delay", s.shutdownDelay.String())
 		select {
 		case err := <-served:
+			return err
+		case err := <-adm.failed:
+			srv.Close()
+			<-served
 			return err
 		case <-time.After(s.shutdownDelay):
 		}
@@ -397,6 +444,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		err = srv.Close()
 	}
 	<-served // http.ErrServerClosed
+	adm.close()
 	logger.Info("damper proxy: stopped")
 	return err
 }

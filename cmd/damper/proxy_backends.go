@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +54,6 @@ type backendFile struct {
 const (
 	maxBackendName = 32
 	maxModelName   = 256
-	maxEnvName     = 128
 	maxRegion      = 64
 	maxProject     = 128
 	maxBaseURL     = 2048
@@ -119,7 +117,7 @@ func checkBackendFile(b *backendFile, _ backendFile) error {
 	}
 	if b.APIKeyEnv != "" {
 		switch {
-		case len(b.APIKeyEnv) > maxEnvName || !envName(b.APIKeyEnv):
+		case checkEnvName(b.APIKeyEnv) != nil:
 			// Not shown: it may be the key itself, written where its
 			// variable's name goes.
 			return bad("APIKeyEnv", conf.Text("(not shown)"), fmt.Sprintf("want the name of the environment variable that holds the key, not the key: at most %d letters, digits or '_', not starting with a digit", maxEnvName))
@@ -178,27 +176,6 @@ func parseBaseURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// shown is a value as an error shows it: quoted, and cut to the longest
-// a key may be.
-func shown(s string) string {
-	const most = 64
-	if len(s) > most {
-		return strconv.Quote(s[:most]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// shownURL is a URL as an error shows it: without what may be a password.
-func shownURL(s string) string {
-	if at := strings.LastIndex(s, "@"); at >= 0 {
-		if scheme, _, ok := strings.Cut(s, "://"); ok && len(scheme) < at {
-			return shown(scheme + "://xxxxx" + s[at:])
-		}
-		return shown("xxxxx" + s[at:])
-	}
-	return shown(s)
-}
-
 func allChars(s string, ok func(c byte) bool) bool {
 	for i := 0; i < len(s); i++ {
 		if !ok(s[i]) {
@@ -212,10 +189,6 @@ func alnum(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' ||
 
 func nameChars(s string) bool {
 	return allChars(s, func(c byte) bool { return alnum(c) || c == '-' || c == '_' })
-}
-
-func envName(s string) bool {
-	return allChars(s, func(c byte) bool { return alnum(c) || c == '_' }) && (s[0] < '0' || s[0] > '9')
 }
 
 func regionChars(s string) bool {
@@ -473,7 +446,7 @@ func hostPort(u *url.URL) string {
 // for runProxy: an error names each backend, or the upstream, that
 // cannot be used.
 func startBackends(ctx context.Context, s proxySettings, c startChecks) ([]fallbackBackend, error) {
-	built, err := buildBackends(ctx, s.backends, nil)
+	built, err := buildBackends(ctx, s.backends, s.fleet.storeFor())
 	if err != nil {
 		return nil, err
 	}

@@ -121,19 +121,11 @@ type tsResult struct {
 // runFallbackClient runs fallback.mjs against the proxy at url.
 func runFallbackClient(t *testing.T, url string, calls ...string) []tsResult {
 	t.Helper()
-	dir := filepath.Join("testdata", "tsclient")
-	node, err := exec.LookPath("node")
-	if _, statErr := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk")); err != nil || statErr != nil {
-		msg := "the TypeScript SDK is not installed: run npm ci --prefix cmd/damper/testdata/tsclient (Node.js 20 or later)"
-		if os.Getenv("DAMPER_REQUIRE_NODE") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	node := needNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"fallback.mjs", url}, calls...)...)
-	cmd.Dir = dir
+	cmd.Dir = filepath.Join("testdata", "tsclient")
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+testKey)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

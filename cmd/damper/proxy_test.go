@@ -193,14 +193,7 @@ func checkGoResults(t *testing.T, want map[string]clientResult) {
 // API, with the same number of provider attempts, its own retries left on.
 func TestTypeScriptSDKThroughProxy(t *testing.T) {
 	dir := filepath.Join("testdata", "tsclient")
-	node, err := exec.LookPath("node")
-	if _, statErr := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk")); err != nil || statErr != nil {
-		msg := "the TypeScript SDK is not installed: run npm ci --prefix cmd/damper/testdata/tsclient (Node.js 20 or later)"
-		if os.Getenv("DAMPER_REQUIRE_NODE") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	node := needNode(t)
 	want := goLibraryResults(t)
 	checkGoResults(t, want)
 

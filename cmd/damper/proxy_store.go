@@ -1,0 +1,402 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/redisstore"
+)
+
+// proxyStoreFile is the file's store: the Damper's state in Redis,
+// shared by every proxy given the same store.
+//
+//	store:
+//	  address: redis:6379          # or url: redis://host:6379/0, rediss://...
+//	  username_env: REDIS_USERNAME # names of environment variables, never the secrets
+//	  password_env: REDIS_PASSWORD
+//	  tls: true                    # implied by rediss:// and ca_file
+//	  ca_file: /etc/redis/ca.pem
+//	  name: checkout               # default: the proxy's name, else "damper"
+//	  timeout: 50ms
+//	  fail_closed: false
+type proxyStoreFile struct {
+	Address     string        `key:"address"`
+	URL         string        `key:"url"`
+	UsernameEnv string        `key:"username_env"`
+	PasswordEnv string        `key:"password_env"`
+	TLS         bool          `key:"tls"`
+	CAFile      string        `key:"ca_file"`
+	Name        string        `key:"name"`
+	Timeout     time.Duration `key:"timeout" default:"50ms" min:">0" max:"10s"`
+	FailClosed  bool          `key:"fail_closed"`
+}
+
+// Bounds on what the store's keys hold.
+const (
+	maxStoreAddress = 261 // a 255-byte host name, ':', a port
+	maxStoreURL     = 2048
+	maxCAFilePath   = 4096
+	maxCAFileBytes  = 1 << 20
+	// maxStoreName leaves room for ".<backend>", a backend's name being at
+	// most 32 bytes, within redisstore's 64.
+	maxStoreName      = 31
+	defaultStoreName  = "damper"
+	storePingTimeout  = 5 * time.Second
+	storeBackendJoint = "."
+)
+
+// storeConfig is the file's store, checked. It holds the names of the
+// environment variables with the credentials, never their values, which
+// openProxyStore reads.
+type storeConfig struct {
+	base        redis.Options // Addr, DB and the url's options; no credentials
+	urlUsername bool          // the url named the username
+	usernameEnv string
+	passwordEnv string
+	tls         bool
+	roots       *x509.CertPool // nil: the system's
+	name        string
+	timeout     time.Duration
+	failClosed  bool
+	// pingTimeout bounds the PING at start; tests shorten it.
+	pingTimeout time.Duration
+}
+
+// describe names the store in messages: where it is, never a credential.
+func (c *storeConfig) describe() string { return "store (redis at " + c.base.Addr + ")" }
+
+// parseStore checks the file's store, filled in; proxyName is the proxy's
+// name, the store name's default. It returns nil for no store.
+func parseStore(f *proxyStoreFile, proxyName string) (*storeConfig, error) {
+	if f == nil {
+		return nil, nil
+	}
+	c := &storeConfig{timeout: f.Timeout, failClosed: f.FailClosed, tls: f.TLS, pingTimeout: storePingTimeout}
+	switch {
+	case f.Address != "" && f.URL != "":
+		return nil, storeError("store", "address and url are both given: give one of them")
+	case f.Address == "" && f.URL == "":
+		return nil, storeError("store", "give address (host:port) or url (redis:// or rediss://)")
+	case f.Address != "":
+		if err := checkAddress(f.Address); err != nil {
+			return nil, storeError("store.address", "%s: %v", shown(f.Address), err)
+		}
+		c.base.Addr = f.Address
+	default:
+		if err := c.parseURL(f.URL); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range []struct{ key, name string }{{"username_env", f.UsernameEnv}, {"password_env", f.PasswordEnv}} {
+		if e.name == "" {
+			continue
+		}
+		// A wrong name is not shown: it may be the secret itself.
+		if err := checkEnvName(e.name); err != nil {
+			return nil, storeError("store."+e.key, "%v (the value, %d characters, is not shown: it may be a secret)", err, len(e.name))
+		}
+	}
+	if f.UsernameEnv != "" && c.urlUsername {
+		return nil, storeError("store.username_env", "%q: the url names a username already: give it in one place", f.UsernameEnv)
+	}
+	c.usernameEnv, c.passwordEnv = f.UsernameEnv, f.PasswordEnv
+	if f.CAFile != "" {
+		roots, err := readCAFile(f.CAFile)
+		if err != nil {
+			return nil, storeError("store.ca_file", "%s: %v", shown(f.CAFile), err)
+		}
+		c.roots, c.tls = roots, true
+	}
+	c.name = f.Name
+	namePath := "store.name"
+	if c.name == "" {
+		c.name = proxyName
+		namePath = "name" // the store's name by default
+	}
+	if c.name == "" {
+		c.name = defaultStoreName
+	}
+	if err := checkStoreName(c.name); err != nil {
+		if namePath == "name" {
+			err = fmt.Errorf("%w (the store takes the proxy's name when store.name is not given)", err)
+		}
+		return nil, storeError(namePath, "%s: %v", shown(c.name), err)
+	}
+	// The credentials are read at start, where their variables must be set
+	// too: checked here so that a wrong file is found at once.
+	if _, _, err := c.credentials(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseURL reads the store's url into c.
+func (c *storeConfig) parseURL(raw string) error {
+	const path = "store.url"
+	shownRaw := shownURL(raw)
+	if len(raw) > maxStoreURL {
+		return storeError(path, "%d bytes: must be at most %d", len(raw), maxStoreURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url's errors repeat the url, password and all.
+		return storeError(path, "%s: not a URL", shownRaw)
+	}
+	if _, ok := u.User.Password(); ok {
+		return storeError(path, "%s: holds a password: give it in an environment variable named by password_env", shownRaw)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return storeError(path, "%s: want a redis:// or rediss:// URL", shownRaw)
+	}
+	if u.Query().Has("skip_verify") {
+		return storeError(path, "%s: skip_verify is not taken: give the server's CA in ca_file", shownRaw)
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return storeError(path, "%s: %v", shownRaw, err)
+	}
+	if err := checkAddress(o.Addr); err != nil {
+		return storeError(path, "%s: %v", shownRaw, err)
+	}
+	c.urlUsername = o.Username != ""
+	if o.TLSConfig != nil {
+		c.tls = true
+		o.TLSConfig = nil // built again at start, with the CA file's roots
+	}
+	c.base = *o
+	return nil
+}
+
+// credentials returns the client's username and password, read from the
+// variables the file names. Its errors name the variable, never its value.
+func (c *storeConfig) credentials() (user, password string, err error) {
+	read := func(key, name string) (string, error) {
+		if name == "" {
+			return "", nil
+		}
+		v, ok := os.LookupEnv(name)
+		switch {
+		case !ok:
+			return "", storeError("store."+key, "%q: the environment variable is not set", name)
+		case v == "":
+			return "", storeError("store."+key, "%q: the environment variable is empty", name)
+		}
+		return v, nil
+	}
+	if user, err = read("username_env", c.usernameEnv); err != nil {
+		return "", "", err
+	}
+	if password, err = read("password_env", c.passwordEnv); err != nil {
+		return "", "", err
+	}
+	return cmp.Or(user, c.base.Username), password, nil
+}
+
+func storeError(path, format string, args ...any) error {
+	return &conf.Error{Path: path, Err: fmt.Errorf(format, args...)}
+}
+
+// checkAddress checks a host:port.
+func checkAddress(addr string) error {
+	if len(addr) > maxStoreAddress {
+		return fmt.Errorf("%d bytes: must be at most %d", len(addr), maxStoreAddress)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	for _, r := range host {
+		if r <= ' ' || r > '~' {
+			return errors.New("the host holds a space or a character that is not printable ASCII")
+		}
+	}
+	return nil
+}
+
+// checkStoreName checks a name as redisstore takes it, with room for a
+// backend's suffix.
+func checkStoreName(name string) error {
+	if len(name) > maxStoreName {
+		return fmt.Errorf("must be 1 to %d characters (a fallback backend's state is kept under the name, a dot and the backend's name)", maxStoreName)
+	}
+	for _, r := range name {
+		if r < 0x21 || r > 0x7e || r == '{' || r == '}' {
+			return errors.New("must be printable ASCII without spaces or braces")
+		}
+	}
+	return nil
+}
+
+// readCAFile reads a PEM file of root certificates.
+func readCAFile(path string) (*x509.CertPool, error) {
+	if len(path) > maxCAFilePath {
+		return nil, fmt.Errorf("a path of %d bytes: must be at most %d", len(path), maxCAFilePath)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, pathCause(err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxCAFileBytes+1))
+	if err != nil {
+		return nil, pathCause(err)
+	}
+	if len(data) > maxCAFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxCAFileBytes)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return pool, nil
+}
+
+// pathCause is err without the path a message shows already.
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// proxyStore is the proxy's way to Redis: one client, the primary's
+// store on it, and the fallback backends' stores on the same client.
+type proxyStore struct {
+	client  *redis.Client
+	primary *redisstore.Store
+	name    string
+	addr    string
+	options redisstore.Options // the primary's; a backend's differs by Name
+}
+
+// openProxyStore builds the client and the primary's store, and checks
+// with a PING, bounded by c.pingTimeout, that Redis answers and takes the
+// credentials; nil without a store. Once running, a Redis that fails is
+// the store's fallback, not an exit.
+func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*proxyStore, error) {
+	if c == nil {
+		return nil, nil
+	}
+	user, password, err := c.credentials()
+	if err != nil {
+		return nil, err
+	}
+	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
+	redisLog.to.Store(logger)
+	o := c.base
+	o.Username, o.Password = user, password
+	o.ContextTimeoutEnabled = true
+	o.TLSConfig = c.tlsConfig()
+	client := redis.NewClient(&o)
+	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
+	defer cancel()
+	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr,
+		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Logger: logger}}
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("%s: %s: %w", c.describe(), pingFailure(err), err)
+	}
+	if p.primary, err = redisstore.New(client, p.options); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("%s: %w", c.describe(), err)
+	}
+	return p, nil
+}
+
+// redisLog is where the Redis client's own messages go: the proxy's
+// logger, as JSON lines, rather than the client's default, plain lines on
+// stderr. The client's logger is global: set once, it writes to the
+// logger of the last store opened.
+var redisLog struct {
+	once sync.Once
+	to   atomic.Pointer[slog.Logger]
+}
+
+type redisLogger struct{}
+
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l := redisLog.to.Load(); l != nil {
+		l.Warn("damper proxy: redis client", "message", fmt.Sprintf(format, v...))
+	}
+}
+
+// tlsConfig is the client's TLS configuration: nil without TLS.
+func (c *storeConfig) tlsConfig() *tls.Config {
+	if !c.tls {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(c.base.Addr)
+	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, RootCAs: c.roots}
+}
+
+// pingFailure says what a failed PING at start means.
+func pingFailure(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "tls: "), strings.Contains(msg, "x509: "):
+		return "TLS failed"
+	case strings.HasPrefix(msg, "NOAUTH"):
+		return "it asks for credentials: name the variables that hold them in username_env and password_env"
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
+		return "it refused the credentials"
+	}
+	return "cannot reach it"
+}
+
+// backendStore returns the store of a fallback backend: on the same
+// client as the primary's, under the store's name, a dot and backend.
+func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
+	o := p.options
+	o.Name = p.name + storeBackendJoint + backend
+	s, err := redisstore.New(p.client, o)
+	if err != nil {
+		return nil, fmt.Errorf("the store of backend %q: %w", backend, err)
+	}
+	return s, nil
+}
+
+// storeFor returns what gives each fallback backend its store, or nil
+// (each keeps its state in memory) when the proxy has no store; nil-safe.
+func (p *proxyStore) storeFor() func(backend string) (fleet.Store, error) {
+	if p == nil {
+		return nil
+	}
+	return p.backendStore
+}
+
+// Close closes the client, after which the client's messages go nowhere;
+// nil-safe.
+func (p *proxyStore) Close() error {
+	if p == nil {
+		return nil
+	}
+	err := p.client.Close()
+	redisLog.to.CompareAndSwap(p.options.Logger, nil)
+	return err
+}
+
+// String names the store in log lines.
+func (p *proxyStore) String() string { return "redis at " + p.addr + ", name " + p.name }
