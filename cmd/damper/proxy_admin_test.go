@@ -52,15 +52,7 @@ func TestProxyAdminListener(t *testing.T) {
 		s.name = "admin-test"
 		admin = withAdmin(t, s)
 	})
-	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
-	req.Header.Set("X-Api-Key", testKey)
-	req.Header.Set(dampertest.ScenarioHeader, "overloaded")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	res, _ := callThrough(t, p.url, "overloaded")
 	if res.StatusCode != 200 || srv.Count("overloaded") != 2 {
 		t.Fatalf("a call through the API's listener: %d, %d attempts", res.StatusCode, srv.Count("overloaded"))
 	}

@@ -393,15 +393,7 @@ policy: {backoff_base: 0}
 	}
 	call := func() *http.Response {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
-		req.Header.Set("X-Api-Key", testKey)
-		req.Header.Set(dampertest.ScenarioHeader, "overloaded")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
+		res, _ := callThrough(t, p.url, "overloaded")
 		return res
 	}
 	if res := call(); res.StatusCode != 200 || res.Header.Get("Damper-Attempts") != "2" {
@@ -474,19 +466,14 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	p := startProxy(t, primary.URL(), func(s *proxySettings) {
+	withStore := func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
 		s.backends = []backendFile{bedrockBackend(bedrock)}
 		s.fleet = st
-	})
+	}
+	p := startProxy(t, primary.URL(), withStore)
 	for i := range 3 {
-		resp, err := http.Post(p.url+"/v1/messages", "application/json",
-			strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := callThrough(t, p.url, "")
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "from bedrock") {
 			t.Fatalf("call %d: %d %s, want Bedrock's answer", i+1, resp.StatusCode, body)
 		}
@@ -511,17 +498,8 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	}
 	// The upstream's breaker is the one in Redis: open, so a proxy given
 	// the same store sends nothing upstream.
-	q := startProxy(t, primary.URL(), func(s *proxySettings) {
-		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
-		s.backends = []backendFile{bedrockBackend(bedrock)}
-		s.fleet = st
-	})
-	resp, err := http.Post(q.url+"/v1/messages", "application/json",
-		strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	q := startProxy(t, primary.URL(), withStore)
+	resp, _ := callThrough(t, q.url, "")
 	if n, m := primary.Count(""), bedrock.Count(""); resp.StatusCode != http.StatusOK || n != 2 || m != 4 {
 		t.Errorf("through a second proxy: %d, the upstream got %d requests, Bedrock %d; want 200, 2 and 4", resp.StatusCode, n, m)
 	}

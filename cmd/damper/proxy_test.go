@@ -66,6 +66,26 @@ func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runni
 	return p
 }
 
+// callThrough makes a plain Messages call with the client's key through
+// the proxy at url, as the fake API's scenario, and returns its response
+// and its body, read whole.
+func callThrough(t *testing.T, url, scenario string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
+	req.Header.Set("X-Api-Key", testKey)
+	req.Header.Set(dampertest.ScenarioHeader, scenario)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, body
+}
+
 // fakeAPI is the fake Messages API on loopback with the cases every client
 // of the proxy is tried on.
 func fakeAPI(t *testing.T) *dampertest.Server {
@@ -329,15 +349,7 @@ func TestProxyHealthAndMetrics(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
-	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[]}`))
-	req.Header.Set("X-Api-Key", testKey)
-	req.Header.Set(dampertest.ScenarioHeader, "overloaded")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	callThrough(t, p.url, "overloaded")
 	code, body := get("/metrics")
 	for _, want := range []string{
 		`damper_attempts_total{damper_attempt_error_class="overloaded",damper_name="proxy-test",damper_provider="anthropic"`,
