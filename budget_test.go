@@ -365,3 +365,49 @@ func TestBudgetStoreErrorIsLoggedAndDecisionKept(t *testing.T) {
 		}
 	}
 }
+
+// knownBudget is a storeBudget that knows its balance without asking.
+type knownBudget struct{ storeBudget }
+
+func (b *knownBudget) KnownBalance(time.Time) float64 { return 4 }
+
+// A budget that knows its balance tells a report's at no cost: Available
+// is never asked, whoever reads the report.
+func TestKnownBalanceNeverAsks(t *testing.T) {
+	b := &knownBudget{storeBudget{grant: true}}
+	r := newRig(t, damper.Policy{}, damper.WithBudget(b))
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6"), damper.ReportInto(&rep)); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Script("", dampertest.Status(400))
+	if _, err := r.client.Messages.New(context.Background(), params("claude-sonnet-4-6")); err == nil {
+		t.Fatal("a 400 answered")
+	}
+	if b.available != 0 || rep.BudgetBalance != 4 {
+		t.Fatalf("Available asked %d times, balance %v; want 0, 4", b.available, rep.BudgetBalance)
+	}
+}
+
+// WithBudget's budget has its own values: a Policy that sets the budget's
+// fields as well is refused, naming them, rather than left unused.
+func TestWithBudgetRefusesBudgetFields(t *testing.T) {
+	b := damper.WithBudget(&storeBudget{grant: true})
+	for _, c := range []struct {
+		p    damper.Policy
+		want string
+	}{
+		{damper.Policy{RetryBudgetRatio: 0.2}, "Policy.RetryBudgetRatio = 0.2"},
+		{damper.Policy{RetryBudgetWindow: time.Second}, "Policy.RetryBudgetWindow = 1s"},
+		{damper.Policy{RetryBudgetMinTokens: damper.None}, "Policy.RetryBudgetMinTokens = -1"},
+		{damper.Policy{RetryBudgetRatio: 0.2, RetryBudgetMinTokens: 3}, "Policy.RetryBudgetRatio = 0.2, Policy.RetryBudgetMinTokens = 3"},
+	} {
+		_, err := damper.New(c.p, b)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the budget given to WithBudget has its own") {
+			t.Errorf("New(%+v, WithBudget): %v; want an error naming %q", c.p, err, c.want)
+		}
+	}
+	if _, err := damper.New(damper.Policy{MaxAttempts: 2}, b); err != nil {
+		t.Errorf("New without the budget's fields: %v", err)
+	}
+}

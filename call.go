@@ -308,14 +308,15 @@ func (c *call) close(outcome Outcome) {
 	now := c.d.clock.Now()
 	var balance float64
 	// The balance is the budget's when the call ended: no store is asked
-	// for it while the call goes on. A budget in memory tells it at no
-	// cost; a store's costs a round trip, which an answered call makes
-	// only for a report someone reads: the caller's destination or a
-	// recording span. A failed call's report also goes on its error and
-	// its log line.
+	// for it while the call goes on. A budget that knows it (in memory, or
+	// as last heard from its store) tells it at no cost; another's costs a
+	// round trip, which an answered call makes only for a report someone
+	// reads: the caller's destination or a recording span. A failed call's
+	// report also goes on its error and its log line.
 	b := c.route.b.budget
-	_, inMemory := b.(*fleet.WindowBudget)
-	if inMemory || outcome != OutcomeSuccess || c.report.hasSink() || c.trace.request != nil && c.trace.request.IsRecording() {
+	if kb, ok := b.(fleet.KnownBalancer); ok {
+		balance = kb.KnownBalance(now)
+	} else if outcome != OutcomeSuccess || c.report.hasSink() || c.trace.request != nil && c.trace.request.IsRecording() {
 		var err error
 		balance, err = b.Available(keepGoing(c.ctx, b), now)
 		c.storeError(partBudget, "available", err)

@@ -72,7 +72,9 @@ func WithRand(f func() float64) Setting {
 
 // WithBudget replaces the in-memory retry budget built from the Policy with
 // b, such as one shared by a fleet, for the client's own backend; the
-// backends of [WithBackends] keep their own.
+// backends of [WithBackends] keep their own. b has its own values: [New]
+// refuses a Policy that sets RetryBudgetRatio, RetryBudgetWindow or
+// RetryBudgetMinTokens as well, rather than leave them unused.
 func WithBudget(b fleet.Budget) Setting {
 	return func(d *Damper) error {
 		if b == nil {
@@ -86,6 +88,7 @@ func WithBudget(b fleet.Budget) Setting {
 // New returns a Damper with policy p. It returns an error that names the
 // field and its value when p holds a value that cannot be used.
 func New(p Policy, settings ...Setting) (*Damper, error) {
+	given := p
 	p, err := p.withDefaults()
 	if err != nil {
 		return nil, err
@@ -93,6 +96,11 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	d := &Damper{policy: p, clock: realClock{}, rand: rand.Float64}
 	for _, s := range settings {
 		if err := s(d); err != nil {
+			return nil, err
+		}
+	}
+	if d.budget != nil {
+		if err := checkBudgetFields(given); err != nil {
 			return nil, err
 		}
 	}
@@ -156,6 +164,25 @@ func clonePart(f reflect.Value) reflect.Value {
 	cp := reflect.New(f.Type().Elem())
 	cp.Elem().Set(f.Elem())
 	return cp
+}
+
+// checkBudgetFields refuses the budget's fields of p, given with
+// WithBudget, whose budget has values of its own.
+func checkBudgetFields(p Policy) error {
+	var set []string
+	if p.RetryBudgetRatio != 0 {
+		set = append(set, fmt.Sprintf("RetryBudgetRatio = %v", p.RetryBudgetRatio))
+	}
+	if p.RetryBudgetWindow != 0 {
+		set = append(set, fmt.Sprintf("RetryBudgetWindow = %v", p.RetryBudgetWindow))
+	}
+	if p.RetryBudgetMinTokens != 0 {
+		set = append(set, fmt.Sprintf("RetryBudgetMinTokens = %d", p.RetryBudgetMinTokens))
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return fmt.Errorf("damper: Policy.%s set with WithBudget: the budget given to WithBudget has its own ratio, window and minimum tokens, and would leave them unused; leave them zero", strings.Join(set, ", Policy."))
 }
 
 // noteCalls keeps x if it keeps a note of each call.

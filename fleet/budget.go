@@ -160,6 +160,9 @@ func (b *WindowBudget) Balance(now time.Time) float64 {
 
 func (*WindowBudget) inMemory() {}
 
+// KnownBalance implements [KnownBalancer]: the budget is its own store.
+func (b *WindowBudget) KnownBalance(now time.Time) float64 { return b.Balance(now) }
+
 // Observe implements [Budget]: only a successful first attempt counts.
 func (b *WindowBudget) Observe(_ context.Context, now time.Time, a AttemptOutcome) error {
 	if a.First && a.Success {
@@ -176,4 +179,14 @@ func (b *WindowBudget) Acquire(_ context.Context, now time.Time) (bool, error) {
 // Available implements [Budget]; it never fails.
 func (b *WindowBudget) Available(_ context.Context, now time.Time) (float64, error) {
 	return b.Balance(now), nil
+}
+
+// KnownBalancer is implemented by a [Budget] that knows its balance
+// without asking its store, as last heard from it: Damper reads the
+// balance of a call's report, and of its gauge, from KnownBalance when the
+// budget implements it, at no cost, rather than from Available.
+type KnownBalancer interface {
+	// KnownBalance returns the units available in the window holding now,
+	// as far as the budget knows without asking its store.
+	KnownBalance(now time.Time) float64
 }

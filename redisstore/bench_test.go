@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,7 +48,7 @@ func BenchmarkAcquire(b *testing.B) {
 	}
 	for _, k := range clientKinds {
 		client := newClientWith(b, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: k.ctxTimeout}, hook)
-		rb := newBudget(b, client, redisstore.Options{Name: "bench", MinTokens: benchMinTokens})
+		rb := newBudget(b, client, budgetOptions{Name: "bench", MinTokens: benchMinTokens})
 		if _, err := rb.Acquire(ctx, base); err != nil { // loads the script
 			b.Fatal(err)
 		}
@@ -85,7 +84,7 @@ func BenchmarkAcquireParallel(b *testing.B) {
 	eachClientKindB(b, func(b *testing.B, ctxTimeout bool) {
 		srv := redistest.Start(b)
 		client := newClientWith(b, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout})
-		rb := newBudget(b, client, redisstore.Options{Name: "bench", MinTokens: benchMinTokens})
+		rb := newBudget(b, client, budgetOptions{Name: "bench", MinTokens: benchMinTokens})
 		ctx := context.Background()
 		if _, err := rb.Acquire(ctx, base); err != nil {
 			b.Fatal(err)

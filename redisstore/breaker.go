@@ -153,6 +153,15 @@ type breakerReply struct {
 
 // run runs breakerScript for op at now; x, probe and verdict are ARGV[4:7].
 func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time, x int64, probe bool, v fleet.CircuitVerdict) (breakerReply, error) {
+	raw, err := b.link.run(ctx, name, breakerScript, b.keys, b.args(op, now, x, probe, v)...)
+	if err != nil {
+		return breakerReply{}, err
+	}
+	return b.read(name, now, raw)
+}
+
+// args are breakerScript's arguments for op at now.
+func (b *sharedBreaker) args(op string, now time.Time, x int64, probe bool, v fleet.CircuitVerdict) []any {
 	b.mu.Lock()
 	lastInc := b.lastInc
 	b.mu.Unlock()
@@ -162,11 +171,11 @@ func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time,
 	}
 	args := make([]any, 0, 14)
 	args = append(args, op, now.UnixMicro(), brkFloorDiv(now.UnixNano(), b.slice), x, p, int(v), lastInc)
-	args = append(args, b.settings...)
-	raw, err := b.link.run(ctx, name, breakerScript, b.keys, args...)
-	if err != nil {
-		return breakerReply{}, err
-	}
+	return append(args, b.settings...)
+}
+
+// read reads breakerScript's reply raw to an operation at now.
+func (b *sharedBreaker) read(name string, now time.Time, raw any) (breakerReply, error) {
 	r, err := b.link.ints(name, raw, 7)
 	if err != nil {
 		return breakerReply{}, err
@@ -242,14 +251,22 @@ func (b *sharedBreaker) RefusesAt(ctx context.Context, now, later time.Time) (bo
 }
 
 // Done implements [fleet.Breaker]: a ticket of the local breaker goes
-// back to it; any other is one round trip, lost if Redis fails.
+// back to it; any other is queued for the store's next batch (see the
+// package documentation), lost if Redis fails. Its reply's change of
+// state reaches OnChange from the goroutine that sent the batch.
 func (b *sharedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now time.Time, v fleet.CircuitVerdict) error {
 	if t.Generation&LocalTicket != 0 {
 		t.Generation &^= LocalTicket
 		return b.local.Done(ctx, t, now, v)
 	}
-	_, err := b.run(ctx, "breaker_done", "d", now, int64(t.Generation), t.Probe, v)
-	return err
+	gen, probe := int64(t.Generation), t.Probe
+	// The incarnation goes as the batch is sent: the newest heard by then.
+	build := func() []any { return b.args("d", now, gen, probe, v) }
+	return b.link.record(ctx, "breaker_done", breakerScript, b.keys, nil, build, func(raw any, err error) {
+		if err == nil {
+			_, _ = b.read("breaker_done", now, raw)
+		}
+	})
 }
 
 // State implements [fleet.Breaker]: one round trip, or, while Redis

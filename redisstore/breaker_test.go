@@ -93,7 +93,8 @@ func TestBreakerMatchesMemory(t *testing.T) {
 			ms.OnChange, rs.OnChange = memChanges.add, redisChanges.add
 			mem, err := fleet.MemoryStore{}.Breaker(ms)
 			mustNil(t, err)
-			red := brkShared(t, thrStore(t, client, redisstore.Options{Name: fmt.Sprintf("brk-eq-%d", n), Timeout: 5 * time.Second}), rs)
+			store := thrStore(t, client, redisstore.Options{Name: fmt.Sprintf("brk-eq-%d", n), Timeout: 5 * time.Second})
+			red := brkShared(t, store, rs)
 			window, openFor, maxOpenFor := st.Window, st.OpenFor, st.MaxOpenFor
 
 			// The first attempt counted falls on a slice's edge (base is a
@@ -113,6 +114,7 @@ func TestBreakerMatchesMemory(t *testing.T) {
 			}
 			done := func(tk fleet.CircuitTicket, at time.Time, v fleet.CircuitVerdict) {
 				mustNil(t, red.Done(ctx, tk, at, v))
+				mustNil(t, store.Flush(ctx)) // its change is heard with its reply
 				mustNil(t, mem.Done(ctx, tk, at, v))
 			}
 			allow(-1, now)
@@ -229,6 +231,7 @@ func TestBreakerKey(t *testing.T) {
 	a, _ := b.Allow(ctx, now)
 	mustNil(t, b.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 	mustNil(t, b.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
+	mustNil(t, s.Flush(ctx))
 	got := client.HGetAll(ctx, key).Val()
 	slice := now.UnixNano() / int64(10*time.Second/30) // slices since the epoch
 	want := map[string]string{
@@ -260,10 +263,12 @@ func TestBreakerSharedThroughDamper(t *testing.T) {
 		d       *damper.Damper
 		client  anthropic.Client
 		changes brkChanges
+		store   *redisstore.Store
 	}
 	newReplica := func() *replica {
 		r := &replica{}
 		store := thrStore(t, newClient1(t, rds.Addr), redisstore.Options{Name: "brk-damper"})
+		r.store = store
 		p := damper.Policy{
 			MaxAttempts: 1,
 			Breaker:     &damper.BreakerPolicy{MinAttempts: 4, OpenFor: 10 * time.Second, OnStateChange: r.changes.add},
@@ -283,6 +288,7 @@ func TestBreakerSharedThroughDamper(t *testing.T) {
 	}
 	send := func(r *replica) error {
 		_, err := r.client.Messages.New(ctx, params, option.WithMaxRetries(0))
+		mustNil(t, r.store.Flush(ctx)) // the call's records reach Redis, and their replies it
 		return err
 	}
 
@@ -356,13 +362,15 @@ func TestBreakerRedisKilled(t *testing.T) {
 		sst := st
 		sst.OnChange = changes.add
 		b := brkShared(t, s, sst)
-		peer := brkShared(t, thrStore(t, newClient1(t, srv.Addr), o), st)
+		peerStore := thrStore(t, newClient1(t, srv.Addr), o)
+		peer := brkShared(t, peerStore, st)
 		now := base
 		for range 2 {
 			a, err := peer.Allow(ctx, now)
 			mustNil(t, err)
 			mustNil(t, peer.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 		}
+		mustNil(t, peerStore.Flush(ctx)) // another process's records, read at once
 		if a, err := b.Allow(ctx, now); a.OK || err != nil || a.State != fleet.CircuitOpen {
 			t.Fatalf("Allow with the fleet's breaker open = %+v, %v", a, err)
 		}
@@ -420,6 +428,7 @@ func TestBreakerRedisKilled(t *testing.T) {
 			mustNil(t, err)
 			mustNil(t, peer.Done(ctx, a.Ticket, now, fleet.CircuitFailure))
 		}
+		mustNil(t, peerStore.Flush(ctx)) // another process's records, read at once
 		if s, err := b.State(ctx, now); s != fleet.CircuitOpen || err != nil {
 			t.Fatalf("State after the peer's failures = %v, %v; want open, shared", s, err)
 		}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -169,6 +170,9 @@ type reservation struct {
 	taken  bool
 	shared bool                  // Redis made it
 	local  fleet.RateReservation // its local twin, or the local reservation itself
+	// observe is its Observe in the store's queue: a Settle that finds it
+	// there still goes in it (bkObserveSettleScript).
+	observe *queued
 }
 
 // Taken implements [fleet.RateReservation].
@@ -271,24 +275,30 @@ func (b *buckets) Observe(ctx context.Context, now time.Time, rr fleet.RateReser
 		}
 		args = append(args, has, fmtFloat(o.Limit[k]), fmtFloat(o.Remaining[k]), fmtFloat(r.mark[k]))
 	}
-	v, err := b.run(ctx, "observe", bkObserveScript, now, args...)
-	if err != nil {
-		return err
-	}
-	seen, err := b.link.ints("observe", v, 3)
-	if err != nil {
-		return err
-	}
-	for k, s := range seen {
-		if s == 1 {
-			r.seen[k] = true
+	q := &queued{op: "observe", s: bkObserveScript, keys: b.keys, args: b.args(now, args...)}
+	q.done = func(v any, err error) {
+		if err != nil {
+			return
+		}
+		if seen, err := b.link.ints(q.op, v, 3); err == nil {
+			for k, s := range seen {
+				if s == 1 {
+					r.seen[k] = true
+				}
+			}
 		}
 	}
-	return nil
+	err := b.link.enqueue(ctx, q)
+	if err == nil {
+		r.observe = q
+	}
+	return err
 }
 
 // Settle implements [fleet.LimitBuckets]. A shared reservation settled
 // while Redis fails is settled locally only, and the error returned.
+// Settling a shared one is queued for the store's next batch: in its
+// Observe's script when that is queued still, else after its reply.
 func (b *buckets) Settle(ctx context.Context, now time.Time, rr fleet.RateReservation, used fleet.RateAmounts, known [3]bool) error {
 	r, ok := rr.(*reservation)
 	if !ok || !r.taken {
@@ -306,18 +316,34 @@ func (b *buckets) Settle(ctx context.Context, now time.Time, rr fleet.RateReserv
 		}
 		return nil
 	}
-	args := make([]any, 0, 6)
-	for k := range 3 {
-		apply := known[k] && !r.seen[k]
-		if apply {
-			args = append(args, 1, fmtFloat(r.cost[k]-used[k]))
-			r.cost[k] = used[k]
-		} else {
-			args = append(args, 0, "0")
+	if r.observe != nil && b.link.amend(r.observe, func(q *queued) {
+		// The script leaves alone the buckets the response counted.
+		args := slices.Clone(q.args)
+		for k := range 3 {
+			if known[k] {
+				args = append(args, 1, fmtFloat(r.cost[k]-used[k]))
+			} else {
+				args = append(args, 0, "0")
+			}
 		}
+		q.s, q.args = bkObserveSettleScript, args
+	}) {
+		return nil
 	}
-	_, err := b.run(ctx, "settle", bkSettleScript, now, args...)
-	return err
+	// Made as the batch is sent, after the Observe's reply, if any.
+	build := func() []any {
+		args := make([]any, 0, 6)
+		for k := range 3 {
+			if known[k] && !r.seen[k] {
+				args = append(args, 1, fmtFloat(r.cost[k]-used[k]))
+				r.cost[k] = used[k]
+			} else {
+				args = append(args, 0, "0")
+			}
+		}
+		return b.args(now, args...)
+	}
+	return b.link.record(ctx, "settle", bkSettleScript, b.keys, nil, build, nil)
 }
 
 // Leave implements [fleet.LimitBuckets]: the request leaves the shared
@@ -330,8 +356,7 @@ func (b *buckets) Leave(ctx context.Context, now time.Time, t *fleet.RateTicket)
 	_ = b.local.Leave(ctx, now, t)
 	t.Slot = time.Time{}
 	ss, sn := timeArgs(slot)
-	_, err := b.run(ctx, "leave", bkLeaveScript, now, ss, sn)
-	return err
+	return b.link.record(ctx, "leave", bkLeaveScript, b.keys, b.args(now, ss, sn), nil, nil)
 }
 
 // PausedUntil implements [fleet.LimitBuckets].
@@ -361,8 +386,7 @@ func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until
 	}
 	us, un := timeArgs(until)
 	args = append(args, us, un)
-	_, err := b.run(ctx, "pause", bkPauseScript, now, args...)
-	return err
+	return b.link.record(ctx, "pause", bkPauseScript, b.keys, b.args(now, args...), nil, nil)
 }
 
 // State implements [fleet.LimitBuckets].
@@ -399,12 +423,16 @@ var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
 
 // run runs script s at now with the common arguments and args.
 func (b *buckets) run(ctx context.Context, op string, s *redis.Script, now time.Time, args ...any) (any, error) {
+	return b.link.run(ctx, op, s, b.keys, b.args(now, args...)...)
+}
+
+// args are a script's arguments at now: the common ones, then args.
+func (b *buckets) args(now time.Time, args ...any) []any {
 	all := make([]any, 0, 2+len(b.common)+len(args))
 	ns, nn := timeArgs(now)
 	all = append(all, ns, nn)
 	all = append(all, b.common...)
-	all = append(all, args...)
-	return b.link.run(ctx, op, s, b.keys, all...)
+	return append(all, args...)
 }
 
 // unexpected records a reply that cannot be read as a failure.

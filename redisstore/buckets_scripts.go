@@ -309,7 +309,12 @@ return {s, n}
 // its remaining count and the reservation's mark. It returns, per bucket,
 // 1 when the level was set from the count (the response counted the
 // request as the API will: settling leaves that bucket alone).
-var bkObserveScript = redis.NewScript(bucketsPrelude + `
+var bkObserveScript = redis.NewScript(bucketsPrelude + bkObserveBody + `
+return seen
+`)
+
+// bkObserveBody is bkObserveScript's work, which leaves seen.
+const bkObserveBody = `
 local seen = {0, 0, 0}
 local changed = false
 for k = 1, 3 do
@@ -338,16 +343,34 @@ for k = 1, 3 do
   end
 end
 if changed then save() end
-return seen
-`)
+`
 
 // bkSettleScript gives back, or takes, what a request used less what it
 // took. For each bucket k, ARGV[8+2k] is 1 when the bucket settles and
 // ARGV[9+2k] what goes back. It returns 1.
 var bkSettleScript = redis.NewScript(bucketsPrelude + `
+local seen = {0, 0, 0}
+local first = 8
+` + bkSettleBody + `
+return 1
+`)
+
+// bkObserveSettleScript is bkObserveScript then bkSettleScript, for a
+// request whose response's headers and usage go in one batch: settling's
+// arguments follow from ARGV[20], and a bucket whose level was set from
+// the count is left alone, as Settle leaves it after Observe's reply. It
+// returns what bkObserveScript returns.
+var bkObserveSettleScript = redis.NewScript(bucketsPrelude + bkObserveBody + `
+local first = 20
+` + bkSettleBody + `
+return seen
+`)
+
+// bkSettleBody settles the buckets from ARGV[first], but those in seen.
+const bkSettleBody = `
 for k = 1, 3 do
-  local i = 8 + (k - 1) * 2
-  if ARGV[i] == '1' then
+  local i = first + (k - 1) * 2
+  if ARGV[i] == '1' and seen[k] == 0 then
     local b = B[k]
     local back = tonumber(ARGV[i + 1])
     advance(b)
@@ -357,8 +380,7 @@ for k = 1, 3 do
   end
 end
 save()
-return 1
-`)
+`
 
 // bkPauseScript empties the buckets named, ARGV[8..10] 1 or 0, until
 // ARGV[11..12]. It returns 1.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/damper-ai/damper-go"
@@ -23,14 +24,9 @@ const DefaultTimeout = 50 * time.Millisecond
 // operation of the same call failed. The error also wraps that failure.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, not asked")
 
-// Options configure a [Store] or a [Budget].
-//
-// Ratio, Window and MinTokens are a Budget's alone (a Store's budget takes
-// them from the Policy). They take the values, and follow the conventions,
-// of the [damper.Policy] fields RetryBudgetRatio, RetryBudgetWindow and
-// RetryBudgetMinTokens: zero means damper's default, [damper.None] means 0.
-// With [damper.WithBudget] the Damper leaves those Policy fields unused, so
-// these are the ones that count; give every process of the fleet the same.
+// Options configure a [Store]: where its state lives in Redis, and how it
+// waits for Redis. The parts' values come from the Damper's Policy: give
+// every process of the fleet the same.
 type Options struct {
 	// Name is the namespace in Redis: every process that gives the same
 	// Name shares one budget (and, with a Store, one throttle, breaker and
@@ -38,16 +34,6 @@ type Options struct {
 	// damper.WithName. 1 to 64 printable ASCII characters, without spaces
 	// or braces, since it becomes the keys' hash tag.
 	Name string
-
-	// Ratio is the units each successful first attempt adds to its window.
-	// Default Policy.RetryBudgetRatio's, 0.1; damper.None for 0.
-	Ratio float64
-	// Window is the length of the fixed window. Default
-	// Policy.RetryBudgetWindow's, 60 s.
-	Window time.Duration
-	// MinTokens is the units every window starts with. Default
-	// Policy.RetryBudgetMinTokens's, 10; damper.None for 0.
-	MinTokens int
 
 	// Timeout bounds each operation's wait for Redis, whatever the client's
 	// own timeouts (see the package documentation for ContextTimeoutEnabled).
@@ -107,14 +93,23 @@ type Stats struct {
 	// a fallback, between probes, and after an earlier operation of the
 	// same call failed.
 	Unasked uint64
+	// Dropped counts the records dropped because the queue held
+	// [QueueLimit] records already.
+	Dropped uint64
 }
 
 // Budget is a [fleet.Budget] whose books are kept in Redis, so that every
 // process given the same [Options.Name] draws on one fleet-wide budget with
-// the arithmetic of [fleet.WindowBudget]. Each operation is one round trip
-// (a Lua script), bounded by the timeout; while Redis fails, the budget
-// decides as [Options.FailClosed] says and returns the error as well. It is
-// safe for concurrent use.
+// the arithmetic of [fleet.WindowBudget]: the budget of a [Store], with the
+// values of the Damper's Policy. Each operation is a Lua script bounded by
+// the timeout: Acquire and Available are a round trip each, and Observe is
+// queued, for the store's next batch (see the package documentation).
+// While Redis fails, the budget decides as [Options.FailClosed] says and
+// returns the error as well. It is safe for concurrent use.
+//
+// It keeps the books of the newest window it has heard of, from every
+// script's reply: [Budget.KnownBalance] answers from them, without a round
+// trip.
 type Budget struct {
 	link      *link
 	keys      []string
@@ -129,40 +124,16 @@ type Budget struct {
 	// fallback in the middle of a window starts from what this process has
 	// earned and spent in it.
 	local *fleet.WindowBudget
+
+	mu    sync.Mutex
+	heard books // the newest window's books heard from Redis
 }
 
 var (
 	_ fleet.Budget        = (*Budget)(nil)
+	_ fleet.KnownBalancer = (*Budget)(nil)
 	_ fleet.CallContexter = (*Budget)(nil)
 )
-
-// NewBudget returns a fleet-wide retry budget kept in Redis through client,
-// a *redis.Client, *redis.ClusterClient or *redis.Ring (in a Ring or a
-// Cluster, one Damper's keys live on one shard). It contacts no server: a
-// Redis that is down when the process starts is a fallback like any other.
-// It returns an error naming the field and its value when o holds one that
-// cannot be used.
-func NewBudget(client redis.UniversalClient, o Options) (*Budget, error) {
-	if client == nil {
-		return nil, errors.New("redisstore: NewBudget: client is nil: a Redis client is required")
-	}
-	if err := checkOptions(o); err != nil {
-		return nil, err
-	}
-	switch {
-	case o.Ratio != damper.None && (math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) || o.Ratio < 0):
-		return nil, fmt.Errorf("redisstore: Options.Ratio = %v: must be a finite number, at least 0 (0 means the default, %v; damper.None means 0)", o.Ratio, defaults.RetryBudgetRatio)
-	case o.Window < 0:
-		return nil, fmt.Errorf("redisstore: Options.Window = %v: must be positive (0 means the default, %v)", o.Window, defaults.RetryBudgetWindow)
-	case o.MinTokens < 0 && o.MinTokens != damper.None:
-		return nil, fmt.Errorf("redisstore: Options.MinTokens = %d: must be at least 0 (0 means the default, %d; damper.None means 0)", o.MinTokens, defaults.RetryBudgetMinTokens)
-	}
-	return newBudget(newLink(client, o, "retry budget", "budget"), fleet.BudgetSettings{
-		Ratio:     orDefault(o.Ratio, defaults.RetryBudgetRatio),
-		Window:    orDefault(o.Window, defaults.RetryBudgetWindow),
-		MinTokens: orDefault(o.MinTokens, defaults.RetryBudgetMinTokens),
-	})
-}
 
 // newBudget returns the budget of s on l.
 func newBudget(l *link, s fleet.BudgetSettings) (*Budget, error) {
@@ -239,8 +210,12 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutc
 		return nil
 	}
 	b.local.FirstAttemptSucceeded(now)
-	_, err := b.run(ctx, "observe", observeScript, now)
-	return err
+	id := windowNumber(now, b.window)
+	return b.link.record(ctx, "observe", observeScript, b.keys, b.args(id), nil, func(v any, err error) {
+		if err == nil {
+			_, _ = b.read("observe", id, v)
+		}
+	})
 }
 
 // Acquire implements [fleet.Budget]. While Redis fails it returns the
@@ -272,15 +247,45 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 		}
 		return b.local.Balance(now), err
 	}
-	// fleet.WindowBudget's capacity and rounding, to the bit.
+	return b.balance(r), nil
+}
+
+// balance is the units left by books r: fleet.WindowBudget's capacity and
+// rounding, to the bit.
+func (b *Budget) balance(r books) float64 {
 	capacity := b.minTokens + b.ratio*float64(r.successes) + 1e-9
-	return math.Max(0, math.Floor((capacity-float64(r.used))*1e6)/1e6), nil
+	return math.Max(0, math.Floor((capacity-float64(r.used))*1e6)/1e6)
 }
 
 // CallContext implements [fleet.CallContexter], as [Store.CallContext]
 // does: once one operation of a call has failed or timed out, its others
 // decide without asking Redis.
 func (b *Budget) CallContext(ctx context.Context) context.Context { return b.link.callContext(ctx) }
+
+// KnownBalance implements [fleet.KnownBalancer]: the units left in the
+// window holding now, as last heard from Redis, without a round trip. The
+// books heard are those of the last reply of any of the budget's scripts,
+// this process's own or queued records not yet answered excluded: the
+// balance may be a little behind the fleet's. A window newer than any
+// heard of has its MinTokens. While Redis fails it is the local budget's
+// balance (0 with FailClosed), as for Available.
+func (b *Budget) KnownBalance(now time.Time) float64 {
+	if b.link.down.Load() {
+		if b.link.failClosed {
+			return 0
+		}
+		return b.local.Balance(now)
+	}
+	id := windowNumber(now, b.window)
+	b.mu.Lock()
+	r := b.heard
+	b.mu.Unlock()
+	if r.window < id {
+		r = books{} // nothing heard of now's window yet
+	}
+	// An older now is counted in the newest window, as a script counts it.
+	return b.balance(r)
+}
 
 // State returns where the budget's decisions come from now.
 func (b *Budget) State() State { return b.link.state() }
@@ -290,30 +295,54 @@ func (b *Budget) Stats() Stats { return b.link.stats() }
 
 // books is a window's state as a script returned it.
 type books struct {
+	window          int64 // the window the caller asked of: see windowNumber
 	successes, used int64
 	granted         bool
 }
 
 // run runs script s on the window holding now.
 func (b *Budget) run(ctx context.Context, op string, s *redis.Script, now time.Time) (books, error) {
-	v, err := b.link.run(ctx, op, s, b.keys, windowID(now, b.window), b.ttl, b.minArg, b.ratioArg)
+	id := windowNumber(now, b.window)
+	v, err := b.link.run(ctx, op, s, b.keys, b.args(id)...)
 	if err != nil {
 		return books{}, err
 	}
+	return b.read(op, id, v)
+}
+
+// args are a script's arguments for window id.
+func (b *Budget) args(id int64) []any {
+	return []any{strconv.FormatInt(id, 10), b.ttl, b.minArg, b.ratioArg}
+}
+
+// read reads a script's reply for window id, and keeps the books if they
+// are the newest heard of.
+func (b *Budget) read(op string, id int64, v any) (books, error) {
 	r, err := b.link.ints(op, v, 3)
 	if err != nil {
 		return books{}, err
 	}
-	return books{successes: r[0], used: r[1], granted: r[2] == 1}, nil
+	bk := books{window: id, successes: r[0], used: r[1], granted: r[2] == 1}
+	b.mu.Lock()
+	// Within a window the counts only grow, so the larger is the newer,
+	// whatever order the replies came in.
+	switch h := &b.heard; {
+	case id > h.window:
+		*h = bk
+	case id == h.window:
+		h.successes, h.used = max(h.successes, bk.successes), max(h.used, bk.used)
+	}
+	b.mu.Unlock()
+	return bk, nil
 }
 
-// windowID numbers the window holding now's wall time, in windows since
-// the Unix epoch: the one clock a fleet shares.
-func windowID(now time.Time, window time.Duration) string {
+// windowNumber numbers the window holding now's wall time, in windows
+// since the Unix epoch: the one clock a fleet shares.
+func windowNumber(now time.Time, window time.Duration) int64 {
 	n, w := now.UnixNano(), int64(window)
 	id := n / w
 	if n%w < 0 {
 		id--
 	}
-	return strconv.FormatInt(id, 10)
+	return id
 }

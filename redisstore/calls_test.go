@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -15,39 +16,61 @@ import (
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
 	"github.com/damper-ai/damper-go/internal/redistest"
+	"github.com/damper-ai/damper-go/redisstore"
 )
 
-// partHook records, for each script a client runs, the part whose key it
-// names: one entry per round trip.
-type partHook struct {
+// tripHook records each round trip a client makes that runs scripts of
+// the store's: a command of its own, or a pipeline (one round trip, its
+// scripts in order).
+type tripHook struct {
 	mu    sync.Mutex
-	parts []string
+	trips []trip
 }
 
-func (h *partHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *partHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
-			key, _ := a[3].(string)
-			part := key[strings.LastIndexByte(key, '}')+2:]
-			part, _, _ = strings.Cut(part, ":")
-			h.mu.Lock()
-			h.parts = append(h.parts, part)
-			h.mu.Unlock()
+// trip is one round trip: the operations it ran, and whether it carried a
+// decision, which its caller waits for.
+type trip struct {
+	ops      []string
+	decision bool
+}
+
+func (h *tripHook) add(cmds ...redis.Cmder) {
+	var t trip
+	for _, cmd := range cmds {
+		if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+			continue
 		}
+		ops, record := redisstore.ScriptOps(cmd.Args())
+		t.ops = append(t.ops, ops...)
+		t.decision = t.decision || !record
+	}
+	if len(t.ops) > 0 {
+		h.mu.Lock()
+		h.trips = append(h.trips, t)
+		h.mu.Unlock()
+	}
+}
+
+func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add(cmd)
 		return next(ctx, cmd)
 	}
 }
-func (h *partHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.add(cmds...)
+		return next(ctx, cmds)
+	}
 }
 
-func (h *partHook) take() []string {
+func (h *tripHook) take() []trip {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := h.parts
-	h.parts = nil
-	return p
+	t := h.trips
+	h.trips = nil
+	return t
 }
 
 // allParts is a Policy with every part a Store keeps: the budget, the
@@ -62,61 +85,60 @@ func allParts() damper.Policy {
 }
 
 // TestRoundTripsPerCall: through a Damper whose every part lives in Redis,
-// each gate's admission is one round trip, and so is each record of an
-// attempt's end. The exact sequence per call is pinned, so that a change
-// that adds a round trip to every call fails here.
+// each gate's admission (a decision) is one round trip on the caller's
+// path, and the records of an attempt's end are queued, to ride with a
+// later decision or go in the queue's own batch; the report's balance
+// costs none. The decisions of each call and its records are pinned, so
+// that a change that adds a round trip to every call fails here.
 func TestRoundTripsPerCall(t *testing.T) {
 	srv := redistest.Start(t)
-	hook := &partHook{}
+	hook := &tripHook{}
 	client := newClient1(t, srv.Addr, hook)
 	api := dampertest.NewServer(dampertest.InMemory(),
 		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 1_000_000}))
 	defer api.Close()
-	d, err := damper.New(allParts(), damper.WithStore(newStore(t, client, "per-call")))
+	store := newStore(t, client, "per-call")
+	d, err := damper.New(allParts(), damper.WithStore(store))
 	mustNil(t, err)
 	c := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
 	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-6", MaxTokens: 100,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
 	ctx := context.Background()
 
-	// An attempt: the limiter's Reserve and the breaker's Allow admit it;
-	// its response's headers are observed, its usage settles the
+	// An attempt is admitted by the limiter's Reserve and the breaker's
+	// Allow; its response's headers are observed, its usage settles the
 	// reservation, and the breaker hears its end.
-	attempt := []string{"ratelimit", "breaker", "ratelimit", "ratelimit", "breaker"}
-	success := append(slices.Clone(attempt), "budget", "throttle") // a successful first attempt grows both
+	admit := []string{"ratelimit:reserve", "breaker:a"}
+	ended := []string{"breaker:d", "ratelimit:observe", "ratelimit:settle"}
+	// A successful first attempt grows the budget and the throttle.
+	success := slices.Concat(ended, []string{"budget:observe", "throttle:add"})
 	for _, cs := range []struct {
-		name   string
-		steps  []dampertest.Step
-		stream bool
-		report bool
-		want   []string
+		name      string
+		steps     []dampertest.Step
+		stream    bool
+		report    bool
+		decisions []string
+		records   []string
 	}{
-		{name: "plain", want: success},
-		{name: "plain, report read", report: true, want: append(slices.Clone(success), "budget")},
-		{
-			// A stream's breaker hears its end at its first content, and
-			// its reservation is settled by the usage of its last event.
-			name: "stream", stream: true,
-			want: []string{"ratelimit", "breaker", "ratelimit", "breaker", "budget", "throttle", "ratelimit"},
-		},
+		{name: "plain", decisions: admit, records: success},
+		{name: "plain, report read", report: true, decisions: admit, records: success},
+		{name: "stream", stream: true, decisions: admit, records: success},
 		{
 			name:  "529, then a retry that succeeds",
 			steps: []dampertest.Step{dampertest.Status(529), dampertest.OK()},
-			want: slices.Concat(
-				// The failed attempt: its reservation given back by Settle,
-				// and a failure for the breaker and the throttle.
-				attempt, []string{"throttle"},
-				// The retry's gates: the limiter and breaker asked, taking
-				// nothing, then the throttle and the budget.
-				[]string{"ratelimit", "breaker", "throttle", "budget"},
-				// The retry, a success that is not a first attempt.
-				attempt, []string{"throttle"}),
+			// The retry's gates ask the limiter and the breaker, taking
+			// nothing, then the throttle and the budget; then the retry is
+			// admitted.
+			decisions: slices.Concat(admit, []string{"ratelimit:admits", "breaker:r", "throttle:tokens", "budget:acquire"}, admit),
+			// Each attempt's end; the failure and the retry's success each
+			// move the throttle.
+			records: slices.Concat(ended, []string{"throttle:add"}, ended, []string{"throttle:add"}),
 		},
 	} {
-		// Twice: the first run of a script on a server is EVALSHA, refused,
-		// then EVAL.
+		// Twice: the first run of a script on a server loads it.
 		for run := range 2 {
 			api.Script("", cs.steps...)
+			mustNil(t, store.Flush(ctx))
 			hook.take()
 			var rep damper.Report
 			opts := []option.RequestOption{}
@@ -132,10 +154,94 @@ func TestRoundTripsPerCall(t *testing.T) {
 				_, err := c.Messages.New(ctx, params, opts...)
 				mustNil(t, err)
 			}
-			if got := hook.take(); run == 1 && !slices.Equal(got, cs.want) {
-				t.Errorf("%s: round trips to %q, want %q", cs.name, got, cs.want)
+			during := hook.take()
+			mustNil(t, store.Flush(ctx))
+			trips := append(during, hook.take()...)
+			if run == 0 {
+				continue
+			}
+			var decisions, records []string
+			onPath := 0 // round trips the caller waited for
+			for _, tr := range during {
+				if tr.decision {
+					onPath++
+				}
+			}
+			for _, tr := range trips {
+				for _, op := range tr.ops {
+					if strings.HasPrefix(op, "budget:observe") || strings.HasPrefix(op, "throttle:add") ||
+						op == "breaker:d" || op == "ratelimit:observe" || op == "ratelimit:settle" {
+						records = append(records, op)
+					} else {
+						decisions = append(decisions, op)
+					}
+				}
+			}
+			if !slices.Equal(decisions, cs.decisions) {
+				t.Errorf("%s: decisions %q, want %q", cs.name, decisions, cs.decisions)
+			}
+			if onPath != len(cs.decisions) {
+				t.Errorf("%s: %d round trips on the caller's path, want %d (one per decision): %v", cs.name, onPath, len(cs.decisions), during)
+			}
+			// The records' order across parts depends on which batch took
+			// them; each part's own order is kept.
+			slices.Sort(records)
+			want := slices.Sorted(slices.Values(cs.records))
+			if !slices.Equal(records, want) {
+				t.Errorf("%s: records %q, want %q", cs.name, records, want)
+			}
+			if cs.report && rep.BudgetBalance == 0 {
+				t.Errorf("%s: the report's balance is 0, want the budget's", cs.name)
 			}
 		}
+	}
+}
+
+// TestRecordsReachRedis: the records of calls through a Damper, queued
+// and sent in batches, leave in Redis the values each one's own round trip
+// left: the budget's books, the throttle's count and the breaker's window.
+func TestRecordsReachRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient1(t, srv.Addr)
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	api := dampertest.NewServer(dampertest.InMemory(), dampertest.WithClock(clk),
+		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 1_000_000}))
+	defer api.Close()
+	store := newStore(t, client, "records")
+	d, err := damper.New(allParts(), damper.WithStore(store), damper.WithClock(clk))
+	mustNil(t, err)
+	c := anthropic.NewClient(append([]option.RequestOption{d.Option()}, api.Options()...)...)
+	params := anthropic.MessageNewParams{Model: "claude-sonnet-4-6", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	ctx := context.Background()
+
+	_, err = c.Messages.New(ctx, params)
+	mustNil(t, err)
+	s := c.Messages.NewStreaming(ctx, params)
+	for s.Next() {
+	}
+	mustNil(t, s.Err())
+	api.Script("", dampertest.Status(529), dampertest.OK())
+	_, err = c.Messages.New(ctx, params)
+	mustNil(t, err)
+	mustNil(t, store.Flush(ctx))
+
+	// Two successful first attempts, one retry granted.
+	now := clk.Now()
+	checkHash(t, client, redisstore.Key("records"), map[string]string{
+		"w": fmt.Sprint(now.UnixNano() / int64(time.Minute)), "s": "2", "u": "1",
+	})
+	// Full at 10 000; each answer earns 200, up to full, a 529 costs 1000.
+	if got := client.Get(ctx, redisstore.ThrottleKey("records")).Val(); got != "9200" {
+		t.Errorf("the throttle holds %q, want 9200", got)
+	}
+	// Four attempts in one slice of the default 30 s window, one a failure.
+	slice := now.UnixNano() / int64(time.Second)
+	if got := client.HGet(ctx, redisstore.BreakerKey("records"), fmt.Sprintf("b%d", slice%30)).Val(); got != fmt.Sprintf("%d:4:1", slice) {
+		t.Errorf("the breaker's slice holds %q, want %d:4:1", got, slice)
+	}
+	if st := store.Stats(); st.Failures != 0 || st.Dropped != 0 || st.Unasked != 0 {
+		t.Errorf("stats %+v, want no failure, drop or unasked operation", st)
 	}
 }
 

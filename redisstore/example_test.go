@@ -9,26 +9,25 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
-// Every process of the fleet builds its Damper the same way: the budget's
-// Name, Ratio, Window and MinTokens are what make them share one budget.
+// Every process of the fleet builds its Damper the same way: the store's
+// Name makes them share one state, and the Policy gives its values (the
+// budget's RetryBudgetRatio, RetryBudgetWindow and RetryBudgetMinTokens
+// among them).
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	budget, err := redisstore.NewBudget(rdb, redisstore.Options{
-		Name:      "checkout",
-		Ratio:     0.1,
-		Window:    time.Minute,
-		MinTokens: 10,
-	})
+	store, err := redisstore.New(rdb, redisstore.Options{Name: "checkout"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, err := damper.New(damper.RecommendedPolicy(),
-		damper.WithName("checkout"), damper.WithBudget(budget))
+	p := damper.RecommendedPolicy()
+	p.RetryBudgetRatio, p.RetryBudgetWindow, p.RetryBudgetMinTokens = 0.1, time.Minute, 10
+	d, err := damper.New(p, damper.WithName("checkout"), damper.WithStore(store))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,10 +42,15 @@ func ExampleBudget_State() {
 		},
 	})
 	defer rdb.Close()
-	budget, err := redisstore.NewBudget(rdb, redisstore.Options{Name: "checkout", MinTokens: 1, Ratio: damper.None})
+	store, err := redisstore.New(rdb, redisstore.Options{Name: "checkout"})
 	if err != nil {
 		log.Fatal(err)
 	}
+	b, err := store.Budget(fleet.BudgetSettings{Ratio: 0, Window: time.Minute, MinTokens: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	budget := b.(*redisstore.Budget)
 	ctx, now := context.Background(), time.Now()
 	for range 2 {
 		granted, err := budget.Acquire(ctx, now)

@@ -82,10 +82,11 @@ func runWorker(spec string) int {
 	defer client.Close()
 	// A generous timeout, failing closed: a slow answer on a loaded machine
 	// must not turn into a local grant that would blur the fleet's count.
-	b, err := redisstore.NewBudget(client, redisstore.Options{
-		Name: job.Name, Ratio: job.Ratio, MinTokens: job.MinTokens, Window: job.Window,
-		Timeout: 10 * time.Second, FailClosed: true,
-	})
+	s, err := redisstore.New(client, redisstore.Options{Name: job.Name, Timeout: 10 * time.Second, FailClosed: true})
+	var b fleet.Budget
+	if err == nil {
+		b, err = s.Budget(budgetSettings(job.Ratio, job.Window, job.MinTokens))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +48,48 @@ type link struct {
 	since time.Time  // when the current fallback began
 	cause error      // the failure that began it
 
-	fallbacks, recoveries, failures, unasked atomic.Uint64
+	fallbacks, recoveries, failures, unasked, dropped atomic.Uint64
+
+	// The queue of records, and of the decisions that wait for a batch in
+	// flight: at most one batch is in flight, so that Redis runs every
+	// operation in the order it was queued (see record and run).
+	qmu      sync.Mutex
+	queue    []*queued
+	records  int           // records in queue
+	sending  bool          // a batch is in flight, or being made
+	settled  chan struct{} // closed when sending ends
+	loaded   sync.Map      // *redis.Script: Redis has run it by EVAL
+}
+
+// QueueLimit is how many records a store's queue holds: a record that
+// finds it full is dropped and counted ([Stats].Dropped), and the caller
+// never waits.
+const QueueLimit = 4096
+
+// queued is an operation waiting in the queue: a record, or a decision
+// whose caller waits for its reply.
+type queued struct {
+	op    string
+	s     *redis.Script
+	keys  []string
+	args  []any
+	build func() []any // when set, makes args as the batch is sent
+	note  *callNote
+	done  func(v any, err error) // a record's: hears its reply, on the sender's goroutine
+	reply chan reply             // a decision's
+	sent  bool                   // taken from the queue (under qmu)
+}
+
+// amend applies f to q, under the queue's lock, if q waits in the queue
+// still, and reports whether it did.
+func (l *link) amend(q *queued, f func(*queued)) bool {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if q.sent {
+		return false
+	}
+	f(q)
+	return true
 }
 
 func newLink(client redis.UniversalClient, o Options, subject, attr string) *link {
@@ -70,10 +113,16 @@ type reply struct {
 	err error
 }
 
-// run runs script s on keys with args: one round trip, bounded by the
-// timeout. During a fallback only the probe asks Redis, and after one
-// operation of a call has failed, the call's others do not ask it; those
-// not asked get an error that matches ErrUnavailable at once.
+// run runs script s on keys with args, for a decision: its caller waits
+// for the reply, bounded by the timeout. During a fallback only the probe
+// asks Redis, and after one operation of a call has failed, the call's
+// others do not ask it; those not asked get an error that matches
+// ErrUnavailable at once.
+//
+// Redis runs it after every record queued before it: with an empty queue
+// and no batch in flight it is one round trip of its own; otherwise it
+// joins the queue, and the next batch carries the records and it in one
+// pipeline (one round trip, after the one in flight, if any, ends).
 func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (any, error) {
 	call, _ := ctx.Value(callKey{l}).(*callNote)
 	if call != nil {
@@ -82,14 +131,271 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 			return nil, fmt.Errorf("%w: %s on %q, after an earlier operation of the call failed: %w", ErrUnavailable, op, l.name, *err)
 		}
 	}
-	probe := false
 	if l.down.Load() {
 		if !l.startProbe() {
 			l.unasked.Add(1)
 			return nil, l.unavailable(op)
 		}
-		probe = true
+		// The records queued before the fallback are dropped: the probe
+		// needs no order.
+		return l.roundTrip(ctx, call, op, s, keys, args, true)
 	}
+	l.qmu.Lock()
+	if !l.sending && len(l.queue) == 0 {
+		l.qmu.Unlock()
+		return l.roundTrip(ctx, call, op, s, keys, args, false)
+	}
+	q := &queued{op: op, s: s, keys: keys, args: args, note: call, reply: make(chan reply, 1)}
+	l.queue = append(l.queue, q)
+	lead := !l.sending
+	if lead {
+		l.startSending()
+	}
+	l.qmu.Unlock()
+	began := l.now()
+	if lead && l.inline {
+		// The client bounds the batch itself: this goroutine sends it.
+		l.pump(true)
+	} else if lead {
+		go l.pump(false)
+	}
+	var r reply
+	// Bounded by two timeouts: the batch in flight, then its own.
+	timer := time.NewTimer(2 * l.timeout)
+	defer timer.Stop()
+	select {
+	case r = <-q.reply:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("redisstore: %s on %q: %w", op, l.name, ctx.Err())
+	case <-timer.C:
+		r.err = fmt.Errorf("no answer within %v: %w", l.timeout, context.DeadlineExceeded)
+		l.failSince(op, r.err, began)
+	}
+	if r.err != nil {
+		err := r.err
+		if !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("redisstore: %s on %q: %w", op, l.name, r.err)
+		}
+		if call != nil {
+			call.failed.CompareAndSwap(nil, &err)
+		}
+		return nil, err
+	}
+	return r.v, nil
+}
+
+// record queues script s on keys with args, for a record whose result no
+// decision of the call waits on: the queue's next batch sends it, on a
+// goroutine of the link's, and done, when set, hears its reply there. It
+// returns at once: an error matching ErrUnavailable when Redis is not
+// asked (as for run), or one saying the queue was full and the record
+// dropped. build, when set, makes the arguments as the batch is sent.
+func (l *link) record(ctx context.Context, op string, s *redis.Script, keys []string, args []any, build func() []any, done func(any, error)) error {
+	return l.enqueue(ctx, &queued{op: op, s: s, keys: keys, args: args, build: build, done: done})
+}
+
+// enqueue queues record q, as record does.
+func (l *link) enqueue(ctx context.Context, q *queued) error {
+	op := q.op
+	call, _ := ctx.Value(callKey{l}).(*callNote)
+	q.note = call
+	if call != nil {
+		if err := call.failed.Load(); err != nil {
+			l.unasked.Add(1)
+			return fmt.Errorf("%w: %s on %q, after an earlier operation of the call failed: %w", ErrUnavailable, op, l.name, *err)
+		}
+	}
+	if l.down.Load() {
+		l.unasked.Add(1)
+		return l.unavailable(op)
+	}
+	l.qmu.Lock()
+	if l.records >= QueueLimit {
+		l.qmu.Unlock()
+		l.dropped.Add(1)
+		return fmt.Errorf("redisstore: %s on %q: the queue holds %d records already: dropped", op, l.name, QueueLimit)
+	}
+	l.queue = append(l.queue, q)
+	l.records++
+	if !l.sending {
+		l.startSending()
+		go l.pump(false)
+	}
+	l.qmu.Unlock()
+	return nil
+}
+
+// startSending claims the sending of batches; qmu held.
+func (l *link) startSending() {
+	l.sending = true
+	l.settled = make(chan struct{})
+}
+
+// pump sends the queue's batches, one at a time, until the queue is
+// empty; once, if once is set, handing the rest to a goroutine of its own.
+func (l *link) pump(once bool) {
+	for {
+		l.qmu.Lock()
+		batch := l.queue
+		l.queue, l.records = nil, 0
+		for _, q := range batch {
+			q.sent = true
+		}
+		if len(batch) == 0 {
+			l.sending = false
+			close(l.settled)
+			l.qmu.Unlock()
+			return
+		}
+		l.qmu.Unlock()
+		l.send(batch)
+		if once {
+			l.qmu.Lock()
+			if len(l.queue) == 0 {
+				l.sending = false
+				close(l.settled)
+			} else {
+				go l.pump(false)
+			}
+			l.qmu.Unlock()
+			return
+		}
+	}
+}
+
+// flush sends what is queued and waits for it, and for the batch in
+// flight.
+func (l *link) flush(ctx context.Context) error {
+	for {
+		l.qmu.Lock()
+		if !l.sending && len(l.queue) == 0 {
+			l.qmu.Unlock()
+			return nil
+		}
+		settled := l.settled
+		if !l.sending {
+			l.startSending()
+			settled = l.settled
+			go l.pump(false)
+		}
+		l.qmu.Unlock()
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return fmt.Errorf("redisstore: Flush on %q: %w", l.name, ctx.Err())
+		}
+	}
+}
+
+// send sends batch as one pipeline (a second for the scripts Redis did not
+// hold), bounded by the timeout, and hands each operation its reply. A
+// failure counts against Redis as one operation's does.
+func (l *link) send(batch []*queued) {
+	replies := make([]reply, len(batch))
+	live := make([]int, 0, len(batch)) // the operations that ask Redis
+	for i, q := range batch {
+		switch {
+		case q.note != nil && q.note.failed.Load() != nil:
+			l.unasked.Add(1)
+			replies[i].err = fmt.Errorf("%w: %s on %q, after an earlier operation of the call failed: %w", ErrUnavailable, q.op, l.name, *q.note.failed.Load())
+		case l.down.Load():
+			l.unasked.Add(1)
+			replies[i].err = l.unavailable(q.op)
+		default:
+			if q.build != nil {
+				q.args = q.build()
+			}
+			live = append(live, i)
+		}
+	}
+	if len(live) > 0 {
+		began := l.now()
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		cmds := l.pipeline(ctx, batch, live, false)
+		var again []int // NOSCRIPT: Redis lost the script, or never had it
+		for j, i := range live {
+			if redis.HasErrorPrefix(cmds[j].Err(), "NOSCRIPT") {
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			evals := l.pipeline(ctx, batch, again, true)
+			for j, k := 0, 0; j < len(live) && k < len(again); j++ {
+				if live[j] == again[k] {
+					cmds[j] = evals[k]
+					k++
+				}
+			}
+		}
+		cancel()
+		answered := false
+		for j, i := range live {
+			v, err := cmds[j].Result()
+			if err == nil {
+				answered = true
+			}
+			replies[i] = reply{v, err}
+		}
+		if answered {
+			l.answer()
+		}
+		for _, i := range live {
+			if err := replies[i].err; err != nil {
+				q := batch[i]
+				l.failSince(q.op, err, began)
+				werr := fmt.Errorf("redisstore: %s on %q: %w", q.op, l.name, err)
+				if q.note != nil {
+					q.note.failed.CompareAndSwap(nil, &werr)
+				}
+				if !answered {
+					break // one failure of Redis, counted once
+				}
+			}
+		}
+	}
+	for i, q := range batch {
+		if q.reply != nil {
+			q.reply <- replies[i]
+		} else if q.done != nil {
+			q.done(replies[i].v, replies[i].err)
+		}
+	}
+}
+
+// pipeline runs the operations of batch at idx in one pipeline, by
+// EVALSHA, or by EVAL when eval is set or the script has not been sent by
+// EVAL yet. So a script new to Redis never fails in the middle of a batch,
+// which a second pipeline would run out of order; one that Redis lost (a
+// restart, SCRIPT FLUSH) is sent again by EVAL, after the others.
+func (l *link) pipeline(ctx context.Context, batch []*queued, idx []int, eval bool) []*redis.Cmd {
+	pipe := l.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(idx))
+	var fresh []*redis.Script
+	for j, i := range idx {
+		q := batch[i]
+		if _, ok := l.loaded.Load(q.s); !ok && !eval {
+			cmds[j] = q.s.Eval(ctx, pipe, q.keys, q.args...)
+			fresh = append(fresh, q.s)
+		} else if eval {
+			cmds[j] = q.s.Eval(ctx, pipe, q.keys, q.args...)
+		} else {
+			cmds[j] = q.s.EvalSha(ctx, pipe, q.keys, q.args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each command holds its own error
+	for j, i := range idx {
+		if eval || slices.Contains(fresh, batch[i].s) {
+			if err := cmds[j].Err(); err == nil || redis.HasErrorPrefix(err, "ERR") {
+				l.loaded.Store(batch[i].s, true)
+			}
+		}
+	}
+	return cmds
+}
+
+// roundTrip runs script s on keys with args: one round trip of its own,
+// bounded by the timeout.
+func (l *link) roundTrip(ctx context.Context, call *callNote, op string, s *redis.Script, keys []string, args []any, probe bool) (any, error) {
 	began := l.now()
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -298,5 +604,6 @@ func (l *link) stats() Stats {
 		Recoveries: l.recoveries.Load(),
 		Failures:   l.failures.Load(),
 		Unasked:    l.unasked.Load(),
+		Dropped:    l.dropped.Load(),
 	}
 }

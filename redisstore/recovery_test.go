@@ -52,7 +52,14 @@ func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				h.scripts.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // recoveryClient returns a client of the kind ctxTimeout says; one that
@@ -172,6 +179,7 @@ func TestOneTimeoutPerCall(t *testing.T) {
 			if _, err := c.Messages.New(ctx, params); err != nil {
 				t.Fatal(err)
 			}
+			mustNil(t, s.Flush(ctx)) // the call's records count as its own
 			n := hook.scripts.Load() - before
 			if n > 0 && s.State() == redisstore.StateFallback {
 				t.Logf("a call that asked Redis %d times took %v", n, time.Since(start))
@@ -181,8 +189,10 @@ func TestOneTimeoutPerCall(t *testing.T) {
 		for range 2 {
 			call() // loads the scripts
 		}
-		if n := call(); n != 7 {
-			t.Fatalf("a call with Redis up asked it %d times, want 7", n)
+		// 7 operations; the limiter's Observe and Settle go as one script
+		// when the second finds the first queued still.
+		if n := call(); n != 7 && n != 6 {
+			t.Fatalf("a call with Redis up asked it %d times, want 7 (or 6)", n)
 		}
 
 		srv.Pause()
@@ -206,8 +216,8 @@ func TestOneTimeoutPerCall(t *testing.T) {
 
 		srv.Resume()
 		waitState(t, s, redisstore.StateShared, 10*recoveryTimeout, func() { call() })
-		if n := call(); n != 7 {
-			t.Fatalf("a call with Redis back asked it %d times, want 7", n)
+		if n := call(); n != 7 && n != 6 {
+			t.Fatalf("a call with Redis back asked it %d times, want 7 (or 6)", n)
 		}
 	})
 }
@@ -220,7 +230,7 @@ func TestOneTimeoutPerCall(t *testing.T) {
 func TestProbesSpaced(t *testing.T) {
 	srv := redistest.Start(t)
 	hook := &holdHook{}
-	b := newBudget(t, recoveryClient(t, srv.Addr, true, hook), redisstore.Options{Name: "spaced", Timeout: outageTimeout})
+	b := newBudget(t, recoveryClient(t, srv.Addr, true, hook), budgetOptions{Name: "spaced", Timeout: outageTimeout})
 	ctx := context.Background()
 	mustNil(t, b.Observe(ctx, base, success))
 	srv.Pause()

@@ -51,6 +51,13 @@ func (s *Store) Budget(settings fleet.BudgetSettings) (fleet.Budget, error) {
 // themselves may give one for each unit of work.
 func (s *Store) CallContext(ctx context.Context) context.Context { return s.link.callContext(ctx) }
 
+// Flush sends the records queued (see the package documentation) and
+// waits until Redis has answered them, or until ctx ends: for tests that
+// read Redis, or another process's view of it, right after a call, and
+// for a clean stop. The store's writer goroutine ends by itself once the
+// queue is empty.
+func (s *Store) Flush(ctx context.Context) error { return s.link.flush(ctx) }
+
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }
 

@@ -82,16 +82,19 @@ local full = tonumber(ARGV[1])
 return math.min(tonumber(redis.call('GET', KEYS[1]) or full), full)
 `)
 
+// Add implements [fleet.Throttle]: the local throttle hears it at once,
+// and Redis with the store's next batch (see the package documentation).
 func (t *throttle) Add(ctx context.Context, delta int64) error {
 	_ = t.local.Add(ctx, delta) // never fails
-	v, err := t.link.run(ctx, "throttle_add", throttleAddScript, t.keys, delta, t.maxArg, t.ttlArg)
-	if err != nil {
-		return err
-	}
-	_, err = t.link.ints("throttle_add", []any{v}, 1)
-	return err
+	return t.link.record(ctx, "throttle_add", throttleAddScript, t.keys, []any{delta, t.maxArg, t.ttlArg}, nil, func(v any, err error) {
+		if err == nil {
+			_, _ = t.link.ints("throttle_add", []any{v}, 1)
+		}
+	})
 }
 
+// Tokens implements [fleet.Throttle]: one round trip, after the records
+// queued before it.
 func (t *throttle) Tokens(ctx context.Context) (int64, error) {
 	v, err := t.link.run(ctx, "throttle_tokens", throttleReadScript, t.keys, t.maxArg)
 	if err == nil {

@@ -1,0 +1,55 @@
+package redisstore
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// ScriptOps names the operations of the script that a command's args run
+// (EVALSHA or EVAL, with one key), for the tests that count round trips:
+// part:operation, with record set for a record (queued) and not for a
+// decision. Nil for a command that runs no script of the store's.
+func ScriptOps(args []any) (ops []string, record bool) {
+	if len(args) < 5 {
+		return nil, false
+	}
+	sha, _ := args[1].(string)
+	if name, _ := args[0].(string); name == "eval" {
+		sum := sha1.Sum([]byte(sha))
+		sha = hex.EncodeToString(sum[:])
+	}
+	switch sha {
+	case observeScript.Hash():
+		return []string{"budget:observe"}, true
+	case acquireScript.Hash():
+		return []string{"budget:acquire"}, false
+	case availableScript.Hash():
+		return []string{"budget:available"}, false
+	case throttleAddScript.Hash():
+		return []string{"throttle:add"}, true
+	case throttleReadScript.Hash():
+		return []string{"throttle:tokens"}, false
+	case breakerScript.Hash():
+		op, _ := args[4].(string)
+		return []string{"breaker:" + op}, op == "d"
+	case bkReserveScript.Hash():
+		return []string{"ratelimit:reserve"}, false
+	case bkAdmitsScript.Hash():
+		return []string{"ratelimit:admits"}, false
+	case bkObserveScript.Hash():
+		return []string{"ratelimit:observe"}, true
+	case bkSettleScript.Hash():
+		return []string{"ratelimit:settle"}, true
+	case bkObserveSettleScript.Hash():
+		return []string{"ratelimit:observe", "ratelimit:settle"}, true
+	case bkLeaveScript.Hash():
+		return []string{"ratelimit:leave"}, true
+	case bkPauseScript.Hash():
+		return []string{"ratelimit:pause"}, true
+	case bkPausedUntilScript.Hash():
+		return []string{"ratelimit:paused_until"}, false
+	case bkStateScript.Hash():
+		return []string{"ratelimit:state"}, false
+	}
+	return []string{"unknown"}, false
+}
