@@ -39,8 +39,9 @@ const breakerSlack = 1 - 1e-12
 // the Name's Cluster slot: its state, generation, open period, the end of
 // the open period, the probe's start, the 30 buckets of the closed state's
 // window with the slice each counts, the newest slice counted, and the
-// key's incarnation (below). Each Allow, Done, RefusesAt and State is one
-// round trip: one Lua script runs the state machine on it. Times are the
+// key's incarnation (below). Each Allow, RefusesAt and State is one round
+// trip, and each Done a record queued for the store's next batch (see the
+// package documentation): one Lua script runs the state machine on it. Times are the
 // Damper's clock's, never Redis's TIME, passed as whole microseconds since
 // the Unix epoch (exact for dates within 142 years of 1970, since Lua's
 // numbers are doubles); the window's slices are numbered in Window/30

@@ -471,8 +471,10 @@ func TestFleetKeysOnOneSlot(t *testing.T) {
 
 // BenchmarkBreakerAllow measures Allow, Done, State and the throttle's Add
 // on a loopback Redis with a client that has ContextTimeoutEnabled (the
-// round trip on the caller's goroutine): each is one round trip, which it
-// reports, with Allow's latency percentiles.
+// round trip on the caller's goroutine): Allow and State are a round trip
+// each, and the records, Done and Add, ride with them or go in a batch of
+// their own. It reports the round trips per operation, with Allow's
+// latency percentiles.
 func BenchmarkBreakerAllow(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()

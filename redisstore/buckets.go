@@ -67,17 +67,21 @@ func escapeGroup(g string) string {
 // configured limits full and its learned ones unknown until the next
 // response.
 //
-// Scripts and round trips. Each method is one Lua script, one round trip
-// bounded by [Options.Timeout], with the arithmetic of the in-memory
+// Scripts and round trips. Each method is one Lua script, bounded by
+// [Options.Timeout], with the arithmetic of the in-memory
 // buckets (fleet.MemoryStore): continuous refill, interactive debt, the
 // batch share kept for interactive requests, the batch line and leaving
 // it, a request larger than a bucket waiting for a full one and taking no
 // more than the bucket's limit, a refusal's rounding slack.
-// An attempt that finds room costs three round trips: Reserve, Observe
-// (when the response carries rate-limit headers) and Settle; one that
-// waits in line asks again at its due time (Reserve, or PausedUntil once
-// it has taken), and a 429 for a rate limit adds a Pause per bucket it
-// names. Configured limits go with every call and are never changed by a
+// Reserve, Admits, PausedUntil and State are decisions, a round trip
+// each; Observe, Settle, Leave and Pause are records, queued for the
+// store's next batch (see the package documentation). An attempt that
+// finds room costs one round trip on its caller's path, Reserve, and two
+// records, Observe (when the response carries rate-limit headers) and
+// Settle, which go as one script when Settle finds Observe queued still;
+// one that waits in line asks again at its due time (Reserve, or
+// PausedUntil once it has taken), and a 429 for a rate limit adds a Pause
+// per bucket it names. Configured limits go with every call and are never changed by a
 // response; give every process the same Policy. Learned limits come from
 // Observe. The fleet shares no clock but its members' own: a time earlier
 // than the one a bucket holds counts as that time, as in memory, so the

@@ -26,8 +26,10 @@
 // whole fleet: within one window the retries granted to all processes
 // together are at most MinTokens + Ratio × the successful first attempts of
 // all processes in that window. A retry takes one unit, a refused one
-// none, and unused units do not carry over. [NewBudget] makes the budget
-// alone, for [damper.WithBudget], with its values given in [Options].
+// none, and unused units do not carry over. Its values are the Policy's
+// RetryBudgetRatio, RetryBudgetWindow and RetryBudgetMinTokens: the store
+// is the way to a shared budget (a Policy that configures no other part
+// keeps the rest in memory).
 //
 // Windows are aligned on multiples of the window since the Unix epoch, by the
 // wall time of the now that Damper passes in (its clock's, never Redis's TIME):
@@ -35,11 +37,7 @@
 // than the one Redis holds is counted in the newer one, as WindowBudget counts
 // a late caller, so a process whose clock lags joins the fleet's window instead
 // of resetting it; a window begins for everyone when the fastest clock reaches
-// it, so the clocks' skew is the error. Ratio, Window and MinTokens follow the
-// conventions of the Policy fields RetryBudgetRatio, RetryBudgetWindow and
-// RetryBudgetMinTokens (zero for the default, damper.None for 0); for
-// NewBudget they are taken from [Options], not from the Policy: give every
-// process the same.
+// it, so the clocks' skew is the error.
 //
 // # Keys and scripts
 //
@@ -47,25 +45,63 @@
 // w (the window's start, in windows since the epoch), s (successful first
 // attempts) and u (units used). The braces make the name a hash tag: every
 // key of one Damper lands on one Redis Cluster slot. Each operation is one
-// Lua script, one round trip (EVALSHA, with EVAL the first time a server
-// sees it): it starts a new window when now has moved past the stored one,
-// then counts a success, takes a unit, or reads the books. Starting a
-// window sets the key to expire after three windows (at least a second), so
-// a budget nobody uses disappears. An outcome other than a successful first
-// attempt costs no round trip.
+// Lua script (EVALSHA, with EVAL the first time a server sees it): it
+// starts a new window when now has moved past the stored one, then counts
+// a success, takes a unit, or reads the books. Starting a window sets the
+// key to expire after three windows (at least a second), so a budget
+// nobody uses disappears. An outcome other than a successful first attempt
+// costs nothing.
+//
+// # Decisions and records
+//
+// The parts' operations are of two kinds. A decision is one whose answer
+// the caller waits for: the limiter's Reserve, the breaker's Allow, the
+// throttle's Tokens, the budget's Acquire (the gates' admissions), and
+// the reads. A record is one whose result no decision of the call waits
+// on: the budget's Observe, the throttle's Add, the breaker's Done, the
+// limiter's Observe, Settle, Leave and Pause. A record goes into the
+// store's queue and returns at once; the local state that decides during a
+// fallback hears it at once, as before. The queue goes to Redis in
+// batches, one pipeline each (one round trip, each operation still its
+// own script), one batch at a time: a writer goroutine of the store's
+// sends it as soon as no batch is in flight, and ends when the queue is
+// empty. A decision that finds the queue empty and no batch in flight is
+// one round trip of its own; otherwise it joins the queue and goes in its
+// next batch, after the records queued before it, so that this process's
+// decisions always see its own records, in order. A successful call
+// through a Damper whose every part is in Redis thus makes two round trips
+// on its caller's path, the limiter's and the breaker's admissions, and
+// its five records follow in a batch of their own or ride with the next
+// decision. The limiter's Observe and Settle of one response go as one
+// script when the second finds the first queued still.
+//
+// The queue holds at most [QueueLimit] records: one more is dropped, its
+// error returned and counted ([Stats].Dropped), and the caller never
+// waits. A batch that fails counts against Redis as one operation does
+// (see below): the records in it are lost to the fleet, as a failed
+// record always was. [Store.Flush] sends what is queued and waits for it:
+// for tests that read Redis right after a call, and for a clean stop.
+//
+// The budget keeps the books of the newest window it heard of in any
+// script's reply, and answers [Budget.KnownBalance] from them, without a
+// round trip: the balance as last heard from Redis, which this process's
+// records still queued, and other processes' operations since, have not
+// moved. Damper reads a call's report's balance and its gauge so;
+// [Budget.Available], asked directly, asks Redis.
 //
 // # When Redis fails
 //
 // Every operation waits for Redis at most [Options.Timeout] (50 ms by
-// default), whatever the client's own timeouts. Give the budget a client
-// with ContextTimeoutEnabled: it then gives up at the deadline itself, and
+// default), whatever the client's own timeouts (a decision that joins the
+// queue, at most two: the batch in flight, then its own). Give the store a
+// client with ContextTimeoutEnabled: it then gives up at the deadline itself, and
 // the round trip runs on the caller's goroutine; otherwise go-redis waits
 // by its ReadTimeout (seconds), so the round trip runs on a goroutine of
 // its own that the caller stops waiting for, which costs some tens of
 // microseconds per operation and leaves a stuck connection busy until the
 // ReadTimeout. An operation that fails or times out decides without Redis;
 // unless Redis answered another one meanwhile (see below), it also switches
-// the budget to fallback ([StateFallback]), with one log line, and every
+// the store to fallback ([StateFallback]), with one log line, and every
 // operation but the probes then decides so:
 //
 //   - by default, a local fleet.WindowBudget with the same parameters
@@ -89,15 +125,15 @@
 // callers coming back), and the store stays on Redis. During a fallback one
 // operation at a time asks Redis again, the probe, and none sooner than
 // [Options.ProbeInterval] (the timeout, by default) after the last one
-// ended; the others decide at once. Only a probe that Redis answers
+// ended; the others decide at once, and records are not queued. A probe
+// is always a decision. Only a probe that Redis answers
 // switches back ([StateShared]); an answer to an operation sent before the
-// fallback does not. Each switch logs one line. [Budget.State] and
-// [Budget.Stats] show the state and count the switches, failures and
-// unasked operations, for metrics.
+// fallback does not. Each switch logs one line. [Store.State] and
+// [Store.Stats] show the state and count the switches, failures, unasked
+// operations and dropped records, for metrics.
 //
 // A call waits out at most one timeout: Damper gives each call's context to
-// [Store.CallContext] (or [Budget.CallContext], for a budget given to
-// damper.WithBudget), and once one operation of the call has failed or
+// [Store.CallContext], and once one operation of the call has failed or
 // timed out, the call's others decide without asking Redis, whatever the
 // state. Operations in flight at once, as a hedged call's, may each wait
 // theirs.

@@ -13,10 +13,10 @@ import (
 // [Options.Name] shares one retry budget, one retry throttle, one circuit
 // breaker and one set of rate-limit buckets per limit group.
 //
-// The parts take their values from the Damper's Policy, so Options' Ratio,
-// Window and MinTokens are not used: give every process of the fleet the
-// same Policy. The parts share one way to Redis: they fall back together
-// when it fails, and come back together (see [Store.State]).
+// The parts take their values from the Damper's Policy: give every process
+// of the fleet the same Policy. The parts share one way to Redis and one
+// queue of records (see the package documentation): they fall back
+// together when it fails, and come back together (see [Store.State]).
 type Store struct {
 	link *link
 }
@@ -37,7 +37,7 @@ func New(client redis.UniversalClient, o Options) (*Store, error) {
 	return &Store{link: newLink(client, o, "fleet state", "store")}, nil
 }
 
-// Budget implements [fleet.Store]: the retry budget of [NewBudget], on
+// Budget implements [fleet.Store]: a [*Budget] with settings' values, on
 // the store's way to Redis.
 func (s *Store) Budget(settings fleet.BudgetSettings) (fleet.Budget, error) {
 	return newBudget(s.link, settings)

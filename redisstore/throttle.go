@@ -26,8 +26,9 @@ func ThrottleKey(name string) string { return "damper:{" + name + "}:throttle" }
 // damper:{<Name>}:throttle (see [ThrottleKey]), on the Name's Cluster slot.
 // Every process that gives the same Name draws on, and fills, one count.
 //
-// A missing key is a full count (MaxTokens × 1000). Each Add is one round
-// trip, a Lua script that adds the delta, keeps the count within
+// A missing key is a full count (MaxTokens × 1000). Each Add is a record
+// queued for the store's next batch (see the package documentation): a
+// Lua script that adds the delta, keeps the count within
 // [0, MaxTokens × 1000] (the arithmetic of fleet.MemoryStore's throttle),
 // writes it back with a time to live of [ThrottleTTL], and returns it;
 // each Tokens is one round trip that reads it. The rule that uses the count

@@ -86,9 +86,9 @@ func run() error {
 	clock := newClock()
 	tenants := tenantDampers{}
 	for _, name := range []string{"acme", "globex", "default"} {
-		// Policy.RetryBudgetMinTokens would size the budget as well; a
-		// Budget of one's own is where a store shared by the service's
-		// replicas would go, one key per tenant.
+		// Policy.RetryBudgetMinTokens sizes a budget the Damper builds; a
+		// Budget of one's own, given with WithBudget, has its own values
+		// (New refuses a Policy that sets the budget's fields as well).
 		budget, err := fleet.NewWindowBudget(0.1, time.Minute, cmp.Or(retriesPerMinute[name], 10))
 		if err != nil {
 			return err
