@@ -29,8 +29,8 @@ var ErrUnavailable = errors.New("redisstore: Redis unavailable, not asked")
 // every process of the fleet the same.
 type Options struct {
 	// Name is the namespace in Redis: every process that gives the same
-	// Name shares one budget (and, with a Store, one throttle, breaker and
-	// set of rate-limit buckets). Usually the name given to
+	// Name shares one budget, throttle, breaker and set of rate-limit
+	// buckets. Usually the name given to
 	// damper.WithName. 1 to 64 printable ASCII characters, without spaces
 	// or braces, since it becomes the keys' hash tag.
 	Name string

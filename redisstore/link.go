@@ -53,12 +53,12 @@ type link struct {
 	// The queue of records, and of the decisions that wait for a batch in
 	// flight: at most one batch is in flight, so that Redis runs every
 	// operation in the order it was queued (see record and run).
-	qmu      sync.Mutex
-	queue    []*queued
-	records  int           // records in queue
-	sending  bool          // a batch is in flight, or being made
-	settled  chan struct{} // closed when sending ends
-	loaded   sync.Map      // *redis.Script: Redis has run it by EVAL
+	qmu     sync.Mutex
+	queue   []*queued
+	records int           // records in queue
+	sending bool          // a batch is in flight, or being made
+	settled chan struct{} // closed when sending ends
+	loaded  sync.Map      // *redis.Script: Redis has run it by EVAL
 }
 
 // QueueLimit is how many records a store's queue holds: a record that
