@@ -12,13 +12,18 @@
 // SDK with d.Option(), against an in-process fake API that costs next to
 // nothing, so that Redis and the clients are the bottleneck. Each row has
 // two phases of -duration, at the same processes and concurrency: one
-// through a Damper whose parts are in memory, then one through a Damper
-// whose parts are in Redis. The command prints a Markdown table: the calls
-// per second through Redis; Redis's CPU time per call (INFO cpu, system
-// and user, before and after the phase); the commands Redis ran per call
-// (INFO commandstats) and the round trips per call (a go-redis hook in
-// each worker); how busy Redis's core was; and the p50 and p99 latency a
-// call gains from the store, the phase in Redis less the phase in memory.
+// through a Damper whose parts are in Redis, then one through a Damper
+// whose parts are in memory, paced at the rate the first phase reached (a
+// free closed loop in memory would fill the cores, and its tail would be
+// the scheduler's). The command prints a Markdown table: the calls per
+// second through Redis; Redis's CPU time per call (INFO cpu, system and
+// user, before and after the phase); the commands the clients sent per
+// call (INFO commandstats) and the round trips per call (a go-redis hook
+// in each worker); how busy Redis's core was; and the p50 and p99 latency
+// a call gains from the store, the phase in Redis less the phase in
+// memory. A second table gives the calls per second one Redis core would
+// serve at that CPU per call, the clients' CPU per call, and the latencies
+// the differences come from.
 package main
 
 import (

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -35,11 +36,12 @@ type job struct {
 }
 
 // phase is one order to a worker: make calls for Duration through the
-// Damper whose parts are in Redis (Store) or in memory, and send back each
-// call's latency if Record.
+// Damper whose parts are in Redis (Store) or in memory, at most Rate a
+// second if Rate is above 0, and send back each call's latency if Record.
 type phase struct {
 	Store    bool
 	Duration time.Duration
+	Rate     float64
 	Record   bool
 }
 
@@ -55,6 +57,7 @@ type result struct {
 	Failures   uint64  // store operations Redis failed or did not answer in time
 	Unasked    uint64  // store operations decided without asking Redis
 	Limited    int     // calls the fake API refused with a 429
+	CPU        float64 // s of CPU the process used in the phase, user and system
 }
 
 // policy configures every part a store keeps: the retry budget, the
@@ -136,9 +139,10 @@ func work(spec string, in io.Reader, out io.Writer) error {
 		if p.Store {
 			d = inRedis
 		}
-		trips, stats := hook.n.Load(), store.Stats()
+		trips, stats, cpu := hook.n.Load(), store.Stats(), cpuTime()
 		r := calls(d, p, j.Concurrency)
 		after := store.Stats()
+		r.CPU = cpuTime() - cpu
 		r.RoundTrips = hook.n.Load() - trips
 		r.Failures = after.Failures - stats.Failures
 		r.Unasked = after.Unasked - stats.Unasked
@@ -149,9 +153,20 @@ func work(spec string, in io.Reader, out io.Writer) error {
 	return sc.Err()
 }
 
+// cpuTime is the CPU time the process has used, user and system, in
+// seconds; 0 where getrusage fails.
+func cpuTime() float64 {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano()).Seconds()
+}
+
 // calls makes plain calls through d from n goroutines in a closed loop for
 // the phase's duration, against a fake API of the phase's own (its request
-// log grows with every call).
+// log grows with every call). With a Rate, the k-th call starts no earlier
+// than k/Rate after the phase's start.
 func calls(d *damper.Damper, p phase, n int) result {
 	api := dampertest.NewServer(dampertest.InMemory(), dampertest.WithRateLimits(apiLimits))
 	defer api.Close()
@@ -164,11 +179,19 @@ func calls(d *damper.Damper, p phase, n int) result {
 	var r result
 	start := time.Now()
 	deadline := start.Add(p.Duration)
+	var next atomic.Int64 // the calls started, for the pace
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			var own result
 			for time.Now().Before(deadline) {
+				if p.Rate > 0 {
+					slot := start.Add(time.Duration(float64(next.Add(1)-1) / p.Rate * 1e9))
+					if slot.After(deadline) {
+						break
+					}
+					time.Sleep(time.Until(slot))
+				}
 				t := time.Now()
 				_, err := client.Messages.New(ctx, params)
 				took := time.Since(t)
