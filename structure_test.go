@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -210,4 +211,33 @@ func topLevelUses(f *ast.File) []string {
 		return true
 	})
 	return uses
+}
+
+// TestLibraryModuleLeavesTheCommandsDependencies: the library's go.mod
+// requires none of what only the damper command, the Redis store, the
+// examples or the benchmarks need, so that a user of the library alone
+// downloads none of it. Those modules live beside the library in the
+// workspace (go.work), each with its own go.mod.
+func TestLibraryModuleLeavesTheCommandsDependencies(t *testing.T) {
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range []string{"github.com/redis/go-redis", "github.com/failsafe-go/failsafe-go"} {
+		if strings.Contains(string(gomod), dep) {
+			t.Errorf("the library's go.mod requires %s: only a nested module may", dep)
+		}
+	}
+	work, err := os.ReadFile("go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"./cmd/damper", "./redisstore", "./examples", "./bench"} {
+		if !strings.Contains(string(work), "\t"+m+"\n") {
+			t.Errorf("go.work does not use %s: go run ./cmd/damper and the README's test command need every module in the workspace", m)
+		}
+		if _, err := os.Stat(filepath.Join(m, "go.mod")); err != nil {
+			t.Errorf("%s is not a module of its own: %v", m, err)
+		}
+	}
 }

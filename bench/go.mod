@@ -5,7 +5,9 @@ go 1.26.0
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/damper-ai/damper-go v0.0.0
+	github.com/damper-ai/damper-go/redisstore v0.0.0
 	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel/metric v1.47.0
 )
 
@@ -42,11 +44,15 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
 	golang.org/x/exp v0.0.0-20190121172915-509febef88a4 // indirect
 	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace github.com/damper-ai/damper-go => ../
+
+replace github.com/damper-ai/damper-go/redisstore => ../redisstore

@@ -271,3 +271,55 @@ func TestSecondOrgBackendGetsItsOwnKey(t *testing.T) {
 		}
 	}
 }
+
+// TestProxySiblingModelsFromTheFile: the file's policy.fallback.models
+// moves a call to a sibling model when its own model's attempts fail, on
+// the upstream and on every backend, in the order fallback describes: the
+// model on each backend first, then the sibling.
+func TestProxySiblingModelsFromTheFile(t *testing.T) {
+	cloudEnv(t, true)
+	primary := dampertest.NewServer(dampertest.WithStepFunc(func(r dampertest.Request) dampertest.Step {
+		if r.Model == "claude-opus-4-5" {
+			return dampertest.Status(529)
+		}
+		return dampertest.OK().WithText("from the primary, model " + r.Model)
+	}))
+	t.Cleanup(primary.Close)
+	bedrock := dampertest.NewServer(dampertest.Bedrock("us-east-1"), dampertest.WithStepFunc(func(r dampertest.Request) dampertest.Step {
+		return dampertest.Status(529)
+	}))
+	t.Cleanup(bedrock.Close)
+	s, err := parseProxyFile(t, `
+upstream: `+primary.URL()+`
+backends:
+  - {name: bedrock, provider: bedrock, region: us-east-1, base_url: '`+bedrock.URL()+`'}
+policy:
+  max_attempts: 1
+  fallback:
+    models: {claude-opus-4-5: [claude-sonnet-4-5]}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, s.upstream, func(ps *proxySettings) {
+		ps.policy, ps.backends = s.policy, s.backends
+	})
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-opus-4-5","max_tokens":64,"messages":[]}`))
+	req.Header.Set("X-Api-Key", testKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "from the primary, model claude-sonnet-4-5") || res.Header.Get("Damper-Attempts") != "3" {
+		t.Errorf("%d, Damper-Attempts %q: %s; want the sibling's answer from the primary at the third attempt", res.StatusCode, res.Header.Get("Damper-Attempts"), body)
+	}
+	var models []string
+	for _, r := range primary.Requests() {
+		models = append(models, r.Model)
+	}
+	if len(models) != 2 || models[0] != "claude-opus-4-5" || models[1] != "claude-sonnet-4-5" || bedrock.Count("") != 1 {
+		t.Errorf("the upstream got %q, Bedrock %d requests; want opus then the sibling sonnet upstream, and opus once on Bedrock between them", models, bedrock.Count(""))
+	}
+}
