@@ -132,11 +132,12 @@
 // [Store.Stats] show the state and count the switches, failures, unasked
 // operations and dropped records, for metrics.
 //
-// A call waits out at most one timeout: Damper gives each call's context to
+// A call waits out at most one failure: Damper gives each call's context to
 // [Store.CallContext], and once one operation of the call has failed or
 // timed out, the call's others decide without asking Redis, whatever the
-// state. Operations in flight at once, as a hedged call's, may each wait
-// theirs.
+// state. That failure takes at most one timeout, or two for a decision
+// sent behind a batch of records in flight (the batch's, then its own).
+// Operations in flight at once, as a hedged call's, may each wait theirs.
 //
 // A Redis that restarts without persistence has lost the window's books:
 // the fleet starts the window again from MinTokens. An operation that timed

@@ -168,7 +168,7 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 	case <-ctx.Done():
 		return nil, fmt.Errorf("redisstore: %s on %q: %w", op, l.name, ctx.Err())
 	case <-timer.C:
-		r.err = fmt.Errorf("no answer within %v: %w", l.timeout, context.DeadlineExceeded)
+		r.err = fmt.Errorf("no answer within %v (the batch ahead of it, then its own): %w", 2*l.timeout, context.DeadlineExceeded)
 		l.failSince(op, r.err, began)
 	}
 	if r.err != nil {

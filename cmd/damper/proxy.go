@@ -303,7 +303,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		logger.Error("damper proxy: cannot start", "error", err.Error())
 		return exitFail
 	}
-	defer s.fleet.Close()
+	defer func() {
+		if err := s.fleet.Close(); err != nil {
+			logger.Warn("damper proxy: the store's last records did not all reach Redis", "error", err.Error())
+		}
+	}()
 	if s.built, err = startBackends(ctx, s, defaultStartChecks()); err != nil {
 		logger.Error("damper proxy: cannot start", "error", err.Error())
 		return exitFail

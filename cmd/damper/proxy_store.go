@@ -285,11 +285,12 @@ func pathCause(err error) error {
 // proxyStore is the proxy's way to Redis: one client, the primary's
 // store on it, and the fallback backends' stores on the same client.
 type proxyStore struct {
-	client  *redis.Client
-	primary *redisstore.Store
-	name    string
-	addr    string
-	options redisstore.Options // the primary's; a backend's differs by Name
+	client   *redis.Client
+	primary  *redisstore.Store
+	backends []*redisstore.Store // made by backendStore, flushed at Close
+	name     string
+	addr     string
+	options  redisstore.Options // the primary's; a backend's differs by Name
 }
 
 // openProxyStore builds the client and the primary's store, and checks
@@ -375,6 +376,7 @@ func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the store of backend %q: %w", backend, err)
 	}
+	p.backends = append(p.backends, s)
 	return s, nil
 }
 
@@ -387,13 +389,29 @@ func (p *proxyStore) storeFor() func(backend string) (fleet.Store, error) {
 	return p.backendStore
 }
 
-// Close closes the client, after which the client's messages go nowhere;
-// nil-safe.
+// flush sends the records every store holds and waits for Redis's
+// answers, or for ctx's end.
+func (p *proxyStore) flush(ctx context.Context) error {
+	var err error
+	for _, s := range append([]*redisstore.Store{p.primary}, p.backends...) {
+		if s != nil { // nil: closing after a failed start
+			err = errors.Join(err, s.Flush(ctx))
+		}
+	}
+	return err
+}
+
+// Close sends the records the stores still hold (an attempt's end, heard
+// after the drain's last answer), within a store timeout each, and closes
+// the client, after which the client's messages go nowhere; nil-safe.
 func (p *proxyStore) Close() error {
 	if p == nil {
 		return nil
 	}
-	err := p.client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), max(2*p.options.Timeout, 100*time.Millisecond))
+	err := p.flush(ctx)
+	cancel()
+	err = errors.Join(err, p.client.Close())
 	redisLog.to.CompareAndSwap(p.options.Logger, nil)
 	return err
 }

@@ -481,6 +481,10 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	if n, m := primary.Count(""), bedrock.Count(""); n != 2 || m != 3 {
 		t.Errorf("the upstream got %d requests, Bedrock %d; want 2 and 3: the upstream's breaker opened at its second failure", n, m)
 	}
+	// The attempts' records go to Redis in batches after the answers.
+	if err := st.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr})
 	defer rdb.Close()
 	keys, err := rdb.Keys(context.Background(), "damper:*").Result()
@@ -502,5 +506,45 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	resp, _ := callThrough(t, q.url, "")
 	if n, m := primary.Count(""), bedrock.Count(""); resp.StatusCode != http.StatusOK || n != 2 || m != 4 {
 		t.Errorf("through a second proxy: %d, the upstream got %d requests, Bedrock %d; want 200, 2 and 4", resp.StatusCode, n, m)
+	}
+}
+
+// TestProxyStoreCloseSendsTheRecords: what the stores still hold when the
+// proxy stops (an attempt's end heard after the last answer) reaches
+// Redis before the client closes.
+func TestProxyStoreCloseSendsTheRecords(t *testing.T) {
+	needRedis(t)
+	rds := redistest.Start(t)
+	c, err := parseStore(&proxyStoreFile{Address: rds.Addr, Timeout: time.Second}, "closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := st.backendStore("bedrock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, s := range []fleet.Store{st.primary, backend} {
+		b, err := s.Budget(fleet.BudgetSettings{Ratio: 0.1, Window: time.Hour, MinTokens: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Observe(context.Background(), now, fleet.AttemptOutcome{First: true, Success: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr})
+	defer rdb.Close()
+	for _, name := range []string{"closing", "closing.bedrock"} {
+		if got, err := rdb.HGet(context.Background(), redisstore.Key(name), "s").Result(); err != nil || got != "1" {
+			t.Errorf("%s: the success heard before Close: %q, %v; want 1 in Redis", redisstore.Key(name), got, err)
+		}
 	}
 }
