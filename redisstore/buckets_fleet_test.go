@@ -19,8 +19,8 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
-	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/internal/redistest"
+	"github.com/damper-ai/damper-go/redisstore"
 )
 
 // rlFleet is what one run of a fleet of Dampers against an API that

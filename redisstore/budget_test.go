@@ -13,8 +13,8 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/fleet"
-	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/damper-ai/damper-go/internal/redistest"
+	"github.com/damper-ai/damper-go/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

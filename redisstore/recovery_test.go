@@ -17,9 +17,9 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 	"github.com/damper-ai/damper-go/redisstore"
-	"github.com/damper-ai/damper-go/internal/redistest"
 )
 
 // recoveryTimeout is the store's timeout in these tests: long enough that
