@@ -12,8 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
 // row is what one fleet size measured.
@@ -248,7 +249,7 @@ type worker struct {
 	stdin   io.WriteCloser
 	results chan result
 	done    chan error // the decoder's end: the process's output closed or unreadable
-	stderr  *lockedBuffer
+	stderr  *syncbuf.Buffer
 }
 
 // startWorkers starts n copies of this executable as workers with job spec.
@@ -261,7 +262,7 @@ func startWorkers(n int, spec string) ([]*worker, error) {
 	for i := range n {
 		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), workerEnv+"="+spec)
-		w := &worker{cmd: cmd, results: make(chan result, 1), done: make(chan error, 1), stderr: &lockedBuffer{}}
+		w := &worker{cmd: cmd, results: make(chan result, 1), done: make(chan error, 1), stderr: &syncbuf.Buffer{}}
 		cmd.Stderr = w.stderr
 		if w.stdin, err = cmd.StdinPipe(); err == nil {
 			var stdout io.ReadCloser
@@ -337,25 +338,6 @@ func (w *worker) kill() {
 		_ = w.cmd.Process.Kill()
 		_ = w.cmd.Wait()
 	}
-}
-
-// lockedBuffer is a worker's stderr, written as it runs and read on a
-// failure.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // writeTables prints the rows as Markdown: the table of the ceiling, and
