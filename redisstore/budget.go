@@ -54,7 +54,23 @@ type Options struct {
 	// Logger, when set, hears each switch between Redis and the fallback:
 	// one line per switch, not one per operation.
 	Logger *slog.Logger
+
+	// Lease, when above 1, lets each process take up to Lease budget units,
+	// or Lease calls' worth of rate-limit tokens, from Redis in one decision
+	// and spend them without a round trip until they run out, their window
+	// ends or LeaseFor passes (what is left then goes back in a record).
+	// 0 or 1: every decision asks Redis, as without leases. At most 1,000.
+	Lease int
+	// LeaseFor bounds how long a process keeps leased units or tokens
+	// unspent before it gives them back. Default 1 s; at most 1 minute.
+	LeaseFor time.Duration
 }
+
+// The lease's default time and largest size: see Options.
+const (
+	defaultLeaseFor = time.Second
+	maxLease        = 1000
+)
 
 // State is where a [Budget]'s decisions come from.
 type State int32
@@ -127,6 +143,7 @@ type Budget struct {
 
 	mu    sync.Mutex
 	heard books // the newest window's books heard from Redis
+	lease lease // units taken from Redis and not spent yet (see budget_lease.go)
 }
 
 var (
@@ -135,8 +152,9 @@ var (
 	_ fleet.CallContexter = (*Budget)(nil)
 )
 
-// newBudget returns the budget of s on l.
-func newBudget(l *link, s fleet.BudgetSettings) (*Budget, error) {
+// newBudget returns the budget of s on l, taking leases of size units
+// kept for at most leaseFor when size is above 1.
+func newBudget(l *link, s fleet.BudgetSettings, size int, leaseFor time.Duration) (*Budget, error) {
 	local, err := fleet.NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
 	if err != nil {
 		return nil, err
@@ -157,6 +175,7 @@ func newBudget(l *link, s fleet.BudgetSettings) (*Budget, error) {
 		minArg:    strconv.Itoa(s.MinTokens),
 		ratioArg:  strconv.FormatFloat(s.Ratio, 'g', -1, 64),
 		local:     local,
+		lease:     lease{size: size, keepFor: orDefault(leaseFor, defaultLeaseFor)},
 	}, nil
 }
 
@@ -175,6 +194,10 @@ func checkOptions(o Options) error {
 		return fmt.Errorf("redisstore: Options.Timeout = %v: must be positive (0 means the default, %v)", o.Timeout, DefaultTimeout)
 	case o.ProbeInterval < 0:
 		return fmt.Errorf("redisstore: Options.ProbeInterval = %v: must be positive (0 means the timeout)", o.ProbeInterval)
+	case o.Lease < 0 || o.Lease > maxLease:
+		return fmt.Errorf("redisstore: Options.Lease = %d: must be 0 to %d (0 or 1: no lease)", o.Lease, maxLease)
+	case o.LeaseFor < 0 || o.LeaseFor > time.Minute:
+		return fmt.Errorf("redisstore: Options.LeaseFor = %v: must be 0 to 1m0s (0 means the default, %v)", o.LeaseFor, defaultLeaseFor)
 	}
 	return nil
 }
@@ -220,13 +243,18 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutc
 
 // Acquire implements [fleet.Budget]. While Redis fails it returns the
 // fallback's decision and the error.
+//
+// With [Options.Lease] above 1 it spends a unit of this process's lease
+// when it holds one for now's window, without a round trip, and otherwise
+// takes a new lease of up to Lease units in one decision (see the package
+// documentation, Leases).
 func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
+	if b.lease.size > 1 {
+		return b.acquireLeased(ctx, now)
+	}
 	r, err := b.run(ctx, "acquire", acquireScript, now)
 	if err != nil {
-		if b.link.failClosed {
-			return false, err
-		}
-		return b.local.TryAcquire(now), err
+		return b.fallback(now, err)
 	}
 	if r.granted {
 		// The local books take the unit too, as far as this process's own
@@ -236,9 +264,19 @@ func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
 	return r.granted, nil
 }
 
+// fallback decides a retry that Redis did not answer, as the options say,
+// and returns err with it.
+func (b *Budget) fallback(now time.Time, err error) (bool, error) {
+	if b.link.failClosed {
+		return false, err
+	}
+	return b.local.TryAcquire(now), err
+}
+
 // Available implements [fleet.Budget]: the units left in the fleet's
-// window holding now. While Redis fails it returns the local budget's
-// balance (0 with FailClosed) and the error.
+// window holding now, this process's unspent lease included. While Redis
+// fails it returns the local budget's balance (0 with FailClosed) and the
+// error.
 func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
 	r, err := b.run(ctx, "available", availableScript, now)
 	if err != nil {
@@ -247,7 +285,7 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 		}
 		return b.local.Balance(now), err
 	}
-	return b.balance(r), nil
+	return b.balance(r) + float64(b.leased(r.window)), nil
 }
 
 // balance is the units left by books r: fleet.WindowBudget's capacity and
@@ -268,7 +306,8 @@ func (b *Budget) CallContext(ctx context.Context) context.Context { return b.lin
 // this process's own or queued records not yet answered excluded: the
 // balance may be a little behind the fleet's. A window newer than any
 // heard of has its MinTokens. While Redis fails it is the local budget's
-// balance (0 with FailClosed), as for Available.
+// balance (0 with FailClosed), as for Available. This process's unspent
+// lease counts as available.
 func (b *Budget) KnownBalance(now time.Time) float64 {
 	if b.link.down.Load() {
 		if b.link.failClosed {
@@ -284,7 +323,7 @@ func (b *Budget) KnownBalance(now time.Time) float64 {
 		r = books{} // nothing heard of now's window yet
 	}
 	// An older now is counted in the newest window, as a script counts it.
-	return b.balance(r)
+	return b.balance(r) + float64(b.leased(id))
 }
 
 // State returns where the budget's decisions come from now.
@@ -298,12 +337,14 @@ type books struct {
 	window          int64 // the window the caller asked of: see windowNumber
 	successes, used int64
 	granted         bool
+	units           int64 // units taken: 1 if granted, or a lease's
 }
 
-// run runs script s on the window holding now.
-func (b *Budget) run(ctx context.Context, op string, s *redis.Script, now time.Time) (books, error) {
+// run runs script s on the window holding now, with the arguments of
+// args and then extra.
+func (b *Budget) run(ctx context.Context, op string, s *redis.Script, now time.Time, extra ...any) (books, error) {
 	id := windowNumber(now, b.window)
-	v, err := b.link.run(ctx, op, s, b.keys, b.args(id)...)
+	v, err := b.link.run(ctx, op, s, b.keys, append(b.args(id), extra...)...)
 	if err != nil {
 		return books{}, err
 	}
@@ -322,7 +363,7 @@ func (b *Budget) read(op string, id int64, v any) (books, error) {
 	if err != nil {
 		return books{}, err
 	}
-	bk := books{window: id, successes: r[0], used: r[1], granted: r[2] == 1}
+	bk := books{window: id, successes: r[0], used: r[1], granted: r[2] >= 1, units: r[2]}
 	b.mu.Lock()
 	// Within a window the counts only grow, so the larger is the newer,
 	// whatever order the replies came in.

@@ -58,3 +58,34 @@ return {s, u, 1}
 var availableScript = redis.NewScript(prelude + `
 return {s, u, 0}
 `)
+
+// leaseScript takes up to ARGV[5] units at once, as many as are left (a
+// lease: see Options.Lease), each by acquireScript's test, and returns
+// {s, u, units taken}.
+var leaseScript = redis.NewScript(prelude + `
+local cap = tonumber(ARGV[3]) + tonumber(ARGV[4]) * s + 1e-9
+local n = 0
+while n < tonumber(ARGV[5]) and u + n + 1 <= cap do
+  n = n + 1
+end
+if n > 0 then
+  u = redis.call('HINCRBY', key, 'u', n)
+end
+return {s, u, n}
+`)
+
+// returnScript gives back ARGV[2] leased units, unspent, to window
+// ARGV[1]: only while the books are still that window's (a newer window
+// has fresh books, and the units of an older one are void), and never
+// below none used. It returns {s, u, 1} when it gave them back, else
+// {0, 0, 0}. It does not start a window, so it has no prelude.
+var returnScript = redis.NewScript(`
+local key = KEYS[1]
+local book = redis.call('HMGET', key, 'w', 's', 'u')
+if book[1] ~= ARGV[1] then
+  return {0, 0, 0}
+end
+local n = math.min(tonumber(ARGV[2]), tonumber(book[3]))
+local u = redis.call('HINCRBY', key, 'u', -n)
+return {tonumber(book[2]), u, 1}
+`)

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
 	"github.com/redis/go-redis/v9"
@@ -18,7 +20,12 @@ import (
 // queue of records (see the package documentation): they fall back
 // together when it fails, and come back together (see [Store.State]).
 type Store struct {
-	link *link
+	link     *link
+	lease    int
+	leaseFor time.Duration
+
+	mu      sync.Mutex
+	budgets []*Budget // whose leases Flush gives back
 }
 
 // New returns a store that keeps a Damper's state in Redis through client,
@@ -34,13 +41,22 @@ func New(client redis.UniversalClient, o Options) (*Store, error) {
 	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
-	return &Store{link: newLink(client, o, "fleet state", "store")}, nil
+	return &Store{link: newLink(client, o, "fleet state", "store"), lease: o.Lease, leaseFor: o.LeaseFor}, nil
 }
 
 // Budget implements [fleet.Store]: a [*Budget] with settings' values, on
-// the store's way to Redis.
+// the store's way to Redis, taking leases as [Options.Lease] says.
 func (s *Store) Budget(settings fleet.BudgetSettings) (fleet.Budget, error) {
-	return newBudget(s.link, settings)
+	b, err := newBudget(s.link, settings, s.lease, s.leaseFor)
+	if err != nil {
+		return nil, err
+	}
+	if s.lease > 1 {
+		s.mu.Lock()
+		s.budgets = append(s.budgets, b)
+		s.mu.Unlock()
+	}
+	return b, nil
 }
 
 // CallContext implements [fleet.CallContexter]: it returns ctx with a note
@@ -54,9 +70,18 @@ func (s *Store) CallContext(ctx context.Context) context.Context { return s.link
 // Flush sends the records queued (see the package documentation) and
 // waits until Redis has answered them, or until ctx ends: for tests that
 // read Redis, or another process's view of it, right after a call, and
-// for a clean stop. The store's writer goroutine ends by itself once the
-// queue is empty.
-func (s *Store) Flush(ctx context.Context) error { return s.link.flush(ctx) }
+// for a clean stop. It gives back the budget's leased units first (see
+// [Options.Lease]), so that they go in the same batch. The store's writer
+// goroutine ends by itself once the queue is empty.
+func (s *Store) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	budgets := s.budgets
+	s.mu.Unlock()
+	for _, b := range budgets {
+		b.giveBack(false)
+	}
+	return s.link.flush(ctx)
+}
 
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }
