@@ -43,6 +43,8 @@ type budgetOptions struct {
 	ProbeInterval time.Duration
 	FailClosed    bool
 	Logger        *slog.Logger
+	Lease         int
+	LeaseFor      time.Duration
 }
 
 // newBudget returns the budget of a store of its own with o.
@@ -50,6 +52,7 @@ func newBudget(tb testing.TB, client redis.UniversalClient, o budgetOptions) *re
 	tb.Helper()
 	s, err := redisstore.New(client, redisstore.Options{
 		Name: o.Name, Timeout: o.Timeout, ProbeInterval: o.ProbeInterval, FailClosed: o.FailClosed, Logger: o.Logger,
+		Lease: o.Lease, LeaseFor: o.LeaseFor,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -385,6 +388,10 @@ func TestNewBudgetRejects(t *testing.T) {
 		{redisstore.Options{Name: "a{b}"}, `Options.Name = "a{b}"`},
 		{redisstore.Options{Name: "ok", Timeout: -time.Millisecond}, "Options.Timeout = -1ms"},
 		{redisstore.Options{Name: "ok", ProbeInterval: -time.Second}, "Options.ProbeInterval = -1s"},
+		{redisstore.Options{Name: "ok", Lease: -1}, "Options.Lease = -1: must be 0 to 1000"},
+		{redisstore.Options{Name: "ok", Lease: 1001}, "Options.Lease = 1001: must be 0 to 1000"},
+		{redisstore.Options{Name: "ok", Lease: 5, LeaseFor: -time.Second}, "Options.LeaseFor = -1s: must be 0 to 1m0s"},
+		{redisstore.Options{Name: "ok", Lease: 5, LeaseFor: time.Minute + time.Millisecond}, "Options.LeaseFor = 1m0.001s: must be 0 to 1m0s"},
 	} {
 		s, err := redisstore.New(client, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) || s != nil {

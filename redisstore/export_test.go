@@ -25,6 +25,10 @@ func ScriptOps(args []any) (ops []string, record bool) {
 		return []string{"budget:acquire"}, false
 	case availableScript.Hash():
 		return []string{"budget:available"}, false
+	case leaseScript.Hash():
+		return []string{"budget:lease"}, false
+	case returnScript.Hash():
+		return []string{"budget:return"}, true
 	case throttleAddScript.Hash():
 		return []string{"throttle:add"}, true
 	case throttleReadScript.Hash():
