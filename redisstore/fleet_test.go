@@ -47,6 +47,8 @@ type workerJob struct {
 	Successes  int   // successful first attempts, per goroutine
 	Tries      int   // retries to ask for, per goroutine
 	Goroutines int
+	Lease      int           // Options.Lease
+	LeaseFor   time.Duration // Options.LeaseFor
 }
 
 type workerResult struct {
@@ -54,11 +56,14 @@ type workerResult struct {
 	Asked   int           // retries asked for
 	Errors  int           // operations that failed
 	Elapsed time.Duration // the time of the last phase
+
+	Decisions  int // the budget's decisions Redis answered (acquire or lease scripts)
+	RoundTrips int // round trips that ran scripts, records' included
 }
 
 // barriers is the number of barriers a worker of the job waits at.
 func (j workerJob) barriers() int {
-	if j.Mode == modeInterleaved {
+	if j.Mode == modeInterleaved || j.Mode == modeLeaseMixed {
 		return 2
 	}
 	return 1
@@ -80,9 +85,13 @@ func runWorker(spec string) int {
 	}
 	client := newClient(job.Addrs, job.Cluster, job.CtxTimeout)
 	defer client.Close()
+	hook := &decisionHook{}
+	client.AddHook(hook)
 	// A generous timeout, failing closed: a slow answer on a loaded machine
 	// must not turn into a local grant that would blur the fleet's count.
-	s, err := redisstore.New(client, redisstore.Options{Name: job.Name, Timeout: 10 * time.Second, FailClosed: true})
+	s, err := redisstore.New(client, redisstore.Options{
+		Name: job.Name, Timeout: 10 * time.Second, FailClosed: true, Lease: job.Lease, LeaseFor: job.LeaseFor,
+	})
 	var b fleet.Budget
 	if err == nil {
 		b, err = s.Budget(budgetSettings(job.Ratio, job.Window, job.MinTokens))
@@ -182,10 +191,13 @@ func runWorker(spec string) int {
 			}
 		})
 		res.Elapsed = time.Since(start)
+	case modeLeaseOutage, modeLeaseMixed:
+		leaseWorker(job, barrier, each, retry, observe)
 	default:
 		fmt.Fprintf(os.Stderr, "worker: unknown mode %q\n", job.Mode)
 		return 2
 	}
+	res.Decisions, res.RoundTrips = int(hook.decisions.Load()), int(hook.trips.Load())
 	out, _ := json.Marshal(res)
 	fmt.Printf("result %s\n", out)
 	return 0
@@ -248,6 +260,8 @@ func sum(results []workerResult) workerResult {
 		s.Granted += r.Granted
 		s.Asked += r.Asked
 		s.Errors += r.Errors
+		s.Decisions += r.Decisions
+		s.RoundTrips += r.RoundTrips
 	}
 	return s
 }
