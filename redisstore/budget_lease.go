@@ -137,6 +137,9 @@ func (b *Budget) takeBack() returned {
 func (b *Budget) giveBack(expiredOnly bool) {
 	b.mu.Lock()
 	l := &b.lease
+	if !expiredOnly && l.timer != nil {
+		l.timer.Stop() // nothing left to wait for
+	}
 	var back returned
 	if l.units > 0 && !b.link.down.Load() && b.link.fallbacks.Load() == l.epoch {
 		if left := int64(l.keepFor) - (b.link.now() - l.taken); expiredOnly && left > 0 {

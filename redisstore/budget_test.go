@@ -62,6 +62,15 @@ func newBudget(tb testing.TB, client redis.UniversalClient, o budgetOptions) *re
 		tb.Fatal(err)
 	}
 	budgetStores.Store(b, s)
+	if o.Lease > 1 {
+		// Units still leased go back before the client closes, and the
+		// lease's timer stops.
+		tb.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = s.Flush(ctx)
+		})
+	}
 	return b.(*redisstore.Budget)
 }
 
