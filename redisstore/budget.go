@@ -120,6 +120,9 @@ type Stats struct {
 // values of the Damper's Policy. Each operation is a Lua script bounded by
 // the timeout: Acquire and Available are a round trip each, and Observe is
 // queued, for the store's next batch (see the package documentation).
+// With [Options.Lease] above 1, Acquire takes several units in one round
+// trip and spends them without one (see the package documentation,
+// Leases).
 // While Redis fails, the budget decides as [Options.FailClosed] says and
 // returns the error as well. It is safe for concurrent use.
 //

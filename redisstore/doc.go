@@ -89,6 +89,60 @@
 // moved. Damper reads a call's report's balance and its gauge so;
 // [Budget.Available], asked directly, asks Redis.
 //
+// # Leases
+//
+// Every decision asks Redis, and one Redis runs every script of a Name on
+// one core: a fleet asking many decisions a second can fill it. With
+// [Options.Lease] above 1 a process takes several units of the shared
+// state in one decision and spends them without asking Redis, trading
+// exactness for fewer operations, within a stated bound:
+//
+//   - Units are taken in Redis, atomically, by a script with the same
+//     test as a decision's: the fleet never takes more than the shared
+//     state holds. A lease moves when a unit is spent, never how many
+//     exist.
+//   - A process holds at most Lease units at a time, and takes one lease
+//     at a time: its goroutines that find none to spend wait for the
+//     decision in flight rather than each taking one of their own.
+//   - Leased units belong to one window: a new window voids them (units
+//     never carry over), and so does a fallback (the local budget decides
+//     as without leases). Units kept unspent for [Options.LeaseFor]
+//     (measured on the process's own clock, not on the now Damper
+//     passes), and those held when [Store.Flush] is called, go back to
+//     their window in a record.
+//   - Records are exact as without leases: the budget's Observe is one
+//     success counted, in the queue.
+//
+// For the retry budget, Acquire spends a unit of the process's lease for
+// now's window when it holds one; otherwise it asks Redis, in one
+// decision, for up to Lease units of the window, as many as are left, and
+// keeps all but the one it spends; none left is a refusal. Within a
+// window the fleet's grants are then:
+//
+//   - never more than MinTokens + Ratio × the successes, as without a
+//     lease: a unit leased is a unit used in Redis's books;
+//   - at least that less (Lease-1) × the processes: a unit leased and not
+//     yet spent counts as used for the others, so a process may be
+//     refused while others hold units that they spend later, give back,
+//     or leave unspent when the window ends (at most Lease-1 each, fewer
+//     retries, never more). A fleet whose every process asks until it is
+//     refused, as in an outage, spends them all: it is granted exactly
+//     MinTokens + Ratio × the successes.
+//
+// [Budget.Available] and [Budget.KnownBalance] count the process's
+// unspent lease as available; other processes see those units as used.
+// A fleet then asks Redis about once per Lease retries granted, plus one
+// decision per refusal (the fleet test in the module's tests measures it;
+// docs/BENCHMARKS.md has the figures). A Redis that restarts without
+// persistence loses the books, not the leases: what a process holds is
+// still spent, and given back to the new books.
+//
+// Use a lease when the budget's decisions are a share of Redis's load
+// worth saving: a large fleet in an outage asks a retry for each failure,
+// each a round trip without a lease. Keep Lease × the processes well under
+// MinTokens, or the units stranded in leases are a large part of the
+// budget: a budget of 10 shared by 20 processes wants no lease.
+//
 // # When Redis fails
 //
 // Every operation waits for Redis at most [Options.Timeout] (50 ms by
