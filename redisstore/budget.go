@@ -54,6 +54,16 @@ type Options struct {
 	// Logger, when set, hears each switch between Redis and the fallback:
 	// one line per switch, not one per operation.
 	Logger *slog.Logger
+
+	// Lease, when above 1, lets each process take up to Lease budget units,
+	// or Lease calls' worth of rate-limit tokens, from Redis in one decision
+	// and spend them without a round trip until they run out, their window
+	// ends or LeaseFor passes (what is left then goes back in a record).
+	// 0 or 1: every decision asks Redis, as without leases. At most 1,000.
+	Lease int
+	// LeaseFor bounds how long a process keeps leased units or tokens
+	// unspent before it gives them back. Default 1 s; at most 1 minute.
+	LeaseFor time.Duration
 }
 
 // State is where a [Budget]'s decisions come from.

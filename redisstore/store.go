@@ -18,7 +18,8 @@ import (
 // queue of records (see the package documentation): they fall back
 // together when it fails, and come back together (see [Store.State]).
 type Store struct {
-	link *link
+	link   *link
+	leases *limitLeases // the rate limiter's
 }
 
 // New returns a store that keeps a Damper's state in Redis through client,
@@ -34,7 +35,7 @@ func New(client redis.UniversalClient, o Options) (*Store, error) {
 	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
-	return &Store{link: newLink(client, o, "fleet state", "store")}, nil
+	return &Store{link: newLink(client, o, "fleet state", "store"), leases: newLimitLeases(o)}, nil
 }
 
 // Budget implements [fleet.Store]: a [*Budget] with settings' values, on
@@ -51,12 +52,16 @@ func (s *Store) Budget(settings fleet.BudgetSettings) (fleet.Budget, error) {
 // themselves may give one for each unit of work.
 func (s *Store) CallContext(ctx context.Context) context.Context { return s.link.callContext(ctx) }
 
-// Flush sends the records queued (see the package documentation) and
-// waits until Redis has answered them, or until ctx ends: for tests that
-// read Redis, or another process's view of it, right after a call, and
-// for a clean stop. The store's writer goroutine ends by itself once the
-// queue is empty.
-func (s *Store) Flush(ctx context.Context) error { return s.link.flush(ctx) }
+// Flush gives back the rate limiter's leases (see [Options.Lease]), sends
+// the records queued (see the package documentation) and waits until
+// Redis has answered them, or until ctx ends: for tests that read Redis,
+// or another process's view of it, right after a call, and for a clean
+// stop. The store's writer goroutine ends by itself once the queue is
+// empty.
+func (s *Store) Flush(ctx context.Context) error {
+	s.leases.giveBack(ctx)
+	return s.link.flush(ctx)
+}
 
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }
