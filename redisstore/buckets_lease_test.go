@@ -1,0 +1,193 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/redistest"
+	"github.com/damper-ai/damper-go/redisstore"
+)
+
+// leaseLimits are configured limits on every bucket: a lease needs every
+// limit known.
+var leaseLimits = fleet.RateLimits{RequestsPerMinute: 1000, InputTokensPerMinute: 100_000, OutputTokensPerMinute: 10_000}
+
+// leaseCost is what each request of the lease tests asks for.
+var leaseCost = fleet.RateAmounts{1, 10, 5}
+
+// leaseSetup returns buckets of a store with lease on a fresh Redis, the
+// store, the hook that sees its round trips and a client to read Redis.
+func leaseSetup(t *testing.T, lease int, limits fleet.RateLimits) (fleet.LimitBuckets, *redisstore.Store, *tripHook, func() float64) {
+	t.Helper()
+	srv := redistest.Start(t)
+	hook := &tripHook{}
+	s, err := redisstore.New(newClient1(t, srv.Addr, hook), redisstore.Options{Name: "lease", Timeout: 10 * time.Second, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuckets(t, s, fleet.LimitSettings{Group: "g", Limits: limits, BatchShare: 0.8})
+	// Redis learns the scripts (EVALSHA, then EVAL) on another group.
+	warm := newBuckets(t, s, fleet.LimitSettings{Group: "warm", Limits: limits, BatchShare: 0.8})
+	reserveN(t, warm, base, 1)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hook.take()
+	reader := newClient1(t, srv.Addr)
+	// taken reads the requests bucket's net take from Redis.
+	taken := func() float64 {
+		t.Helper()
+		v, err := reader.HGet(context.Background(), redisstore.BucketsKey("lease", "g"), "t0").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	return b, s, hook, taken
+}
+
+// decisions counts the trips that carried a decision, and the reserves.
+func decisions(trips []trip) (n, reserves int) {
+	for _, tr := range trips {
+		if tr.decision {
+			n++
+		}
+		for _, op := range tr.ops {
+			if op == "ratelimit:reserve" {
+				reserves++
+			}
+		}
+	}
+	return n, reserves
+}
+
+// reserveN asks for n interactive requests of leaseCost at now, settling
+// each as used in full, and fails unless every one takes at now.
+func reserveN(t *testing.T, b fleet.LimitBuckets, now time.Time, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		r, due, err := b.Reserve(ctx, now, leaseCost, fleet.Interactive, now.Add(time.Second), nil)
+		if err != nil || !r.Taken() || !due.Equal(now) {
+			t.Fatalf("Reserve %d: taken %v, due %v, %v; want taken at now", i, r.Taken(), due.Sub(now), err)
+		}
+		mustNil(t, b.Settle(ctx, now, r, leaseCost, [3]bool{true, true, true}))
+	}
+}
+
+// TestLeaseRoundTrips: ten interactive Reserves that fit make 2 decisions
+// with Lease 5 (each takes the request and 4 more calls' worth) and 10
+// with Lease 0, and take the same from the shared buckets.
+func TestLeaseRoundTrips(t *testing.T) {
+	for _, c := range []struct{ lease, want int }{{5, 2}, {0, 10}, {1, 10}} {
+		b, s, hook, _ := leaseSetup(t, c.lease, leaseLimits)
+		now := base.Add(3 * time.Second)
+		reserveN(t, b, now, 10)
+		mustNil(t, s.Flush(context.Background()))
+		n, reserves := decisions(hook.take())
+		if n != c.want || reserves != c.want {
+			t.Errorf("Lease %d: %d decisions, %d reserves for 10 requests; want %d", c.lease, n, reserves, c.want)
+		}
+		st, err := b.State(context.Background(), now)
+		if err != nil || st[0].Remaining != 990 || st[1].Remaining != 99_900 || st[2].Remaining != 9950 {
+			t.Errorf("Lease %d: after 10 requests the shared buckets are %+v, %v; want 990, 99900, 9950 remaining", c.lease, st, err)
+		}
+	}
+}
+
+// TestLeasePauseGivesBack: a pause gives the lease back before it empties
+// the bucket, and the next request asks Redis, which refuses it.
+func TestLeasePauseGivesBack(t *testing.T) {
+	b, s, hook, taken := leaseSetup(t, 5, leaseLimits)
+	ctx := context.Background()
+	now := base.Add(3 * time.Second)
+	reserveN(t, b, now, 1)
+	if got := taken(); got != 5 {
+		t.Fatalf("after one request with Lease 5 the fleet took %v requests, want 5 (1 and a lease of 4)", got)
+	}
+	mustNil(t, b.Pause(ctx, now, [3]bool{true}, now.Add(10*time.Second)))
+	mustNil(t, s.Flush(ctx))
+	if got := taken(); got != 1 {
+		t.Fatalf("after the pause the fleet has taken %v requests, want 1: the lease goes back", got)
+	}
+	hook.take()
+	later := now.Add(500 * time.Millisecond)
+	r, due, err := b.Reserve(ctx, later, leaseCost, fleet.Interactive, later.Add(time.Second), nil)
+	if err != nil || r.Taken() || due.Before(now.Add(10*time.Second)) {
+		t.Fatalf("Reserve in the pause: taken %v, due %v, %v; want refused until the pause ends", r.Taken(), due.Sub(now), err)
+	}
+	if n, _ := decisions(hook.take()); n != 1 {
+		t.Fatalf("Reserve in the pause made %d decisions, want 1: the lease is void", n)
+	}
+}
+
+// TestLeaseForGivesBack: a lease older than LeaseFor (1 s by default) is
+// given back at the group's next Reserve, which asks Redis, and Flush gives
+// back what is left.
+func TestLeaseForGivesBack(t *testing.T) {
+	b, s, hook, taken := leaseSetup(t, 5, leaseLimits)
+	ctx := context.Background()
+	now := base.Add(3 * time.Second)
+	reserveN(t, b, now, 2)
+	reserveN(t, b, now.Add(999*time.Millisecond), 1) // still from the lease
+	reserveN(t, b, now.Add(time.Second), 1)          // the lease has lasted LeaseFor
+	mustNil(t, s.Flush(ctx))
+	if n, _ := decisions(hook.take()); n != 2 {
+		t.Errorf("4 requests, the last 1 s after the lease: %d decisions, want 2", n)
+	}
+	// Taken: 1+4, 2 left given back, 1+4 again, all 4 left given back at
+	// Flush: 4 requests.
+	if got := taken(); got != 4 {
+		t.Errorf("after Flush the fleet has taken %v requests, want 4: every lease given back", got)
+	}
+	st, err := b.State(ctx, now.Add(time.Second))
+	if err != nil || st[0].Remaining < 996 || st[2].Remaining < 9980 {
+		t.Errorf("after Flush the shared buckets are %+v, %v; want at least 996 requests and 9980 output tokens", st, err)
+	}
+}
+
+// TestLeaseNeedsKnownLimits: a group whose limits are learned takes no
+// lease until a response has taught every limit, and a response that
+// changes a learned limit gives the lease back.
+func TestLeaseNeedsKnownLimits(t *testing.T) {
+	b, s, hook, taken := leaseSetup(t, 5, fleet.RateLimits{})
+	ctx := context.Background()
+	now := base.Add(3 * time.Second)
+	reserveN(t, b, now, 2)
+	if n, _ := decisions(hook.take()); n != 2 {
+		t.Fatalf("2 requests with the limits unknown: %d decisions, want 2 (no lease)", n)
+	}
+	r, _, err := b.Reserve(ctx, now, leaseCost, fleet.Interactive, now, nil)
+	if err != nil || !r.Taken() {
+		t.Fatalf("Reserve: %v, %v", r.Taken(), err)
+	}
+	obs := fleet.RateObservation{Has: [3]bool{true, true, true}, Limit: fleet.RateAmounts{1000, 100_000, 10_000}, Remaining: fleet.RateAmounts{990, 99_000, 9_000}}
+	mustNil(t, b.Observe(ctx, now, r, obs))
+	mustNil(t, b.Settle(ctx, now, r, leaseCost, [3]bool{true, true, true}))
+	mustNil(t, s.Flush(ctx))
+	reserveN(t, b, now, 3)                                                  // 1 decision, 2 from the lease
+	before := taken()                                                       // Flush would give the lease back
+	r, _, err = b.Reserve(ctx, now, leaseCost, fleet.Interactive, now, nil) // from the lease: 1 left
+	if err != nil || !r.Taken() {
+		t.Fatalf("Reserve: %v, %v", r.Taken(), err)
+	}
+	obs.Limit[0] = 2000
+	mustNil(t, b.Observe(ctx, now, r, obs))
+	mustNil(t, b.Settle(ctx, now, r, leaseCost, [3]bool{true, true, true}))
+	mustNil(t, s.Flush(ctx))
+	if got := taken(); got != before-1 {
+		t.Errorf("after a new limit the fleet has taken %v requests, want %v: the lease's 1 given back", got, before-1)
+	}
+	hook.take()
+	reserveN(t, b, now, 1)
+	if n, _ := decisions(hook.take()); n != 1 {
+		t.Errorf("the request after a new limit made %d decisions, want 1", n)
+	}
+}
