@@ -191,3 +191,67 @@ func TestLeaseNeedsKnownLimits(t *testing.T) {
 		t.Errorf("the request after a new limit made %d decisions, want 1", n)
 	}
 }
+
+// TestFleetLeases runs 4 processes of 2 goroutines each with Lease 5 on
+// buckets configured to 200 requests a minute, never waiting (latest is
+// now). At one instant they ask for 152, then 240 more; 30 s later (every
+// lease past LeaseFor, the bucket refilled by 100) for 240 more. The
+// fleet never admits more than the bucket held (200, then 300 in all), and
+// leaves at most (Lease-1) × processes requests unspent in leases. The
+// first phase, whose requests all fit, makes one decision per Lease
+// requests, but for two goroutines of a process that both find the lease
+// spent. After every process's Flush the bucket holds exactly what the
+// fleet did not admit.
+func TestFleetLeases(t *testing.T) {
+	const procs, lease, rpm = 4, 5, 200
+	const inLeases = (lease - 1) * procs // the most that leases hold
+	addr := redistest.Start(t).Addr
+	const name, group = "lease-fleet", "claude-sonnet-4"
+	now := base.Add(7 * time.Second)
+	limits := fleet.RateLimits{RequestsPerMinute: rpm, InputTokensPerMinute: 1_000_000, OutputTokensPerMinute: 1_000_000}
+	b := newBuckets(t, newStore(t, newClient1(t, addr), name), fleet.LimitSettings{Group: group, Limits: limits, BatchShare: 0.8})
+	ctx := context.Background()
+	remaining := func(at time.Time) float64 {
+		t.Helper()
+		st, err := b.State(ctx, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].Remaining
+	}
+	var held float64
+	got, trips := runBucketsFleet(t, procs, bucketsJob{
+		Addrs: []string{addr}, Name: name, Group: group,
+		Phases:     []int64{now.UnixNano(), now.UnixNano(), now.Add(30 * time.Second).UnixNano()},
+		Goroutines: 2, PhaseTries: []int{19, 30, 30},
+		Lease: lease, Limits: limits,
+	}, func(phase int) {
+		if phase == 1 {
+			// 152 admitted; the rest of the 200 is in Redis or in leases.
+			held = rpm - 152 - remaining(now)
+		}
+	})
+	asked := procs * 2 * (19 + 30 + 30)
+	admitted := got[0] + got[1] + got[2]
+	t.Logf("admitted %v (%d in all) of %d asked, with %v decisions; after the first phase %v requests sat in leases",
+		got, admitted, asked, trips, held)
+	if got[0] != 152 {
+		t.Errorf("first phase: admitted %d, want all 152: the bucket held 200", got[0])
+	}
+	if held < 0 || held > inLeases {
+		t.Errorf("after the first phase %v requests sat in leases, want 0 to %d", held, inLeases)
+	}
+	if got[0]+got[1] > rpm || got[0]+got[1] < rpm-inLeases {
+		t.Errorf("at one instant the fleet admitted %d, want %d to %d", got[0]+got[1], rpm-inLeases, rpm)
+	}
+	if admitted > rpm+100 || admitted < rpm+100-inLeases {
+		t.Errorf("in all the fleet admitted %d, want %d to %d", admitted, rpm+100-inLeases, rpm+100)
+	}
+	if left := remaining(now.Add(30 * time.Second)); left != float64(rpm+100-admitted) {
+		t.Errorf("after every Flush the bucket holds %v, want %d: the leases given back", left, rpm+100-admitted)
+	}
+	// Sequentially each process's 38 requests would be 8 decisions.
+	if trips[0] < 32 || trips[0] > 152/2 {
+		t.Errorf("the first phase's 152 requests made %d decisions, want 32 to 76", trips[0])
+	}
+}
