@@ -129,6 +129,16 @@ func escapeGroup(g string) string {
 // change the rate limiter: refusing every request while Redis fails would
 // stop the fleet's traffic, not limit it; the local buckets decide.
 //
+// Leases. With [Options.Lease] above 1, an interactive Reserve that Redis
+// admits at once, every limit of the group known, takes in the same script
+// up to Lease-1 more calls' worth of its cost, from what the buckets hold
+// then (never below 0), and the group's next interactive Reserves that the
+// lease covers in every bucket take from it, due at now, without a round
+// trip; a batch request, one that must wait, and a group with a limit
+// unknown ask Redis as without leases. The bounds, the fleet's admissions
+// against exact ones, are in the package documentation ("Leases of the
+// rate limiter's tokens").
+//
 // It contacts no server. It returns an error, which keeps the group in
 // memory, for a group without a name or one longer than 256 bytes.
 func (s *Store) LimitBuckets(st fleet.LimitSettings) (fleet.LimitBuckets, error) {
