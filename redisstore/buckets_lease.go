@@ -66,6 +66,9 @@ type limitLease struct {
 	limits fleet.RateAmounts // the limits the lease was taken under
 	at     time.Time         // when it was taken
 	last   time.Time         // the latest now it was asked at
+	// fallbacks is the link's count of fallbacks when it was taken: one
+	// since voids it, even once Redis is back.
+	fallbacks uint64
 }
 
 // fromLease takes cost from the group's lease, if it holds one that is
@@ -78,7 +81,7 @@ func (b *buckets) fromLease(ctx context.Context, now time.Time, cost fleet.RateA
 		b.mu.Unlock()
 		return nil, false
 	}
-	if b.link.down.Load() {
+	if b.link.down.Load() || b.link.fallbacks.Load() != h.fallbacks {
 		// Redis failed: what is left refills the shared buckets on its own.
 		b.dropLocked()
 		b.mu.Unlock()
@@ -122,7 +125,7 @@ func (b *buckets) keepLease(ctx context.Context, now time.Time, rep reserveReply
 	defer b.mu.Unlock()
 	b.giveBackLocked(ctx, now)
 	n := float64(rep.lease)
-	h := limitLease{on: true, limits: rep.limits, at: now, last: now}
+	h := limitLease{on: true, limits: rep.limits, at: now, last: now, fallbacks: b.link.fallbacks.Load()}
 	for k := range h.tokens {
 		h.tokens[k] = n * rep.held[k]
 		h.mark[k] = rep.mark[k] + h.tokens[k]

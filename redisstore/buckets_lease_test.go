@@ -22,9 +22,15 @@ var leaseCost = fleet.RateAmounts{1, 10, 5}
 // store, the hook that sees its round trips and a client to read Redis.
 func leaseSetup(t *testing.T, lease int, limits fleet.RateLimits) (fleet.LimitBuckets, *redisstore.Store, *tripHook, func() float64) {
 	t.Helper()
-	srv := redistest.Start(t)
+	return leaseSetupOn(t, redistest.Start(t), redisstore.Options{Lease: lease}, limits)
+}
+
+// leaseSetupOn is leaseSetup on srv with o, its Name and Timeout set.
+func leaseSetupOn(t *testing.T, srv *redistest.Server, o redisstore.Options, limits fleet.RateLimits) (fleet.LimitBuckets, *redisstore.Store, *tripHook, func() float64) {
+	t.Helper()
 	hook := &tripHook{}
-	s, err := redisstore.New(newClient1(t, srv.Addr, hook), redisstore.Options{Name: "lease", Timeout: 10 * time.Second, Lease: lease})
+	o.Name, o.Timeout = "lease", 10*time.Second
+	s, err := redisstore.New(newClient1(t, srv.Addr, hook), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,5 +259,51 @@ func TestFleetLeases(t *testing.T) {
 	// Sequentially each process's 38 requests would be 8 decisions.
 	if trips[0] < 32 || trips[0] > 152/2 {
 		t.Errorf("the first phase's 152 requests made %d decisions, want 32 to 76", trips[0])
+	}
+}
+
+// TestLeaseFallbackDrops: a lease is spent while no operation has found
+// Redis down; once one has, the lease is dropped (the local buckets decide,
+// with the error), and the first decision Redis answers again takes a new
+// one.
+func TestLeaseFallbackDrops(t *testing.T) {
+	srv := redistest.Start(t)
+	b, s, hook, taken := leaseSetupOn(t, srv, redisstore.Options{Lease: 5, ProbeInterval: time.Millisecond}, leaseLimits)
+	ctx := context.Background()
+	now := base.Add(3 * time.Second)
+	reserveN(t, b, now, 1)
+	srv.Kill()
+	hook.take()
+	reserveN(t, b, now, 1) // from the lease: Redis is not asked
+	if trips := hook.take(); len(trips) != 0 {
+		t.Fatalf("a request from the lease made round trips %+v", trips)
+	}
+	_ = s.Flush(ctx) // the Settle's batch fails
+	if s.State() != redisstore.StateFallback {
+		t.Fatalf("after a batch failed on a killed Redis the state is %v, want the fallback", s.State())
+	}
+	r, _, err := b.Reserve(ctx, now, leaseCost, fleet.Interactive, now, nil)
+	if err == nil || !r.Taken() {
+		t.Fatalf("Reserve in the fallback: taken %v, %v; want the local buckets' take and the error", r.Taken(), err)
+	}
+	srv.Restart() // empty
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, _, err = b.Reserve(ctx, now, leaseCost, fleet.Interactive, now, nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back, the store still falls back: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The restarted Redis heard only the request that found it back, and
+	// the lease it took then.
+	if got := taken(); got != 5 || !r.Taken() {
+		t.Errorf("after the return Redis holds a take of %v, want 5", got)
+	}
+	if st := s.Stats(); st.Fallbacks != 1 || st.Recoveries != 1 {
+		t.Errorf("stats %+v, want one fallback and one recovery", st)
 	}
 }
