@@ -420,8 +420,12 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 		vs, _ := v.([]any)
 		if until, ok := asTime(vs, now, len(vs) == 2); ok {
 			if !until.IsZero() {
-				// A pause under way: the lease was taken before it.
-				b.giveBack(ctx, now)
+				// Another process's 429 paused the group after the lease
+				// was taken: the pause emptied the buckets, so the lease
+				// is dropped, not given back to them.
+				b.mu.Lock()
+				b.dropLocked()
+				b.mu.Unlock()
 			}
 			return until, nil
 		}

@@ -167,11 +167,13 @@
 // Observe stays a record.
 //
 // The lease goes back, its unspent tokens in a record (as a reservation's
-// unused ones), when a 429 pauses the group (before the pause empties the
-// buckets), when a pause is found under way, when a response reports a
-// new learned limit, at the group's first Reserve once LeaseFor has passed
-// since it was taken (a lease that old is never spent), and at
-// [Store.Flush]. A fallback drops it: the shared buckets refill without it.
+// unused ones), when this process's 429 pauses the group (before the
+// pause empties the buckets), when a response reports a new learned limit,
+// at the group's first Reserve once LeaseFor has passed since it was taken
+// (a lease that old is never spent), and at [Store.Flush]. A fallback
+// since it was taken, or a pause found under way (PausedUntil, which a
+// batch request asks), drops it instead: the pause emptied the buckets,
+// and they refill without it.
 //
 // The bounds, each in one direction:
 //
