@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
@@ -128,6 +129,16 @@ func escapeGroup(g string) string {
 // change the rate limiter: refusing every request while Redis fails would
 // stop the fleet's traffic, not limit it; the local buckets decide.
 //
+// Leases. With [Options.Lease] above 1, an interactive Reserve that Redis
+// admits at once, every limit of the group known, takes in the same script
+// up to Lease-1 more calls' worth of its cost, from what the buckets hold
+// then (never below 0), and the group's next interactive Reserves that the
+// lease covers in every bucket take from it, due at now, without a round
+// trip; a batch request, one that must wait, and a group with a limit
+// unknown ask Redis as without leases. The bounds, the fleet's admissions
+// against exact ones, are in the package documentation ("Leases of the
+// rate limiter's tokens").
+//
 // It contacts no server. It returns an error, which keeps the group in
 // memory, for a group without a name or one longer than 256 bytes.
 func (s *Store) LimitBuckets(st fleet.LimitSettings) (fleet.LimitBuckets, error) {
@@ -142,13 +153,15 @@ func (s *Store) LimitBuckets(st fleet.LimitSettings) (fleet.LimitBuckets, error)
 	l := st.Limits
 	limits := [3]int{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute}
 	b := &buckets{
-		link:  s.link,
-		keys:  []string{BucketsKey(s.link.name, st.Group)},
-		local: local,
+		link:   s.link,
+		keys:   []string{BucketsKey(s.link.name, st.Group)},
+		local:  local,
+		leases: s.leases,
 	}
 	b.common = []any{bucketsTTL.Milliseconds()}
-	for _, v := range limits {
+	for k, v := range limits {
 		b.common = append(b.common, max(v, 0))
+		b.configured[k] = v > 0
 	}
 	b.common = append(b.common, fmtFloat(share))
 	return b, nil
@@ -161,6 +174,11 @@ type buckets struct {
 	keys   []string
 	common []any // the time to live, the configured limits, the batch share
 	local  fleet.LimitBuckets
+
+	configured [3]bool
+	leases     *limitLeases // the store's
+	mu         sync.Mutex   // guards held
+	held       limitLease   // this process's lease, when held.on
 }
 
 var _ fleet.LimitBuckets = (*buckets)(nil)
@@ -184,19 +202,37 @@ func (r *reservation) Taken() bool { return r.taken }
 
 // Reserve implements [fleet.LimitBuckets].
 func (b *buckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmounts, p fleet.Priority, latest time.Time, t *fleet.RateTicket) (fleet.RateReservation, time.Time, error) {
+	// Only an interactive request leases: a batch one keeps its place in
+	// the line, and its share, as without leases.
+	leased := b.leases.lease > 1 && p == fleet.Interactive && t == nil
+	if leased {
+		if r, ok := b.fromLease(ctx, now, cost, latest); ok {
+			return r, now, nil
+		}
+	}
 	var slot time.Time
 	if t != nil {
 		slot = t.Slot
 	}
 	ls, ln := timeArgs(latest)
 	ss, sn := timeArgs(slot)
-	v, err := b.run(ctx, "reserve", bkReserveScript, now,
-		fmtFloat(cost[0]), fmtFloat(cost[1]), fmtFloat(cost[2]), priorityArg(p), ls, ln, ss, sn)
+	script := bkReserveScript
+	args := []any{fmtFloat(cost[0]), fmtFloat(cost[1]), fmtFloat(cost[2]), priorityArg(p), ls, ln, ss, sn}
+	if leased {
+		script = bkReserveLeaseScript
+		args = append(args, b.leases.lease-1)
+	}
+	v, err := b.run(ctx, "reserve", script, now, args...)
 	var rep reserveReply
 	if err == nil {
 		rep, err = b.parseReserve(v, now)
 	}
 	if err != nil {
+		if leased {
+			b.mu.Lock()
+			b.dropLocked()
+			b.mu.Unlock()
+		}
 		lr, due, _ := b.local.Reserve(ctx, now, cost, p, latest, t)
 		if !lr.Taken() {
 			return &reservation{}, due, err
@@ -209,6 +245,9 @@ func (b *buckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmo
 	if !rep.taken {
 		return &reservation{}, rep.due, nil
 	}
+	if leased {
+		b.keepLease(ctx, now, rep)
+	}
 	// The local twin always takes, whatever its own view: it only follows.
 	lr, _, _ := b.local.Reserve(context.WithoutCancel(ctx), now, cost, fleet.Interactive, now.Add(farFuture), nil)
 	return &reservation{cost: rep.held, mark: rep.mark, taken: true, shared: true, local: lr}, rep.due, nil
@@ -220,12 +259,16 @@ type reserveReply struct {
 	due, slot time.Time
 	mark      fleet.RateAmounts
 	held      fleet.RateAmounts // what it took: no more than a known limit
+	// bkReserveLeaseScript's: the calls' worth of held it took as a lease,
+	// and the limits it took them under.
+	lease  int64
+	limits fleet.RateAmounts
 }
 
 func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 	var r reserveReply
 	vs, ok := v.([]any)
-	if ok && len(vs) == 11 {
+	if ok && (len(vs) == 11 || len(vs) == 15) {
 		var taken int64
 		taken, ok = asInt(vs[0])
 		r.taken = taken == 1
@@ -234,6 +277,12 @@ func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 		for k := range r.mark {
 			r.mark[k], ok = asFloatOK(vs[5+k], ok)
 			r.held[k], ok = asFloatOK(vs[8+k], ok)
+		}
+		if len(vs) == 15 {
+			r.lease, ok = asIntOK(vs[11], ok)
+			for k := range r.limits {
+				r.limits[k], ok = asFloatOK(vs[12+k], ok)
+			}
 		}
 		if ok {
 			return r, nil
@@ -271,6 +320,7 @@ func (b *buckets) Observe(ctx context.Context, now time.Time, rr fleet.RateReser
 	if !r.shared {
 		return nil
 	}
+	b.leaseObserved(ctx, now, o)
 	args := make([]any, 0, 12)
 	for k := range 3 {
 		has := 0
@@ -369,6 +419,14 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 	if err == nil {
 		vs, _ := v.([]any)
 		if until, ok := asTime(vs, now, len(vs) == 2); ok {
+			if !until.IsZero() {
+				// Another process's 429 paused the group after the lease
+				// was taken: the pause emptied the buckets, so the lease
+				// is dropped, not given back to them.
+				b.mu.Lock()
+				b.dropLocked()
+				b.mu.Unlock()
+			}
 			return until, nil
 		}
 		err = b.unexpected("paused_until", v)
@@ -380,6 +438,8 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 // Pause implements [fleet.LimitBuckets]: the local buckets pause too.
 func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error {
 	_ = b.local.Pause(ctx, now, named, until)
+	// Given back before the pause, which then empties what it names.
+	b.giveBack(ctx, now)
 	args := make([]any, 0, 4)
 	for _, n := range named {
 		if n {

@@ -158,7 +158,11 @@ type bucketsJob struct {
 	Group      string
 	Phases     []int64 // the time of each phase, in Unix nanoseconds
 	Goroutines int
-	Tries      int // reservations asked for per goroutine and phase
+	Tries      int   // reservations asked for per goroutine and phase
+	PhaseTries []int // when set, Tries per phase
+	Lease      int
+	Limits     fleet.RateLimits
+	Cost       fleet.RateAmounts // default {1, 10, 0}
 }
 
 func init() {
@@ -169,29 +173,40 @@ func init() {
 
 // runBucketsWorker asks, in each phase, for one request at a time at the
 // phase's time, never waiting (latest is now), from every goroutine, and
-// prints how many took, per phase.
+// prints how many took, per phase, and how many of its round trips carried
+// a decision; at the end it flushes its store, giving back its lease.
 func runBucketsWorker(spec string) int {
 	var job bucketsJob
 	if err := json.Unmarshal([]byte(spec), &job); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
+	cost := job.Cost
+	if cost == (fleet.RateAmounts{}) {
+		cost = fleet.RateAmounts{1, 10, 0}
+	}
 	client := newClient(job.Addrs, job.Cluster, false)
 	defer client.Close()
-	s, err := redisstore.New(client, redisstore.Options{Name: job.Name, Timeout: 10 * time.Second})
+	hook := &tripHook{}
+	client.AddHook(hook)
+	s, err := redisstore.New(client, redisstore.Options{Name: job.Name, Timeout: 10 * time.Second, Lease: job.Lease})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
-	b, err := s.LimitBuckets(fleet.LimitSettings{Group: job.Group, BatchShare: 0.8})
+	b, err := s.LimitBuckets(fleet.LimitSettings{Group: job.Group, Limits: job.Limits, BatchShare: 0.8})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
 	stdin := bufio.NewReader(os.Stdin)
-	var taken []int
+	var taken, phaseDecisions []int
 	errs := 0
-	for _, at := range job.Phases {
+	for i, at := range job.Phases {
+		tries := job.Tries
+		if job.PhaseTries != nil {
+			tries = job.PhaseTries[i]
+		}
 		fmt.Println("ready")
 		if _, err := stdin.ReadString('\n'); err != nil {
 			return 2
@@ -202,8 +217,8 @@ func runBucketsWorker(spec string) int {
 		var wg sync.WaitGroup
 		for range job.Goroutines {
 			wg.Go(func() {
-				for range job.Tries {
-					r, _, err := b.Reserve(context.Background(), now, fleet.RateAmounts{1, 10, 0}, fleet.Interactive, now, nil)
+				for range tries {
+					r, _, err := b.Reserve(context.Background(), now, cost, fleet.Interactive, now, nil)
 					mu.Lock()
 					if err != nil {
 						errs++
@@ -217,41 +232,56 @@ func runBucketsWorker(spec string) int {
 		}
 		wg.Wait()
 		taken = append(taken, n)
+		d, _ := limitDecisions(hook.take())
+		phaseDecisions = append(phaseDecisions, d)
 	}
-	out, _ := json.Marshal(map[string]any{"taken": taken, "errors": errs})
+	if err := s.Flush(context.Background()); err != nil {
+		errs++
+	}
+	out, _ := json.Marshal(map[string]any{"taken": taken, "errors": errs, "decisions": phaseDecisions})
 	fmt.Printf("result %s\n", out)
 	return 0
 }
 
 // runBucketsFleet runs n workers on job through its phases together and
-// returns what each phase's reservations took, all workers together.
-func runBucketsFleet(t *testing.T, n int, job bucketsJob) []int {
+// returns what each phase's reservations took, all workers together, and
+// the round trips that carried a decision in each. between, when set, runs before
+// each phase but the first, once the one before has ended.
+func runBucketsFleet(t *testing.T, n int, job bucketsJob, between func(phase int)) (total, decisions []int) {
 	t.Helper()
 	spec, _ := json.Marshal(job)
 	workers := startWorkers(t, n, bucketsWorkerEnv+"="+string(spec), "-test.run=^$", "-test.bench=^$")
-	for range job.Phases {
+	for i := range job.Phases {
 		for _, w := range workers {
 			w.next(t, "ready")
 		}
+		if i > 0 && between != nil {
+			between(i)
+		}
 		sendAll(t, workers, "go")
 	}
-	total := make([]int, len(job.Phases))
+	total = make([]int, len(job.Phases))
+	decisions = make([]int, len(job.Phases))
 	for i, w := range workers {
 		var res struct {
-			Taken  []int
-			Errors int
+			Taken     []int
+			Errors    int
+			Decisions []int
 		}
 		if err := json.Unmarshal([]byte(w.next(t, "result ")), &res); err != nil {
 			t.Fatal(err)
 		}
-		if res.Errors != 0 || len(res.Taken) != len(job.Phases) {
+		if res.Errors != 0 || len(res.Taken) != len(job.Phases) || len(res.Decisions) != len(job.Phases) {
 			t.Fatalf("worker %d: %+v", i, res)
 		}
 		for k, n := range res.Taken {
 			total[k] += n
 		}
+		for k, n := range res.Decisions {
+			decisions[k] += n
+		}
 	}
-	return total
+	return total, decisions
 }
 
 // TestFleetProcessesShareBuckets runs 4 processes of 2 goroutines each,
@@ -283,11 +313,11 @@ func TestFleetProcessesShareBuckets(t *testing.T) {
 			mustNil(t, b.Observe(ctx, now, r, obs))
 			mustNil(t, b.Settle(ctx, now, r, fleet.RateAmounts{1, 10, 0}, [3]bool{true, true, true}))
 
-			got := runBucketsFleet(t, 4, bucketsJob{
+			got, _ := runBucketsFleet(t, 4, bucketsJob{
 				Addrs: addrs, Cluster: cluster, Name: name, Group: group,
 				Phases:     []int64{now.UnixNano(), now.Add(30 * time.Second).UnixNano()},
 				Goroutines: 2, Tries: 60,
-			})
+			}, nil)
 			if got[0] != 99 || got[1] != 50 {
 				t.Fatalf("the fleet took %v, want [99 50] (480 asked each time)", got)
 			}

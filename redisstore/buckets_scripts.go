@@ -224,7 +224,48 @@ end
 // held2}, held being what the request took: no more than a known limit.
 // A batch request asking before its slot gives its place up and joins the
 // line again at its end.
-var bkReserveScript = redis.NewScript(bucketsPrelude + `
+var bkReserveScript = redis.NewScript(bucketsPrelude + bkReserveBody + `
+save()
+return reply(1, marks[1], marks[2], marks[3])
+`)
+
+// bkReserveLeaseScript is bkReserveScript for an interactive request that
+// also asks for a lease: ARGV[16] more calls' worth of its held amounts.
+// Once the request has taken, and only when it may be sent now and every
+// bucket's limit is known, it takes n × held more, n the most calls, up to
+// ARGV[16], that every bucket holds now after the request (never below
+// 0: the lease makes nobody wait who would not have). A reply that took
+// has four more elements: n and the three limits; one that did not is
+// bkReserveScript's.
+var bkReserveLeaseScript = redis.NewScript(bucketsPrelude + bkReserveBody + `
+local n = tonumber(ARGV[16])
+local any = false
+if due > now then n = 0 end
+for k = 1, 3 do
+  local b = B[k]
+  if b.limit <= 0 then
+    n = 0
+  elseif held[k] > 0 then
+    any = true
+    n = math.min(n, math.floor(math.max(b.level, 0) / held[k]))
+  end
+end
+if not any then n = 0 end
+if n > 0 then
+  for k = 1, 3 do
+    B[k].level = B[k].level - n * held[k]
+    B[k].taken = B[k].taken + n * held[k]
+  end
+end
+extra = {n, fmt(B[1].limit), fmt(B[2].limit), fmt(B[3].limit)}
+save()
+return reply(1, marks[1], marks[2], marks[3])
+`)
+
+// bkReserveBody is the reserve scripts' common part: it returns when the
+// request does not take, and leaves marks, the group taken from but not
+// saved, when it does.
+const bkReserveBody = `
 local cost = {tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
 local batch = ARGV[11] == '1'
 local latest = T(12)
@@ -235,11 +276,14 @@ for k = 1, 3 do
   held[k] = cost[k]
   if B[k].limit > 0 then held[k] = math.min(cost[k], B[k].limit) end
 end
+local extra = {}
 local function reply(taken, m1, m2, m3)
   local ds, dn = out(due)
   local ss, sn = 0, -1
   if slot > NONE then ss, sn = out(slot) end
-  return {taken, ds, dn, ss, sn, m1, m2, m3, fmt(held[1]), fmt(held[2]), fmt(held[3])}
+  local r = {taken, ds, dn, ss, sn, m1, m2, m3, fmt(held[1]), fmt(held[2]), fmt(held[3])}
+  for _, x in ipairs(extra) do r[#r + 1] = x end
+  return r
 end
 if batch then
   local inLine = slot <= NONE or now < slot
@@ -281,9 +325,7 @@ for k = 1, 3 do
   b.taken = b.taken + held[k]
   marks[k] = fmt(b.taken)
 end
-save()
-return reply(1, marks[1], marks[2], marks[3])
-`)
+`
 
 // bkLeaveScript takes the batch request whose slot is ARGV[8..9] out of the
 // line. It returns 1.

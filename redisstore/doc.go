@@ -143,6 +143,54 @@
 // MinTokens, or the units stranded in leases are a large part of the
 // budget: a budget of 10 shared by 20 processes wants no lease.
 //
+// # Leases of the rate limiter's tokens
+//
+// With [Options.Lease] above 1, the rate limiter's Reserve for an
+// interactive request that Redis admits at once, every limit of the group
+// known, takes in its one script the request's cost and up to Lease-1 more
+// calls' worth of it, from what the buckets hold then (never below 0, so
+// the lease makes nobody wait who would not have); the process keeps that
+// as the group's lease. The group's next interactive Reserves that the
+// lease covers in every bucket take from it, due at now, with no round
+// trip: with Lease 5, ten requests that fit make two decisions. A batch
+// request, a request that must wait and a group with a limit not known
+// yet ask Redis as without leases; so does a request the lease does
+// not cover, whose decision's top-up replaces the lease (what was left goes
+// back). A refusal is still one decision. Settle corrects a leased
+// reservation as any other (what it did not use goes back to the shared
+// buckets, in a record; what it used beyond comes out of them), and
+// Observe stays a record.
+//
+// The lease goes back, its unspent tokens in a record (as a reservation's
+// unused ones), when this process's 429 pauses the group (before the
+// pause empties the buckets), when a response reports a new learned limit,
+// at the group's first Reserve once LeaseFor has passed since it was taken
+// (a lease that old is never spent), and at [Store.Flush]. A fallback
+// since it was taken, or a pause found under way (PausedUntil, which a
+// batch request asks), drops it instead: the pause emptied the buckets,
+// and they refill without it.
+//
+// The bounds, each in one direction:
+//
+//   - Never more than the buckets held: tokens are taken from the shared
+//     buckets atomically, in a script, when the lease is taken, so the
+//     fleet never admits more than the buckets held; a lease moves when a
+//     token is taken, never how many there are.
+//   - Fewer or later: a process holds at most Lease calls' worth, the
+//     request's and Lease-1 more of the cost that took them, so a request
+//     may be refused, or made to wait, while up to (Lease-1) × cost ×
+//     processes sit unspent in other processes' leases. This errs towards
+//     fewer admissions, never more.
+//   - More than the provider allows: when a response's headers lower a
+//     bucket (Observe: traffic the fleet does not see), or another
+//     process's 429 pauses the group, the tokens already out in leases may
+//     still be spent: at most Lease-1 calls per process beyond what the
+//     provider's count allows, until LeaseFor has passed. This is the one
+//     bound towards more.
+//
+// With Lease 0 or 1 every decision asks Redis, by the same scripts as
+// without leases.
+//
 // # When Redis fails
 //
 // Every operation waits for Redis at most [Options.Timeout] (50 ms by

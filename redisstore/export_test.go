@@ -36,7 +36,7 @@ func ScriptOps(args []any) (ops []string, record bool) {
 	case breakerScript.Hash():
 		op, _ := args[4].(string)
 		return []string{"breaker:" + op}, op == "d"
-	case bkReserveScript.Hash():
+	case bkReserveScript.Hash(), bkReserveLeaseScript.Hash():
 		return []string{"ratelimit:reserve"}, false
 	case bkAdmitsScript.Hash():
 		return []string{"ratelimit:admits"}, false

@@ -23,6 +23,7 @@ type Store struct {
 	link     *link
 	lease    int
 	leaseFor time.Duration
+	leases   *limitLeases // the rate limiter's
 
 	mu      sync.Mutex
 	budgets []*Budget // whose leases Flush gives back
@@ -41,7 +42,7 @@ func New(client redis.UniversalClient, o Options) (*Store, error) {
 	if err := checkOptions(o); err != nil {
 		return nil, err
 	}
-	return &Store{link: newLink(client, o, "fleet state", "store"), lease: o.Lease, leaseFor: o.LeaseFor}, nil
+	return &Store{link: newLink(client, o, "fleet state", "store"), lease: o.Lease, leaseFor: o.LeaseFor, leases: newLimitLeases(o)}, nil
 }
 
 // Budget implements [fleet.Store]: a [*Budget] with settings' values, on
@@ -70,9 +71,10 @@ func (s *Store) CallContext(ctx context.Context) context.Context { return s.link
 // Flush sends the records queued (see the package documentation) and
 // waits until Redis has answered them, or until ctx ends: for tests that
 // read Redis, or another process's view of it, right after a call, and
-// for a clean stop. It gives back the budget's leased units first (see
-// [Options.Lease]), so that they go in the same batch. The store's writer
-// goroutine ends by itself once the queue is empty.
+// for a clean stop. It gives back the budget's leased units and the rate
+// limiter's leased tokens first (see [Options.Lease]), so that they go in
+// the same batch. The store's writer goroutine ends by itself once the
+// queue is empty.
 func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	budgets := s.budgets
@@ -80,6 +82,7 @@ func (s *Store) Flush(ctx context.Context) error {
 	for _, b := range budgets {
 		b.giveBack(false)
 	}
+	s.leases.giveBack(ctx)
 	return s.link.flush(ctx)
 }
 
