@@ -186,8 +186,9 @@ there instead, and the listen address answers them 404. store keeps the
 Damper's state (retry budget, throttle, breaker, rate limits) in Redis,
 shared by every proxy given the same store, with the keys address or url,
 username_env and password_env (the names of the variables that hold the
-credentials), tls, ca_file, name, timeout and fail_closed; the proxy does
-not start when a PING finds Redis unreachable or refusing it.
+credentials), tls, ca_file, name, timeout, fail_closed, lease and
+lease_for; the proxy does not start when a PING finds Redis unreachable or
+refusing it.
 
 Flags:
 `)

@@ -48,6 +48,11 @@ type proxyStoreFile struct {
 	Name        string        `key:"name"`
 	Timeout     time.Duration `key:"timeout" default:"50ms" min:">0" max:"10s"`
 	FailClosed  bool          `key:"fail_closed"`
+	// Lease and LeaseFor are redisstore.Options': each process takes up
+	// to Lease budget units, or calls' worth of rate-limit tokens, in one
+	// decision.
+	Lease    int           `key:"lease" min:"0" max:"1000" zero:"no lease"`
+	LeaseFor time.Duration `key:"lease_for" min:"0" max:"1m" zero:"1s"`
 }
 
 // Bounds on what the store's keys hold.
@@ -77,6 +82,8 @@ type storeConfig struct {
 	name        string
 	timeout     time.Duration
 	failClosed  bool
+	lease       int
+	leaseFor    time.Duration
 	// pingTimeout bounds the PING at start; tests shorten it.
 	pingTimeout time.Duration
 }
@@ -90,7 +97,7 @@ func parseStore(f *proxyStoreFile, proxyName string) (*storeConfig, error) {
 	if f == nil {
 		return nil, nil
 	}
-	c := &storeConfig{timeout: f.Timeout, failClosed: f.FailClosed, tls: f.TLS, pingTimeout: storePingTimeout}
+	c := &storeConfig{timeout: f.Timeout, failClosed: f.FailClosed, lease: f.Lease, leaseFor: f.LeaseFor, tls: f.TLS, pingTimeout: storePingTimeout}
 	switch {
 	case f.Address != "" && f.URL != "":
 		return nil, storeError("store", "address and url are both given: give one of them")
@@ -315,7 +322,7 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
 	defer cancel()
 	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr,
-		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Logger: logger}}
+		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Lease: c.lease, LeaseFor: c.leaseFor, Logger: logger}}
 	if err := client.Ping(pctx).Err(); err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("%s: %s: %w", c.describe(), pingFailure(err), err)

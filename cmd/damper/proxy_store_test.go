@@ -144,6 +144,9 @@ func TestProxyStoreSettings(t *testing.T) {
 		{"store: {address: 'h:1', timeout: 0s}\n", `store.timeout: "0s": must be positive`},
 		{"store: {address: 'h:1', timeout: 11s}\n", `store.timeout: "11s": must be at most 10s`},
 		{"store: {address: 'h:1', frob: 1}\n", `store.frob: unknown key`},
+		{"store: {address: 'h:1', lease: 1001}\n", `store.lease: 1001: must be at most 1000`},
+		{"store: {address: 'h:1', lease: -1}\n", `store.lease: -1: must be at least 0`},
+		{"store: {address: 'h:1', lease_for: 2m}\n", `store.lease_for: "2m0s": must be at most 1m0s`},
 		{"store: {address: 'h:1', tls: maybe}\n", `store.tls`},
 		{"admin_listen: nowhere\n", `admin_listen: "nowhere": want host:port`},
 		{"admin_listen: '" + long + "'\n", "admin_listen: 300 bytes: must be at most 261"},
@@ -168,13 +171,15 @@ store:
   ca_file: `+caFile+`
   timeout: 20ms
   fail_closed: true
+  lease: 5
+  lease_for: 2s
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := s.store
 	if s.adminListen != "127.0.0.1:9464" || c == nil || c.base.Addr != "redis.internal:6380" || c.name != "edge" || c.timeout != 20*time.Millisecond ||
-		!c.failClosed || !c.tls || c.roots == nil || c.pingTimeout != 5*time.Second {
+		!c.failClosed || c.lease != 5 || c.leaseFor != 2*time.Second || !c.tls || c.roots == nil || c.pingTimeout != 5*time.Second {
 		t.Errorf("store %+v, admin_listen %q", c, s.adminListen)
 	}
 	if strings.Contains(fmt.Sprintf("%+v %+v", s, *c), redisSecret) {
