@@ -453,6 +453,22 @@ func TestProxyBackendStore(t *testing.T) {
 	}
 }
 
+// openTestStore opens the proxy's store of name on the Redis at addr, as
+// a file with the address alone (and a timeout a loaded machine keeps to)
+// would.
+func openTestStore(t *testing.T, addr, name string) *proxyStore {
+	t.Helper()
+	c, err := parseStore(&proxyStoreFile{Address: addr, Timeout: time.Second}, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestProxyBackendStateInRedis: with a store and a fallback backend, the
 // upstream's state and the backend's live in Redis apart, under the
 // store's name and under the name, a dot and the backend's.
@@ -462,14 +478,7 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	rds := redistest.Start(t)
 	primary := newSwitchable(t, 529)
 	bedrock := fakeBedrock(t)
-	c, err := parseStore(&proxyStoreFile{Address: rds.Addr, Timeout: time.Second}, "fleet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openTestStore(t, rds.Addr, "fleet")
 	defer st.Close()
 	withStore := func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
@@ -520,14 +529,7 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 func TestProxyStoreCloseSendsTheRecords(t *testing.T) {
 	needRedis(t)
 	rds := redistest.Start(t)
-	c, err := parseStore(&proxyStoreFile{Address: rds.Addr, Timeout: time.Second}, "closing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openTestStore(t, rds.Addr, "closing")
 	backend, err := st.backendStore("bedrock")
 	if err != nil {
 		t.Fatal(err)
