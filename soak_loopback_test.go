@@ -19,11 +19,18 @@ import (
 	"github.com/damper-ai/damper-go/dampertest"
 )
 
-// loopbackSlack is how far past its deadline a call over a real socket may
-// return: the time for the runtime to deliver the context's end to the
-// goroutines that wait on it, on a loaded machine under -race. Calls on the
-// bubble's clock return at the deadline's very instant.
-const loopbackSlack = time.Second
+// A call over a real socket may return past its limit by the time the
+// runtime takes to deliver the context's end to the goroutines that wait on
+// it and to run them: loopbackSlack on a quiet machine under -race, plus
+// loopbackLagFactor times the longest lag the process showed while the call
+// was over its limit (lagMeter), since every step of that way waits for a
+// core as the meter's wake-ups do. A call held past its limit by Damper
+// overruns on a quiet machine too, where the lag is near zero. Calls on the
+// bubble's clock return at the limit's very instant.
+const (
+	loopbackSlack     = time.Second
+	loopbackLagFactor = 4
+)
 
 // loopbackProfiles are the Dampers of the loopback soak, on real time, so
 // every wait is short: stalls end at a per-attempt or idle limit of a few
@@ -94,6 +101,76 @@ func (c *connCounter) waitUntil(limit time.Duration, ok func(map[net.Conn]http.C
 	}
 }
 
+// loopbackAllowance is how far past its limit each call of a loopback run
+// may return, by the lag the process showed while it was over.
+func loopbackAllowance(plans []reqPlan, results []soakResult, lag *lagMeter) func(int) time.Duration {
+	return func(i int) time.Duration {
+		r := results[i]
+		return loopbackSlack + loopbackLagFactor*lag.Max(r.start.Add(plans[i].limit()), r.start.Add(r.elapsed))
+	}
+}
+
+// attemptHeader carries an attempt's number within its call, from the
+// client's transport to the soak's server.
+const attemptHeader = "X-Soak-Attempt"
+
+// attemptNumbers numbers each call's attempts as they leave, and answers
+// each with its own attempt's step. Over a socket an attempt given up on a
+// busy machine can reach the server after the one that replaced it, so the
+// order of arrival does not say which attempt a request is.
+type attemptNumbers struct {
+	next http.RoundTripper
+
+	mu       sync.Mutex
+	sent     map[string]int // attempts sent, by scenario
+	latestOf map[int]int    // the latest attempt received, by request
+}
+
+// RoundTrip sends a copy of req that carries its attempt's number. The
+// attempts of one call leave one after another (the soak does not hedge),
+// so the order they reach the transport in is theirs.
+func (a *attemptNumbers) RoundTrip(req *http.Request) (*http.Response, error) {
+	scenario := req.Header.Get(dampertest.ScenarioHeader)
+	a.mu.Lock()
+	if a.sent == nil {
+		a.sent = map[string]int{}
+	}
+	a.sent[scenario]++
+	n := a.sent[scenario]
+	a.mu.Unlock()
+	out := req.Clone(req.Context())
+	out.Header.Set(attemptHeader, strconv.Itoa(n))
+	return a.next.RoundTrip(out)
+}
+
+// stepFor answers each attempt of a plan's request with its own step, the
+// last one again beyond the plan.
+func (a *attemptNumbers) stepFor(plans []reqPlan) func(dampertest.Request) dampertest.Step {
+	return func(r dampertest.Request) dampertest.Step {
+		id, err := strconv.Atoi(r.Scenario)
+		n, nerr := strconv.Atoi(r.Header.Get(attemptHeader))
+		if err != nil || id < 0 || id >= len(plans) || nerr != nil || n < 1 {
+			return dampertest.Status(http.StatusTeapot) // not a plan's request
+		}
+		a.mu.Lock()
+		if a.latestOf == nil {
+			a.latestOf = map[int]int{}
+		}
+		a.latestOf[id] = max(a.latestOf[id], n)
+		a.mu.Unlock()
+		p := plans[id]
+		return p.attempts[min(n, len(p.attempts))-1].step(p.stream, true)
+	}
+}
+
+// latest is the number of the latest attempt of request id the server
+// received, 0 if none.
+func (a *attemptNumbers) latest(id int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.latestOf[id]
+}
+
 // TestSoakLoopback is the chaos soak over real loopback sockets, against
 // dampertest.Server: fewer requests, on real time, to exercise what memory
 // cannot (connection pools, the server noticing closed connections). It
@@ -112,14 +189,14 @@ func TestSoakLoopback(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x100b))
 	profiles := loopbackProfiles()
 	plans := make([]reqPlan, requests)
-	fake := dampertest.NewServer()
 	for i := range plans {
 		plans[i] = drawPlan(rng, i, 100, profiles)
 		for k := range plans[i].attempts {
 			plans[i].attempts[k].msgID = "msg_dampertest" // the fake API's default, for every message
 		}
-		fake.Script(strconv.Itoa(i), plans[i].loopbackScript()...)
 	}
+	numbered := &attemptNumbers{}
+	fake := dampertest.NewServer(dampertest.WithStepFunc(numbered.stepFor(plans)))
 	conns := newConnCounter()
 	ts := httptest.NewUnstartedServer(fake.Handler())
 	ts.Config.ConnState = conns.track
@@ -134,15 +211,19 @@ func TestSoakLoopback(t *testing.T) {
 	defer closeServers()
 	tr := &http.Transport{MaxIdleConnsPerHost: workers}
 	defer tr.CloseIdleConnections()
+	numbered.next = tr
 
 	tel := newSoakTelemetry(t)
 	before := heapAfterGC()
 	clients := soakClients(t, profiles, tel, rand.NewPCG(seed, 0x7a12),
-		option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: tr}))
+		option.WithBaseURL(ts.URL), option.WithHTTPClient(&http.Client{Transport: numbered}))
 
 	ck := &checker{}
-	received := func(i int) int { return fake.Count(strconv.Itoa(i)) }
-	results, ends := runSoak(ck, tel, workers, plans, profiles, clients, received, true, loopbackSlack)
+	received := func(i int) served { return served{fake.Count(strconv.Itoa(i)), numbered.latest(i)} }
+	lag := newLagMeter(2 * time.Millisecond)
+	results, ends := runSoak(ck, tel, workers, plans, profiles, clients, received, true)
+	lag.Stop()
+	checkDeadlines(ck, plans, results, loopbackAllowance(plans, results, lag))
 	// A call its context ended as Damper answered ends on a goroutine of
 	// its own: wait for every request span.
 	tel.waitSpans(ck, len(plans), 10*time.Second)
@@ -201,8 +282,8 @@ func TestSoakLoopback(t *testing.T) {
 	conns.mu.Lock()
 	total := conns.total
 	conns.mu.Unlock()
-	t.Logf("seed %d: %s\n%d connections opened, none left; latest return %v past the caller's limit; heap %d KiB before, %d KiB after",
-		seed, &st, total, max(over, 0), before>>10, after>>10)
+	t.Logf("seed %d: %s\n%d connections opened, none left; latest return %v past the caller's limit, longest lag %v; heap %d KiB before, %d KiB after",
+		seed, &st, total, max(over, 0), lag.Max(time.Time{}, time.Now()), before>>10, after>>10)
 	if grown := int64(after) - int64(before); grown > 64<<20 {
 		t.Errorf("the heap grew by %d MiB over the soak, want at most 64", grown>>20)
 	}

@@ -241,13 +241,3 @@ func stepFor(plans []reqPlan) func(dampertest.Request) dampertest.Step {
 		return p.attempts[min(r.N, len(p.attempts))-1].step(p.stream, false)
 	}
 }
-
-// loopbackScript is the script of p's scenario over loopback: one step per
-// attempt.
-func (p reqPlan) loopbackScript() []dampertest.Step {
-	steps := make([]dampertest.Step, len(p.attempts))
-	for k, a := range p.attempts {
-		steps[k] = a.step(p.stream, true)
-	}
-	return steps
-}

@@ -123,10 +123,10 @@ func soakClients(t *testing.T, profiles []soakProfile, tel *soakTelemetry, src r
 
 // runSoak makes every planned call from workers goroutines, each through
 // its Damper's clients, checks each as it ends (received(i) is what the
-// server got of call i; lossy and slack as checkCall takes them), and
+// server got of call i; lossy as checkCall takes it), and
 // returns the results and how each report stands to its caller's result.
 func runSoak(ck *checker, tel *soakTelemetry, workers int, plans []reqPlan, profiles []soakProfile, clients [][2]anthropic.Client,
-	received func(int) int, lossy bool, slack time.Duration) ([]soakResult, []callEnd) {
+	received func(int) served, lossy bool) ([]soakResult, []callEnd) {
 	results := make([]soakResult, len(plans))
 	ends := make([]callEnd, len(plans))
 	next := make(chan int)
@@ -138,7 +138,7 @@ func runSoak(ck *checker, tel *soakTelemetry, workers int, plans []reqPlan, prof
 				pr := profiles[p.damper]
 				res, evs, msg := soakCall(clients[p.damper][i%2], p)
 				results[i] = res
-				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, defaults.MaxAttempts), res, received(i), evs, msg, lossy, slack)
+				ends[i] = checkCall(ck, p, cmpOr(pr.policy.MaxAttempts, defaults.MaxAttempts), res, received(i), evs, msg, lossy)
 				tel.check(ck, fmt.Sprintf("request %d", i), res)
 			}
 		})
