@@ -40,9 +40,8 @@ const breakerSlack = 1 - 1e-12
 // The breaker is one hash, damper:{<Name>}:breaker (see [BreakerKey]), on
 // the Name's Cluster slot: its state, generation, open period, the end of
 // the open period, the probe's start and when its answer is due, the 30
-// buckets of the closed state's
-// window with the slice each counts, the newest slice counted, and the
-// key's incarnation (below). Each Allow, RefusesAt and State is one round
+// buckets of the closed state's window with the slice each counts, the
+// newest slice counted, and the key's incarnation (below). Each Allow, RefusesAt and State is one round
 // trip, and each Done a record queued for the store's next batch (see the
 // package documentation): one Lua script runs the state machine on it. Times are the
 // Damper's clock's, never Redis's TIME, passed as whole microseconds since
