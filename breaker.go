@@ -24,9 +24,12 @@ import (
 const OutcomeCircuitOpen Outcome = "circuit_open"
 
 // ErrCircuitOpen: the circuit breaker is open, or half-open with its
-// probe in flight, so nothing was sent. [Error.NextProbe] holds when
-// the breaker admits a probe, and [Error.RetryAfter] the time until
-// then.
+// probe in flight, so nothing was sent. [Error.NextProbe] holds when to
+// try again, and [Error.RetryAfter] the time until then: open, until the
+// open period ends; with a probe in flight, until the probe is due to
+// answer (its PerAttemptTimeout, or its caller's deadline if sooner), or
+// [fleet.CircuitOverdueWait] once that has passed. It is never longer
+// than the current open period, however long PerAttemptTimeout.
 var ErrCircuitOpen = errors.New("damper: circuit breaker open")
 
 // gateCircuit's refusal reaches a proxy's client as the API's overload

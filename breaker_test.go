@@ -617,8 +617,10 @@ func TestBreakerOnStateChangeCallsBack(t *testing.T) {
 		t.Fatalf("%d nested calls, want 3", len(calls))
 	}
 	wantRefused(t, calls[0].err, t0, open, t0.Add(10*time.Second))
-	// Half-open, the place is the probe's, whose call caused the change.
-	wantRefused(t, calls[1].err, t1, halfOpen, t1.Add(defaults.PerAttemptTimeout))
+	// Half-open, the place is the probe's, whose call caused the change:
+	// it may take PerAttemptTimeout (60 s), but the wait is bounded by the
+	// open period.
+	wantRefused(t, calls[1].err, t1, halfOpen, t1.Add(10*time.Second))
 	wantSent(t, calls[2].rep, calls[2].err, closed, false, "")
 	if n := r.srv.Count(""); n != 4 {
 		t.Errorf("server got %d requests, want 4", n)
@@ -775,5 +777,76 @@ func TestBreakerOneProbeAmongConcurrentCalls(t *testing.T) {
 	wantSent(t, probe, nil, halfOpen, true, "")
 	if n := r.gate.count(); n != 5 {
 		t.Errorf("%d requests sent, want 5: the 4 failures and the probe", n)
+	}
+}
+
+// A refusal while the probe is in flight tells the caller to come back
+// when the probe is due to answer (its PerAttemptTimeout, or its caller's
+// deadline if sooner), and never later than the open period: with the
+// recommended open period of 2 s and an attempt timeout of 60 s, 2 s, not
+// the 60 s the probe could take.
+func TestBreakerProbeInFlightWaitBoundedByOpenPeriod(t *testing.T) {
+	const openFor = 2 * time.Second
+	type check struct{ after, want time.Duration } // a refusal this long after the probe started, and its wait
+	cases := []struct {
+		name     string
+		timeout  time.Duration // PerAttemptTimeout
+		deadline time.Duration // the probe's caller's deadline, from its start; 0: none
+		checks   []check
+	}{
+		{"attempt timeout longer than the open period", 60 * time.Second, 0,
+			[]check{{0, openFor}, {1500 * time.Millisecond, openFor}, {58 * time.Second, openFor}, {58500 * time.Millisecond, 1500 * time.Millisecond}, {59900 * time.Millisecond, 100 * time.Millisecond}}},
+		{"attempt timeout shorter than the open period", 1500 * time.Millisecond, 0,
+			[]check{{0, 1500 * time.Millisecond}, {time.Second, 500 * time.Millisecond}, {1499 * time.Millisecond, time.Millisecond}}},
+		{"caller's deadline before the attempt timeout", 60 * time.Second, 30 * time.Second,
+			[]check{{0, openFor}, {28 * time.Second, openFor}, {28500 * time.Millisecond, 1500 * time.Millisecond}, {29900 * time.Millisecond, 100 * time.Millisecond}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := damper.RecommendedPolicy()
+			p.MaxAttempts, p.PerAttemptTimeout = 1, tc.timeout
+			p.Breaker.MinAttempts = 2
+			r := newBrkRig(t, p)
+			ctx := context.Background()
+			for range 2 {
+				_, _ = r.call(t, ctx, dampertest.Status(529))
+			}
+			t0 := r.clk.Now()
+			r.checkChanges(t, change(closed, open, t0, t0.Add(openFor)))
+			r.clk.Advance(500 * time.Millisecond)
+			_, err := r.call(t, ctx, dampertest.OK())
+			wantRefused(t, err, r.clk.Now(), open, t0.Add(openFor))
+
+			// The open period passes; the probe is held in flight.
+			r.clk.Advance(openFor - 500*time.Millisecond)
+			start := r.clk.Now()
+			r.srv.Script("", dampertest.OK())
+			probeCtx := ctx
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				probeCtx, cancel = context.WithDeadline(ctx, start.Add(tc.deadline))
+				defer cancel()
+			}
+			arrived, release := r.gate.hold()
+			done := make(chan error, 1)
+			go func() {
+				_, err := r.send(probeCtx)
+				done <- err
+			}()
+			<-arrived
+			for _, c := range tc.checks {
+				r.clk.Advance(start.Add(c.after).Sub(r.clk.Now()))
+				now := r.clk.Now()
+				_, err := r.send(ctx)
+				wantRefused(t, err, now, halfOpen, now.Add(c.want))
+			}
+			release()
+			if err := <-done; err != nil {
+				t.Fatalf("the probe: %v", err)
+			}
+			if n := r.gate.count(); n != 3 {
+				t.Errorf("%d requests sent, want 3: the 2 failures and the probe", n)
+			}
+		})
 	}
 }

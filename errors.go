@@ -35,10 +35,13 @@ type Error struct {
 	Reason error
 	Last   error
 	// RetryAfter is the provider's delay, for ErrRetryAfterTooLong, the
-	// time until the breaker's next probe, for ErrCircuitOpen, or the time
-	// until AdmitAt, for ErrRateLimited.
+	// time until NextProbe, for ErrCircuitOpen, or the time until
+	// AdmitAt, for ErrRateLimited.
 	RetryAfter time.Duration
-	// NextProbe is when the breaker admits a probe, for ErrCircuitOpen.
+	// NextProbe is, for ErrCircuitOpen, when to try again: when the
+	// breaker's open period ends, or when its probe in flight is due to
+	// answer; never later than the current open period from the refusal
+	// (see ErrCircuitOpen).
 	NextProbe time.Time
 	// AdmitAt is when the rate limiter could have admitted the attempt,
 	// for ErrRateLimited.

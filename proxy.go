@@ -101,10 +101,13 @@ type ProxyConfig struct {
 // as they would a provider's. Each gate declares its answer; for example:
 //
 //   - the breaker open (circuit_open): 529 overloaded_error, with
-//     retry-after until its next probe. The breaker opens on the
-//     provider's failures of health, which the API reports as overload.
+//     retry-after (and retry-after-ms) until its next probe, or until the
+//     probe in flight is due to answer, never longer than the open
+//     period. The breaker opens on the provider's failures of health,
+//     which the API reports as overload.
 //   - the rate limiter's wait too long (rate_limited): 429
-//     rate_limit_error, with retry-after until it could admit the call.
+//     rate_limit_error, with retry-after (and retry-after-ms) until it
+//     could admit the call.
 //   - the call's deadline passed: 504 timeout_error.
 //
 // docs/guide/proxy.md lists them all.
@@ -627,13 +630,19 @@ func writeCallError(w http.ResponseWriter, err error, rep *Report) int {
 	return writeAPIError(w, http.StatusBadGateway, "api_error", "damper proxy: "+err.Error(), nil)
 }
 
-// retryAfter is the retry-after header for a wait of d, in whole seconds
-// rounded up.
+// retryAfter is the headers of a wait of d: retry-after in whole seconds
+// and retry-after-ms in whole milliseconds, each rounded up, so that a
+// client reading either waits no less than d, and one reading
+// retry-after-ms (as the API's SDKs do first) no more than a millisecond
+// longer.
 func retryAfter(d time.Duration) http.Header {
 	if d <= 0 {
 		return nil
 	}
-	return http.Header{"Retry-After": {strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)}}
+	return http.Header{
+		"Retry-After":    {strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)},
+		"Retry-After-Ms": {strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)},
+	}
 }
 
 // writeAPIError answers with an error of the API's shape, and returns the

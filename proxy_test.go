@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -1068,4 +1069,103 @@ func FuzzProxy(f *testing.F) {
 			t.Fatalf("%d bytes of log for one request", n)
 		}
 	})
+}
+
+// With the recommended policy (open for 2 s, attempts of up to 60 s), a
+// call refused while the breaker's probe is in flight is answered 529
+// with retry-after and retry-after-ms until the probe is due to answer,
+// never longer than the open period: 2 s, not the minute the probe could
+// take; and the rest of the probe's own deadline when that comes first.
+func TestProxyCircuitOpenRetryAfterBoundedByOpenPeriod(t *testing.T) {
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	srv := dampertest.NewServer(dampertest.InMemory(), dampertest.WithClock(clk))
+	t.Cleanup(srv.Close)
+	gate := &holdGate{next: srv.Handler()}
+	up := httptest.NewServer(gate)
+	t.Cleanup(up.Close)
+	p := damper.RecommendedPolicy()
+	p.MaxAttempts, p.Breaker.MinAttempts = 1, 2
+	d, err := damper.New(p, damper.WithClock(clk), damper.WithRand(half))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: up.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &proxyRig{proxy: httptest.NewServer(px)}
+	t.Cleanup(r.proxy.Close)
+	srv.Script("down", dampertest.Status(500))
+	srv.Script("up", dampertest.OK())
+
+	refused := func(retryAfter, retryAfterMs string, header ...string) {
+		t.Helper()
+		res, b := r.post(t, "up", plainBody, header...)
+		if typ, _ := apiError(t, b); res.StatusCode != 529 || typ != "overloaded_error" {
+			t.Fatalf("%d %s, want 529 overloaded_error", res.StatusCode, b)
+		}
+		wantHeader(t, res, damper.HeaderOutcome, "circuit_open")
+		wantHeader(t, res, "Retry-After", retryAfter)
+		wantHeader(t, res, "Retry-After-Ms", retryAfterMs)
+	}
+	// probe opens the breaker, lets its open period pass, and holds a
+	// probe with header in flight; the returned func releases it and
+	// checks its answer.
+	probe := func(header ...string) (release func()) {
+		t.Helper()
+		for range 2 {
+			r.post(t, "down", plainBody)
+		}
+		refused("2", "2000")
+		clk.Advance(2 * time.Second)
+		arrived, rel := gate.hold()
+		req, err := http.NewRequest(http.MethodPost, r.proxy.URL+"/v1/messages", strings.NewReader(plainBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Api-Key", testKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(dampertest.ScenarioHeader, "up")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		done := make(chan error, 1)
+		go func() {
+			res, err := r.proxy.Client().Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					err = fmt.Errorf("status %d, want 200", res.StatusCode)
+				}
+			}
+			done <- err
+		}()
+		<-arrived
+		return func() {
+			t.Helper()
+			rel()
+			if err := <-done; err != nil {
+				t.Fatalf("the probe: %v", err)
+			}
+		}
+	}
+
+	release := probe()
+	refused("2", "2000")
+	clk.Advance(57500 * time.Millisecond) // the probe is due in 2.5 s
+	refused("2", "2000")
+	clk.Advance(1300 * time.Millisecond) // in 1.2 s
+	refused("2", "1200")
+	release()
+
+	// A probe whose caller gave it 0.75 s.
+	release = probe(damper.HeaderTimeout, "0.75")
+	refused("1", "750")
+	clk.Advance(500 * time.Millisecond)
+	refused("1", "250")
+	release()
+	if n := gate.count(); n != 6 {
+		t.Errorf("the provider got %d requests, want 6: 4 failures and 2 probes", n)
+	}
 }

@@ -29,9 +29,9 @@ type BreakerSettings struct {
 	OpenFor time.Duration
 	// MaxOpenFor is at least OpenFor.
 	MaxOpenFor time.Duration
-	// ProbeLimit is the longest an attempt, and so a probe, can take:
-	// while one probe is out, the next may start no later than its start
-	// plus ProbeLimit.
+	// ProbeLimit is the longest an attempt, and so a probe, can take: a
+	// probe's answer is due by its start plus ProbeLimit, or by its
+	// caller's deadline, whichever comes first.
 	ProbeLimit time.Duration
 	// OnChange, when set, hears every change of state the breaker sees, in
 	// order, one at a time, with no lock held. A shared breaker tells each
@@ -43,11 +43,16 @@ type BreakerSettings struct {
 // gives it. Damper tells it, for every attempt it admitted, how the
 // attempt ended, with the ticket Allow gave.
 type Breaker interface {
-	// Allow admits an attempt at now, or refuses it.
+	// Allow admits an attempt at now, or refuses it. ctx's deadline, if
+	// any, is the caller's, on the clock that gives now: a probe Allow
+	// admits is due to answer by it or by now plus ProbeLimit, whichever
+	// comes first.
 	Allow(ctx context.Context, now time.Time) (CircuitAdmission, error)
 	// RefusesAt reports, admitting nothing, whether an attempt at the
-	// later time at would be refused, as far as can be told at now, and
-	// when a probe is due if so.
+	// later time at would be refused, as far as can be told at now: open,
+	// until the open period ends; with a probe in flight, until the
+	// probe's answer is due. Open or with a probe in flight, nextProbe is
+	// when to ask again, as for Allow's refusal.
 	RefusesAt(ctx context.Context, now, at time.Time) (refused bool, nextProbe time.Time, err error)
 	// Done records the end of the attempt admitted with t.
 	Done(ctx context.Context, t CircuitTicket, now time.Time, v CircuitVerdict) error
@@ -63,10 +68,18 @@ type CircuitAdmission struct {
 	Ticket CircuitTicket
 	// State is the breaker's state when it answered.
 	State CircuitState
-	// NextProbe is, for a refusal, the earliest time a probe may be
-	// admitted.
+	// NextProbe is, for a refusal, when to ask again: when the open
+	// period ends; with a probe in flight, when its answer is due, or
+	// [CircuitOverdueWait] from now once that has passed; and never later
+	// than the current open period from now, so that a caller that honours
+	// it neither waits for nothing nor spins.
 	NextProbe time.Time
 }
+
+// CircuitOverdueWait is the wait a refusal tells of while the probe in
+// flight is past the time its answer was due (its end is late, or lost),
+// or the current open period if shorter.
+const CircuitOverdueWait = breaker.OverdueWait
 
 // CircuitTicket is an admitted attempt, as its breaker knows it.
 type CircuitTicket struct {
@@ -169,8 +182,9 @@ func (memoryBreaker) inMemory() {}
 
 var _ BreakerStore = MemoryStore{}
 
-func (m memoryBreaker) Allow(_ context.Context, now time.Time) (CircuitAdmission, error) {
-	a := m.b.Allow(now)
+func (m memoryBreaker) Allow(ctx context.Context, now time.Time) (CircuitAdmission, error) {
+	deadline, _ := ctx.Deadline()
+	a := m.b.AllowUntil(now, deadline)
 	return CircuitAdmission{
 		OK:        a.OK,
 		Ticket:    CircuitTicket{Generation: a.Ticket.Generation, Probe: a.Ticket.Probe},

@@ -30,16 +30,18 @@ const breakerSlack = 1 - 1e-12
 // fleet.MemoryStore's breaker (internal/breaker) for the whole fleet:
 // failures reported by any process open it for all, the open period
 // doubles after each failed probe up to MaxOpenFor, and, half-open, the
-// fleet sends one probe at a time (the next one no sooner than ProbeLimit
-// after a probe started, if it has not ended).
+// fleet sends one probe at a time. A refusal tells when to ask again as
+// in memory: when the open period ends, or when the probe in flight is
+// due to answer (ProbeLimit after it started, or its caller's deadline if
+// sooner), never later than the current open period from now.
 //
 // # Keys and round trips
 //
 // The breaker is one hash, damper:{<Name>}:breaker (see [BreakerKey]), on
 // the Name's Cluster slot: its state, generation, open period, the end of
-// the open period, the probe's start, the 30 buckets of the closed state's
-// window with the slice each counts, the newest slice counted, and the
-// key's incarnation (below). Each Allow, RefusesAt and State is one round
+// the open period, the probe's start and when its answer is due, the 30
+// buckets of the closed state's window with the slice each counts, the
+// newest slice counted, and the key's incarnation (below). Each Allow, RefusesAt and State is one round
 // trip, and each Done a record queued for the store's next batch (see the
 // package documentation): one Lua script runs the state machine on it. Times are the
 // Damper's clock's, never Redis's TIME, passed as whole microseconds since
@@ -117,6 +119,9 @@ func (s *Store) Breaker(st fleet.BreakerSettings) (fleet.Breaker, error) {
 	return b, nil
 }
 
+// brkOverdue is internal/breaker's OverdueWait, as the script reads it.
+var brkOverdue = brkMicros(breaker.OverdueWait)
+
 // brkMicros returns d in whole microseconds, rounded up, as the script reads
 // it.
 func brkMicros(d time.Duration) string {
@@ -128,7 +133,7 @@ type sharedBreaker struct {
 	link     *link
 	keys     []string
 	slice    int64 // a window slice, in nanoseconds
-	settings []any // ARGV[8:] of breakerScript
+	settings []any // ARGV[8:15] of breakerScript
 	local    fleet.Breaker
 	onChange func(fleet.CircuitChange)
 
@@ -152,9 +157,14 @@ type breakerReply struct {
 	inc       int64
 }
 
-// run runs breakerScript for op at now; x, probe and verdict are ARGV[4:7].
+// run runs breakerScript for op at now; x, probe and verdict are ARGV[4:7],
+// and ctx's deadline Allow's.
 func (b *sharedBreaker) run(ctx context.Context, name, op string, now time.Time, x int64, probe bool, v fleet.CircuitVerdict) (breakerReply, error) {
-	raw, err := b.link.run(ctx, name, breakerScript, b.keys, b.args(op, now, x, probe, v)...)
+	args := b.args(op, now, x, probe, v)
+	if deadline, ok := ctx.Deadline(); ok && op == "a" {
+		args[14] = deadline.UnixMicro()
+	}
+	raw, err := b.link.run(ctx, name, breakerScript, b.keys, args...)
 	if err != nil {
 		return breakerReply{}, err
 	}
@@ -170,9 +180,10 @@ func (b *sharedBreaker) args(op string, now time.Time, x int64, probe bool, v fl
 	if probe {
 		p = "1"
 	}
-	args := make([]any, 0, 14)
+	args := make([]any, 0, 16)
 	args = append(args, op, now.UnixMicro(), brkFloorDiv(now.UnixNano(), b.slice), x, p, int(v), lastInc)
-	return append(args, b.settings...)
+	args = append(args, b.settings...)
+	return append(args, "", brkOverdue)
 }
 
 // read reads breakerScript's reply raw to an operation at now.

@@ -12,6 +12,9 @@ import "github.com/redis/go-redis/v9"
 //	ou  when the open period ends, in microseconds since the Unix epoch
 //	pr  1 while a probe is out
 //	ps  when the probe started, in microseconds since the epoch
+//	pd  "start:due": when the probe that started at start is due to answer,
+//	    in microseconds since the epoch; for another start (a probe of a
+//	    process that does not write pd), its start plus ProbeLimit
 //	nw  the newest slice counted, in slices (Window/30) since the epoch
 //	i   the incarnation: when the key was made, in microseconds since the
 //	    epoch, above every incarnation its maker had seen
@@ -25,13 +28,16 @@ import "github.com/redis/go-redis/v9"
 // 6 Done's verdict (0 neutral, 1 success, 2 failure), 7 the newest
 // incarnation the caller has seen, 8 OpenFor, 9 MaxOpenFor and
 // 10 ProbeLimit in microseconds, 11 MinAttempts, 12 FailureRatio,
-// 13 the ratio's slack, 14 the key's time to live in milliseconds.
+// 13 the ratio's slack, 14 the key's time to live in milliseconds,
+// 15 Allow's deadline in microseconds since the epoch ("" for none),
+// 16 internal/breaker's OverdueWait in microseconds.
 //
 // It returns {ok, probe, next, generation, state, open-until, incarnation}:
 // ok is Allow's admission or RefusesAt's refusal, probe whether Allow
 // admitted the probe or whether RefusesAt has a next probe to tell, next
-// the time of the next probe, and
-// the last three the breaker's state after the operation, for OnChange.
+// when a refused attempt should ask again (internal/breaker's nextProbe),
+// and the last three the breaker's state after the operation, for
+// OnChange.
 //
 // Numbers written to the hash go through fmt, since Redis would turn a Lua
 // number into a string with 14 significant digits.
@@ -40,7 +46,7 @@ local key = KEYS[1]
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
 local openFor, maxOpenFor, probeLimit = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local h = redis.call('HMGET', key, 'st', 'g', 'of', 'ou', 'pr', 'ps', 'nw', 'i')
+local h = redis.call('HMGET', key, 'st', 'g', 'of', 'ou', 'pr', 'ps', 'nw', 'i', 'pd')
 local st = tonumber(h[1]) or 1
 local g = tonumber(h[2]) or 0
 local of = tonumber(h[3]) or openFor
@@ -49,6 +55,11 @@ local pr = h[5] == '1'
 local ps = tonumber(h[6]) or 0
 local nw = tonumber(h[7])
 local inc = tonumber(h[8]) or 0
+local pd = ps + probeLimit
+do
+  local s, d = string.match(h[9] or '', '^(-?%d+):(-?%d+)$')
+  if s and tonumber(s) == ps then pd = tonumber(d) end
+end
 local dirty = false
 local sets = {}
 
@@ -83,6 +94,17 @@ local function open(d)
 end
 local function tick()
   if st == 2 and now >= ou then change(3) end
+end
+-- when a refused attempt should ask again: the end of the open period, or
+-- the probe's due time (OverdueWait on once it has passed), never later
+-- than the current open period from now
+local function retryAt()
+  local n = ou
+  if st == 3 then
+    n = pd
+    if n <= now then n = now + tonumber(ARGV[16]) end
+  end
+  return math.min(n, now + of)
 end
 local function parse(b)
   local s, t, f = string.match(b, '^(-?%d+):(%d+):(%d+)$')
@@ -126,23 +148,28 @@ local ok, probe, next = 0, 0, 0
 if op == 'a' then
   if st == 1 then
     ok = 1
-  elseif st == 2 then
-    next = ou
-  elseif pr then
-    next = ps + probeLimit
+  elseif st == 2 or pr then
+    next = retryAt()
   else
-    pr, ps = true, now
+    pr, ps, pd = true, now, now + probeLimit
+    local dl = tonumber(ARGV[15])
+    if dl and dl < pd then pd = dl end
     set('pr', '1')
     set('ps', num(ps))
+    set('pd', num(ps) .. ':' .. num(pd))
     ok, probe = 1, 1
   end
 elseif op == 'r' then
+  local due
   if st == 2 then
-    next, probe = ou, 1
+    due = ou
   elseif st == 3 and pr then
-    next, probe = ps + probeLimit, 1
+    due = pd
   end
-  if probe == 1 and next > tonumber(ARGV[4]) then ok = 1 end
+  if due then
+    next, probe = retryAt(), 1
+    if due > tonumber(ARGV[4]) then ok = 1 end
+  end
 elseif op == 'd' and tonumber(ARGV[4]) == g then
   local v = ARGV[6]
   if st == 1 then

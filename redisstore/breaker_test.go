@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,7 +76,8 @@ func brkShared(tb testing.TB, s *redisstore.Store, st fleet.BreakerSettings) fle
 // MemoryStore's: every answer, every ticket and every change of state must
 // be the same. Times move on by bits of the window, jump past open
 // periods, and now and then go back; attempts end in any order, some in an
-// older generation; the open period doubles up to MaxOpenFor.
+// older generation; the open period doubles up to MaxOpenFor; some
+// attempts come with a caller's deadline, before or after ProbeLimit.
 func TestBreakerMatchesMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient1(t, srv.Addr)
@@ -101,12 +103,24 @@ func TestBreakerMatchesMemory(t *testing.T) {
 			// whole minute), where the breaker in memory starts its slices.
 			now := base
 			var tickets []fleet.CircuitTicket
+			var deadlineFor func(at time.Time) time.Time // set below, with the random source
 			allow := func(step int, at time.Time) {
-				a, err := red.Allow(ctx, at)
+				actx := ctx
+				if deadlineFor != nil {
+					if dl := deadlineFor(at); !dl.IsZero() {
+						var cancel context.CancelFunc
+						actx, cancel = context.WithDeadline(ctx, dl)
+						defer cancel()
+					}
+				}
+				a, err := red.Allow(actx, at)
 				mustNil(t, err)
-				b, _ := mem.Allow(ctx, at)
+				b, _ := mem.Allow(actx, at)
 				if a.OK != b.OK || a.Ticket != b.Ticket || a.State != b.State || !a.NextProbe.Equal(b.NextProbe) {
 					t.Fatalf("step %d: Allow at +%v = %+v, memory says %+v", step, at.Sub(base), a, b)
+				}
+				if w := a.NextProbe.Sub(at); !a.OK && (w <= 0 || w > maxOpenFor) {
+					t.Fatalf("step %d: Allow at +%v refused with a wait of %v", step, at.Sub(base), w)
 				}
 				if a.OK {
 					tickets = append(tickets, a.Ticket)
@@ -123,6 +137,14 @@ func TestBreakerMatchesMemory(t *testing.T) {
 
 			rng := rand.New(rand.NewPCG(uint64(n), 99))
 			micro := func(d time.Duration) time.Duration { return d.Truncate(time.Microsecond) }
+			deadlines := 0
+			deadlineFor = func(at time.Time) time.Time {
+				if rng.IntN(3) > 0 {
+					return time.Time{}
+				}
+				deadlines++
+				return at.Add(micro(time.Duration(rng.Int64N(int64(2*max(st.ProbeLimit, openFor)) + 1))))
+			}
 			var opens, maxed, probes, closes, backwards, stale int
 			for step := range 1500 {
 				at := now
@@ -196,8 +218,8 @@ func TestBreakerMatchesMemory(t *testing.T) {
 					closes++
 				}
 			}
-			t.Logf("%d changes: %d opens (%d for MaxOpenFor), %d closes, %d probes ended, %d times back, %d tickets dropped",
-				len(memChanges.list()), opens, maxed, closes, probes, backwards, stale)
+			t.Logf("%d changes: %d opens (%d for MaxOpenFor), %d closes, %d probes ended, %d times back, %d tickets dropped, %d deadlines",
+				len(memChanges.list()), opens, maxed, closes, probes, backwards, stale, deadlines)
 			if opens < 3 || maxed == 0 || closes == 0 || probes == 0 {
 				t.Fatalf("the sequence missed a case: %d opens, %d for MaxOpenFor, %d closes, %d probes", opens, maxed, closes, probes)
 			}
@@ -507,4 +529,97 @@ func BenchmarkBreakerAllow(b *testing.B) {
 	b.ReportMetric(float64(hook.n.Load())/float64(4*b.N), "roundtrips/call")
 	b.ReportMetric(percentile(lat, 50), "allow-p50-µs")
 	b.ReportMetric(percentile(lat, 99), "allow-p99-µs")
+}
+
+// TestBreakerProbeWaitBoundedByOpenPeriod: a refusal from the fleet's
+// breaker tells of the time until the probe in flight is due to answer,
+// whichever process sent it, bounded by the current open period: with an
+// open period of 2 s and a ProbeLimit of 60 s, 2 s; with a ProbeLimit or a
+// caller's deadline shorter than the open period, its remainder; past the
+// probe's due time, OverdueWait. A probe started by a process that does not
+// write its due time is due ProbeLimit after its start.
+func TestBreakerProbeWaitBoundedByOpenPeriod(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	ms, sec := time.Millisecond, time.Second
+	for _, tc := range []struct {
+		name     string
+		limit    time.Duration // ProbeLimit
+		deadline time.Duration // the probe's caller's, after its start; 0: none
+		checks   [][2]time.Duration
+	}{
+		{"ProbeLimit 60s", 60 * sec, 0, [][2]time.Duration{{0, 2 * sec}, {58 * sec, 2 * sec}, {58500 * ms, 1500 * ms}, {60 * sec, fleet.CircuitOverdueWait}}},
+		{"ProbeLimit 1.5s", 1500 * ms, 0, [][2]time.Duration{{0, 1500 * ms}, {sec, 500 * ms}, {1500 * ms, fleet.CircuitOverdueWait}}},
+		{"deadline 30s", 60 * sec, 30 * sec, [][2]time.Duration{{0, 2 * sec}, {28500 * ms, 1500 * ms}, {29900 * ms, 100 * ms}, {31 * sec, fleet.CircuitOverdueWait}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 2, Window: 30 * time.Second, OpenFor: 2 * sec, MaxOpenFor: 10 * sec, ProbeLimit: tc.limit}
+			o := redisstore.Options{Name: "brk-wait-" + strings.ReplaceAll(tc.name, " ", "-")}
+			aStore := thrStore(t, newClient1(t, srv.Addr), o)
+			a, b := brkShared(t, aStore, st), brkShared(t, thrStore(t, newClient1(t, srv.Addr), o), st)
+			mem, err := fleet.MemoryStore{}.Breaker(st)
+			mustNil(t, err)
+			wantWait := func(br fleet.Breaker, now time.Time, state fleet.CircuitState, want time.Duration) {
+				t.Helper()
+				got, err := br.Allow(ctx, now)
+				mustNil(t, err)
+				if got.OK || got.State != state || got.NextProbe.Sub(now) != want {
+					t.Fatalf("Allow at +%v = %+v (wait %v); want refused, %v, wait %v", now.Sub(base), got, got.NextProbe.Sub(now), state, want)
+				}
+			}
+			now := base
+			for _, br := range []fleet.Breaker{a, mem} {
+				for range 2 {
+					adm, err := br.Allow(ctx, now)
+					mustNil(t, err)
+					mustNil(t, br.Done(ctx, adm.Ticket, now, fleet.CircuitFailure))
+				}
+			}
+			mustNil(t, aStore.Flush(ctx))
+			wantWait(b, now.Add(500*ms), fleet.CircuitOpen, 1500*ms)
+
+			// A sends the probe; B and the breaker in memory refuse alike.
+			start := now.Add(2 * sec)
+			pctx := ctx
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				pctx, cancel = context.WithDeadline(ctx, start.Add(tc.deadline))
+				defer cancel()
+			}
+			for _, br := range []fleet.Breaker{a, mem} {
+				if adm, err := br.Allow(pctx, start); err != nil || !adm.OK || !adm.Ticket.Probe {
+					t.Fatalf("the probe: %+v, %v", adm, err)
+				}
+			}
+			for _, c := range tc.checks {
+				at := start.Add(c[0])
+				wantWait(b, at, fleet.CircuitHalfOpen, c[1])
+				wantWait(mem, at, fleet.CircuitHalfOpen, c[1])
+				refused, next, err := b.RefusesAt(ctx, at, at)
+				mustNil(t, err)
+				if want := c[0] < cmp.Or(min(tc.deadline, tc.limit), tc.limit); refused != want || next.Sub(at) != c[1] {
+					t.Fatalf("RefusesAt at +%v = %v, wait %v; want %v, %v", at.Sub(base), refused, next.Sub(at), want, c[1])
+				}
+			}
+		})
+	}
+
+	// A probe of a process that writes no due time (ps alone, and a pd of
+	// an earlier probe): due ProbeLimit after its start.
+	st := fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 1, Window: 30 * time.Second, OpenFor: 2 * sec, MaxOpenFor: 10 * sec, ProbeLimit: 1500 * ms}
+	client := newClient1(t, srv.Addr)
+	s := thrStore(t, client, redisstore.Options{Name: "brk-wait-old"})
+	b := brkShared(t, s, st)
+	adm, err := b.Allow(ctx, base)
+	mustNil(t, err)
+	mustNil(t, b.Done(ctx, adm.Ticket, base, fleet.CircuitFailure))
+	mustNil(t, s.Flush(ctx))
+	start := base.Add(2 * sec)
+	mustNil(t, client.HSet(ctx, redisstore.BreakerKey("brk-wait-old"), "st", "3", "pr", "1", "ps", fmt.Sprint(start.UnixMicro()),
+		"pd", fmt.Sprintf("%d:%d", base.UnixMicro(), base.UnixMicro())).Err())
+	got, err := b.Allow(ctx, start.Add(sec))
+	mustNil(t, err)
+	if got.OK || got.NextProbe.Sub(start) != 1500*ms {
+		t.Fatalf("Allow with an older process's probe in flight = %+v; want refused until 1.5s after its start", got)
+	}
 }

@@ -68,8 +68,8 @@ type Settings struct {
 	OpenFor      time.Duration
 	MaxOpenFor   time.Duration
 	// ProbeLimit is the longest a probe can take (the attempt timeout):
-	// while one is in flight, the next can start no later than its start
-	// plus ProbeLimit.
+	// its answer is due by its start plus ProbeLimit, or by the deadline
+	// AllowUntil was given, whichever comes first.
 	ProbeLimit time.Duration
 	// OnChange, when set, hears every change, in order, one at a time, with
 	// no lock of the breaker held: it may call the breaker.
@@ -101,7 +101,7 @@ type Breaker struct {
 	window     [buckets]bucket
 	openFor    time.Duration // the current open period
 	openUntil  time.Time
-	probeStart time.Time
+	probeDue   time.Time // when the probe in flight is due to answer
 	probing    bool
 
 	changes Delivery[Change] // for OnChange
@@ -127,28 +127,43 @@ type Admission struct {
 	Ticket Ticket
 	// State is the breaker's state when it answered.
 	State State
-	// NextProbe is, for a refusal, the earliest time a probe may be
-	// admitted.
+	// NextProbe is, for a refusal, when to ask again: when the open
+	// period ends, or when the probe in flight is due to answer (see
+	// OverdueWait), and never later than the current open period from
+	// the refusal.
 	NextProbe time.Time
 }
 
-// Allow admits an attempt at now, or refuses it.
-func (b *Breaker) Allow(now time.Time) Admission {
+// OverdueWait is the wait a refusal tells of while the probe in flight is
+// past the time its answer was due: its end is late (a timer's lag, a
+// store's batch) or lost. The answer is expected any moment, but a wait
+// of zero would have the clients that honour it spin. Like every wait a
+// refusal tells of, it is bounded by the current open period.
+const OverdueWait = 100 * time.Millisecond
+
+// Allow admits an attempt at now whose answer is due within ProbeLimit,
+// or refuses it.
+func (b *Breaker) Allow(now time.Time) Admission { return b.AllowUntil(now, time.Time{}) }
+
+// AllowUntil admits an attempt at now, or refuses it. The attempt's answer
+// is due by deadline (the caller's, on the clock of now; zero for none)
+// or within ProbeLimit, whichever comes first: if it is the probe, the
+// attempts refused while it is in flight are told to ask again then.
+func (b *Breaker) AllowUntil(now, deadline time.Time) Admission {
 	b.mu.Lock()
 	b.tick(now)
 	a := Admission{State: b.state}
-	switch b.state {
-	case Closed:
+	switch {
+	case b.state == Closed:
 		a.OK = true
-	case Open:
-		a.NextProbe = b.openUntil
-	case HalfOpen:
-		if b.probing {
-			a.NextProbe = b.probeStart.Add(b.s.ProbeLimit)
-		} else {
-			b.probing, b.probeStart = true, now
-			a.OK, a.Ticket.Probe = true, true
+	case b.state == HalfOpen && !b.probing:
+		b.probing, b.probeDue = true, now.Add(b.s.ProbeLimit)
+		if !deadline.IsZero() && deadline.Before(b.probeDue) {
+			b.probeDue = deadline
 		}
+		a.OK, a.Ticket.Probe = true, true
+	default:
+		a.NextProbe = b.nextProbe(now)
 	}
 	a.Ticket.Generation = b.generation
 	b.unlockAndDeliver()
@@ -159,20 +174,39 @@ func (b *Breaker) Allow(now time.Time) Admission {
 // refused, as far as can be told at now, without admitting anything: it
 // lets a caller spend nothing on a retry that would be refused. Open, it
 // refuses until the open period ends; half-open with a probe in flight,
-// until the probe's longest life (ProbeLimit) ends, since the probe may
-// well fail.
+// until the probe's answer is due, since the probe may well fail. Open or
+// with a probe in flight, nextProbe is when to ask again, as for Allow's
+// refusal: it may come before at, since the probe may answer sooner.
 func (b *Breaker) RefusesAt(now, at time.Time) (refused bool, nextProbe time.Time) {
 	b.mu.Lock()
 	b.tick(now)
 	switch {
 	case b.state == Open:
-		nextProbe = b.openUntil
+		refused, nextProbe = b.openUntil.After(at), b.nextProbe(now)
 	case b.state == HalfOpen && b.probing:
-		nextProbe = b.probeStart.Add(b.s.ProbeLimit)
+		refused, nextProbe = b.probeDue.After(at), b.nextProbe(now)
 	}
-	refused = nextProbe.After(at)
 	b.unlockAndDeliver()
 	return refused, nextProbe
+}
+
+// nextProbe is when an attempt refused at now should ask again: open,
+// when the open period ends; with a probe in flight, when its answer is
+// due, or OverdueWait from now once that has passed; never later than the
+// current open period from now, however far ahead a lagging clock put the
+// rest. Requires mu, and the breaker open or probing.
+func (b *Breaker) nextProbe(now time.Time) time.Time {
+	next := b.openUntil
+	if b.state == HalfOpen {
+		next = b.probeDue
+		if !next.After(now) {
+			next = now.Add(OverdueWait)
+		}
+	}
+	if bound := now.Add(b.openFor); next.After(bound) {
+		next = bound
+	}
+	return next
 }
 
 // Done records the end of the attempt admitted with t.

@@ -477,14 +477,23 @@ func TestOneProbeAtATime(t *testing.T) {
 	trip(t, b, t0)
 	start := at(37 * sec) // the first call after openUntil (30s)
 	p := probe(t, b, start)
+	// The probe is due within ProbeLimit (60s): a refusal tells of that,
+	// bounded by the open period (30s).
 	for i := range 100 {
-		wantRefused(t, b, start.Add(time.Duration(i)*100*time.Millisecond), HalfOpen, start.Add(60*sec))
+		now := start.Add(time.Duration(i) * 100 * time.Millisecond)
+		wantRefused(t, b, now, HalfOpen, now.Add(30*sec))
 	}
+	wantRefused(t, b, start.Add(30*sec), HalfOpen, start.Add(60*sec))
+	wantRefused(t, b, start.Add(59*sec), HalfOpen, start.Add(60*sec))
 	// The place stays taken until the probe ends, even past ProbeLimit;
-	// NextProbe stays the probe's start plus ProbeLimit.
-	wantRefused(t, b, start.Add(10*time.Minute), HalfOpen, start.Add(60*sec))
-	if refused, next := b.RefusesAt(start.Add(sec), start.Add(sec)); !refused || !next.Equal(start.Add(60*sec)) {
-		t.Fatalf("RefusesAt with a probe in flight = %v, %s; want refused until the probe's limit", refused, fmtTime(next))
+	// a refusal then tells of OverdueWait.
+	wantRefused(t, b, start.Add(60*sec), HalfOpen, start.Add(60*sec+OverdueWait))
+	wantRefused(t, b, start.Add(10*time.Minute), HalfOpen, start.Add(10*time.Minute+OverdueWait))
+	if refused, next := b.RefusesAt(start.Add(sec), start.Add(sec)); !refused || !next.Equal(start.Add(31*sec)) {
+		t.Fatalf("RefusesAt with a probe in flight = %v, %s; want refused, next in the open period", refused, fmtTime(next))
+	}
+	if refused, next := b.RefusesAt(start.Add(sec), start.Add(59*sec)); !refused || !next.Equal(start.Add(31*sec)) {
+		t.Fatalf("RefusesAt before the probe's limit = %v, %s; want refused until the probe's limit, next in the open period", refused, fmtTime(next))
 	}
 	if refused, _ := b.RefusesAt(start.Add(sec), start.Add(60*sec)); refused {
 		t.Fatal("RefusesAt refuses past the probe's limit")
@@ -496,7 +505,8 @@ func TestOneProbeAtATime(t *testing.T) {
 	next := start.Add(11 * time.Minute)
 	p = probe(t, b, next)
 	for i := range 10 {
-		wantRefused(t, b, next.Add(time.Duration(i)*sec), HalfOpen, next.Add(60*sec))
+		now := next.Add(time.Duration(i) * sec)
+		wantRefused(t, b, now, HalfOpen, now.Add(30*sec))
 	}
 	b.Done(p, next.Add(sec), Success)
 	a := b.Allow(next.Add(sec))
@@ -582,7 +592,7 @@ func TestNonProbeCannotEndHalfOpen(t *testing.T) {
 		b.Done(closedTicket, at(32*sec), v)
 		wantState(t, b, at(32*sec), HalfOpen)
 		// The probe's place is still taken.
-		wantRefused(t, b, at(33*sec), HalfOpen, at(90*sec))
+		wantRefused(t, b, at(33*sec), HalfOpen, at(63*sec))
 	}
 	wantChanges(t, rec.list(), Change{Closed, Open, t0, at(30 * sec)}, Change{From: Open, To: HalfOpen, At: at(30 * sec)})
 	b.Done(p, at(34*sec), Success)
@@ -634,7 +644,9 @@ func TestRefusesAt(t *testing.T) {
 			refused, next := b.RefusesAt(at(c.now), at(c.at))
 			wantNext := at(30 * sec) // openUntil
 			if c.setup == halfOpenProbe {
-				wantNext = at(90 * sec) // the probe's start plus ProbeLimit
+				// The probe is due at 90s (its start plus ProbeLimit):
+				// ask again no later than the open period (30s) from now.
+				wantNext = at(min(90*sec, c.now+30*sec))
 			}
 			if refused != c.refused || (refused && !next.Equal(wantNext)) {
 				t.Fatalf("RefusesAt(%v, %v) = %v, %s; want %v", c.now, c.at, refused, fmtTime(next), c.refused)
@@ -648,7 +660,7 @@ func TestRefusesAt(t *testing.T) {
 			case closed:
 				attempt(t, b, now, Success)
 			case halfOpenProbe:
-				wantRefused(t, b, now, HalfOpen, at(90*sec))
+				wantRefused(t, b, now, HalfOpen, now.Add(30*sec))
 			default:
 				probe(t, b, now)
 			}
@@ -710,8 +722,8 @@ func TestOnChangeWithoutLock(t *testing.T) {
 	want := []string{
 		"closed->open at 0s next 30s: state open, refused true until 30s",
 		// Delivered once Allow has taken the probe's place: refused until
-		// the probe's limit.
-		"open->half_open at 30s next -: state half_open, refused true until 1m30s",
+		// the probe's limit, told to ask again in an open period.
+		"open->half_open at 30s next -: state half_open, refused true until 1m0s",
 		"half_open->closed at 30s next -: state closed, refused false until -, admitted true",
 	}
 	if !slices.Equal(log, want) {
@@ -973,17 +985,21 @@ func TestClockBackwardsWindow(t *testing.T) {
 
 // TestClockBackwardsOpen checks that times earlier than those seen, while
 // open or half-open, neither panic nor move the breaker on: the open
-// period and the probe's limit hold.
+// period and the probe's limit hold, and a refusal tells of no wait longer
+// than the open period.
 func TestClockBackwardsOpen(t *testing.T) {
 	b, rec := newBreaker(nil)
 	trip(t, b, at(100*sec))
 	wantState(t, b, t0, Open)
-	wantRefused(t, b, at(-time.Hour), Open, at(130*sec))
-	if refused, next := b.RefusesAt(at(0), at(0)); !refused || !next.Equal(at(130*sec)) {
+	wantRefused(t, b, at(-time.Hour), Open, at(-time.Hour+30*sec))
+	wantRefused(t, b, at(90*sec), Open, at(120*sec))
+	wantRefused(t, b, at(110*sec), Open, at(130*sec))
+	if refused, next := b.RefusesAt(at(0), at(0)); !refused || !next.Equal(at(30*sec)) {
 		t.Fatalf("RefusesAt(0, 0) = %v, %s", refused, fmtTime(next))
 	}
 	p := probe(t, b, at(130*sec))
-	wantRefused(t, b, at(50*sec), HalfOpen, at(190*sec))
+	wantRefused(t, b, at(50*sec), HalfOpen, at(80*sec))
+	wantRefused(t, b, at(170*sec), HalfOpen, at(190*sec))
 	wantState(t, b, at(50*sec), HalfOpen)
 	// A probe that ends at an earlier time than it began opens the
 	// breaker for the period counted from the time given to Done.
@@ -1104,17 +1120,17 @@ func TestExtremeTimes(t *testing.T) {
 // never go backwards and a FailureRatio of 0.5: it keeps every counted
 // verdict of the closed period in a list.
 type model struct {
-	s          Settings
-	state      State
-	gen        uint64
-	openFor    time.Duration
-	openUntil  time.Time
-	probing    bool
-	probeStart time.Time
-	counted    bool
-	origin     time.Time
-	events     []modelEvent
-	changes    []Change
+	s         Settings
+	state     State
+	gen       uint64
+	openFor   time.Duration
+	openUntil time.Time
+	probing   bool
+	probeDue  time.Time
+	counted   bool
+	origin    time.Time
+	events    []modelEvent
+	changes   []Change
 }
 
 type modelEvent struct {
@@ -1146,19 +1162,38 @@ func (m *model) open(now time.Time, d time.Duration) {
 	m.change(Open, now)
 }
 
-func (m *model) allow(now time.Time) (ok, probe bool, next time.Time) {
+func (m *model) allow(now, deadline time.Time) (ok, probe bool, next time.Time) {
 	m.tick(now)
-	switch m.state {
-	case Closed:
+	switch {
+	case m.state == Closed:
 		return true, false, time.Time{}
-	case Open:
-		return false, false, m.openUntil
+	case m.state == Open || m.probing:
+		return false, false, m.next(now)
 	}
-	if m.probing {
-		return false, false, m.probeStart.Add(m.s.ProbeLimit)
+	m.probing, m.probeDue = true, now.Add(m.s.ProbeLimit)
+	if !deadline.IsZero() && deadline.Before(m.probeDue) {
+		m.probeDue = deadline
 	}
-	m.probing, m.probeStart = true, now
 	return true, true, time.Time{}
+}
+
+// next is when a refusal at now tells to ask again.
+func (m *model) next(now time.Time) time.Time {
+	next := m.openUntil
+	if m.state == HalfOpen {
+		next = m.probeDue
+		if !next.After(now) {
+			next = now.Add(OverdueWait)
+		}
+	}
+	return minTime(next, now.Add(m.openFor))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (m *model) done(gen uint64, probe bool, now time.Time, v Verdict) {
@@ -1209,7 +1244,7 @@ func (m *model) done(gen uint64, probe bool, now time.Time, v Verdict) {
 const (
 	opAdvance   = iota // advance the clock by a duration the argument encodes
 	opJump             // jump to the next probe's time, or 1 ns before it
-	opAllow            // Allow, keeping the ticket if admitted
+	opAllow            // Allow, keeping the ticket if admitted; arg > 0: with a deadline (arg-1)×250ms on
 	opAllowKeep        // Allow, keeping the ticket even if refused
 	opDone             // Done of a kept ticket: verdict arg%3, the newest but arg/3
 	opDone2            // the same
@@ -1220,7 +1255,8 @@ const (
 
 // FuzzBreaker drives a breaker with a sequence of operations at times that
 // never go backwards, compares every answer and change with the model, and
-// checks the invariants: never more than one probe in flight; each change
+// checks the invariants: never more than one probe in flight; a refusal's
+// wait is positive and no longer than the current open period; each change
 // goes from the state the previous one went to, along a valid transition;
 // State is never 0; every open period is within [OpenFor, MaxOpenFor]
 // (OpenFor from closed, twice the previous one capped from half-open).
@@ -1244,6 +1280,10 @@ func FuzzBreaker(f *testing.F) {
 		opAllow, 0, opDone, 2, opAdvance, 3+4*63, opAllow, 0, opDone, 2))
 	// Probes failing until the period is capped.
 	seed(0, ops(opAllow, 0, opDone, 2), slices.Repeat(ops(opJump, 0, opAllow, 0, opDone, 2), 8))
+	// Probes with deadlines before and after ProbeLimit, refusals and
+	// RefusesAt while they are in flight, and past their due time.
+	seed(0, ops(opAllow, 0, opDone, 2, opJump, 0, opAllow, 9, opAllow, 0, opRefusesAt, 1, opAdvance, 1+4*50, opAllowKeep, 0,
+		opJump, 0, opAllow, 0, opRefusesAt, 0, opDone, 5, opJump, 0, opAllow, 255, opAdvance, 2+4*20, opAllow, 0, opRefusesAt, 100, opDone, 2))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -1279,7 +1319,7 @@ func FuzzBreaker(f *testing.F) {
 				case m.state == Open:
 					target = m.openUntil
 				case m.state == HalfOpen && m.probing:
-					target = m.probeStart.Add(s.ProbeLimit)
+					target = m.probeDue
 				default:
 					target = now.Add(time.Duration(arg) * sec)
 				}
@@ -1290,11 +1330,18 @@ func FuzzBreaker(f *testing.F) {
 					now = target
 				}
 			case opAllow, opAllowKeep:
-				a := b.Allow(now)
-				ok, isProbe, next := m.allow(now)
+				var deadline time.Time
+				if op == opAllow && arg > 0 {
+					deadline = now.Add(time.Duration(arg-1) * 250 * time.Millisecond)
+				}
+				a := b.AllowUntil(now, deadline)
+				ok, isProbe, next := m.allow(now, deadline)
 				if a.OK != ok || a.Ticket.Probe != isProbe || a.State != m.state || !a.NextProbe.Equal(next) {
 					t.Fatalf("%s: Allow = OK %v probe %v %v next %s; model OK %v probe %v %v next %s",
 						what(), a.OK, a.Ticket.Probe, a.State, fmtTime(a.NextProbe), ok, isProbe, m.state, fmtTime(next))
+				}
+				if w := a.NextProbe.Sub(now); !a.OK && (w <= 0 || w > m.openFor) {
+					t.Fatalf("%s: Allow refused with a wait of %v; want one in (0, %v]", what(), w, m.openFor)
 				}
 				if a.Ticket.Probe != (a.OK && a.State == HalfOpen) {
 					t.Fatalf("%s: Allow = %+v: want a probe exactly when admitted half-open", what(), a)
@@ -1331,9 +1378,13 @@ func FuzzBreaker(f *testing.F) {
 				later := now.Add(time.Duration(arg) * sec)
 				refused, next := b.RefusesAt(now, later)
 				m.tick(now)
-				want := m.state == Open && m.openUntil.After(later)
-				if refused != want || (refused && !next.Equal(m.openUntil)) {
-					t.Fatalf("%s: RefusesAt(+%ds) = %v %s; model %v %s", what(), arg, refused, fmtTime(next), want, fmtTime(m.openUntil))
+				want := m.state == Open && m.openUntil.After(later) || m.state == HalfOpen && m.probing && m.probeDue.After(later)
+				var wantNext time.Time
+				if m.state == Open || m.probing {
+					wantNext = m.next(now)
+				}
+				if refused != want || !next.Equal(wantNext) {
+					t.Fatalf("%s: RefusesAt(+%ds) = %v %s; model %v %s", what(), arg, refused, fmtTime(next), want, fmtTime(wantNext))
 				}
 			}
 			if len(changes) != len(m.changes) {
@@ -1367,4 +1418,59 @@ func FuzzBreaker(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRefusalWaitBoundedByOpenPeriod checks the wait a refusal tells of:
+// open, until the open period ends; with a probe in flight, until its
+// answer is due (ProbeLimit after it started, or the deadline it was
+// admitted with if sooner), or OverdueWait once that has passed; and never
+// longer than the current open period, doubled after a failed probe.
+func TestRefusalWaitBoundedByOpenPeriod(t *testing.T) {
+	ms := time.Millisecond
+	b, _ := newBreaker(func(s *Settings) { s.OpenFor, s.MaxOpenFor, s.ProbeLimit = 2*sec, 10*sec, 60*sec })
+	trip(t, b, t0)
+	wantRefused(t, b, at(500*ms), Open, at(2*sec))
+
+	// A probe that may take 60 s: come back within the open period.
+	p := probe(t, b, at(2*sec))
+	wantRefused(t, b, at(2*sec), HalfOpen, at(4*sec))
+	wantRefused(t, b, at(30*sec), HalfOpen, at(32*sec))
+	wantRefused(t, b, at(60500*ms), HalfOpen, at(62*sec)) // 1.5 s left
+	wantRefused(t, b, at(62*sec), HalfOpen, at(62*sec+OverdueWait))
+	if refused, next := b.RefusesAt(at(3*sec), at(10*sec)); !refused || !next.Equal(at(5*sec)) {
+		t.Fatalf("RefusesAt(3s, 10s) = %v, %s; want refused (the probe is due at 62s), next at 5s", refused, fmtTime(next))
+	}
+
+	// It fails: open for 4 s, the bound of the waits until it closes.
+	b.Done(p, at(63*sec), Failure)
+	wantRefused(t, b, at(63*sec), Open, at(67*sec))
+	p = probe(t, b, at(67*sec))
+	wantRefused(t, b, at(67*sec), HalfOpen, at(71*sec))
+
+	// A probe whose caller's deadline comes first: its remainder.
+	b.Done(p, at(68*sec), Neutral)
+	p = b.AllowUntil(at(68*sec), at(69500*ms)).Ticket
+	if !p.Probe {
+		t.Fatal("AllowUntil did not admit the probe")
+	}
+	wantRefused(t, b, at(68*sec), HalfOpen, at(69500*ms))
+	wantRefused(t, b, at(69*sec), HalfOpen, at(69500*ms))
+	wantRefused(t, b, at(69500*ms), HalfOpen, at(69600*ms))
+	if refused, next := b.RefusesAt(at(68*sec), at(69500*ms)); refused || !next.Equal(at(69500*ms)) {
+		t.Fatalf("RefusesAt(68s, 69.5s) = %v, %s; want not refused at the probe's deadline", refused, fmtTime(next))
+	}
+
+	// A deadline past ProbeLimit changes nothing.
+	b.Done(p, at(70*sec), Neutral)
+	probe := b.AllowUntil(at(70*sec), at(time.Hour))
+	if !probe.OK || !probe.Ticket.Probe {
+		t.Fatal("AllowUntil did not admit the probe")
+	}
+	wantRefused(t, b, at(127*sec), HalfOpen, at(130*sec))
+
+	// An open period shorter than OverdueWait bounds it too.
+	b2, _ := newBreaker(func(s *Settings) { s.OpenFor, s.ProbeLimit = 50*ms, 0 })
+	trip(t, b2, t0)
+	_ = b2.Allow(at(50 * ms))
+	wantRefused(t, b2, at(50*ms), HalfOpen, at(100*ms))
 }
