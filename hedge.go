@@ -57,7 +57,7 @@ type HedgePolicy struct {
 	// MinSamples is the number of attempts a Quantile needs before it is
 	// used: until then no call is hedged. Default 20, or Window when it
 	// is smaller; at least 1, at most Window.
-	MinSamples int `key:"min_samples" default:"20" min:"1"`
+	MinSamples int `key:"min_samples" default:"20" min:"1" max:"10000"`
 	// OnlyWhenAsked hedges only the calls whose context asks for it (see
 	// [ContextWithHedging]); by default every call is hedged but those
 	// whose context declines.

@@ -99,9 +99,12 @@ type Policy struct {
 	// larger event fails with [ErrEventTooLarge]: before its first
 	// content, not retried (it is the provider's answer, likely the same
 	// again); after it, as [ErrAmbiguous], and a proxy client gets an SSE
-	// error event. Default 16 MiB: far above the API's events, and half
-	// the 32 MiB line the SDK's decoder accepts at most.
-	MaxEventBytes int `key:"max_event_bytes" default:"16777216" min:">0" unit:"bytes"`
+	// error event. Default 16 MiB: far above the API's events (a delta of
+	// text or of a tool's input is a few KiB), and half the 32 MiB line
+	// the SDK's decoder accepts at most. At most that 32 MiB: a larger
+	// event could not reach a Go caller, and a proxy holding one costs
+	// several times its size.
+	MaxEventBytes int `key:"max_event_bytes" default:"16777216" min:">0" max:"33554432" unit:"bytes"`
 
 	// StreamIdleTimeout, when set, fails a stream after its first content
 	// whose body sends nothing for this long while the caller waits for the

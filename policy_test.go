@@ -189,6 +189,9 @@ func TestPolicyBounds(t *testing.T) {
 		{damper.Policy{BackoffMax: 3 * day}, "Policy.BackoffMax = 72h0m0s: must be at most 24h0m0s"},
 		{damper.Policy{MaxRetryAfter: math.MaxInt64}, "Policy.MaxRetryAfter = 2562047h47m16.854775807s: must be at most 24h0m0s"},
 		{damper.Policy{MaxHoldBack: 64<<20 + 1}, "Policy.MaxHoldBack = 67108865: must be at most 67108864"},
+		{damper.Policy{MaxEventBytes: math.MaxInt}, "Policy.MaxEventBytes = 9223372036854775807: must be at most 33554432"},
+		{damper.Policy{MaxEventBytes: 32<<20 + 1}, "Policy.MaxEventBytes = 33554433: must be at most 33554432"},
+		{damper.Policy{Hedge: &damper.HedgePolicy{MinSamples: 10_001}}, "Policy.Hedge.MinSamples = 10001: must be at most 10000"},
 		{damper.Policy{StreamIdleTimeout: day + 1}, "Policy.StreamIdleTimeout = 24h0m0.000000001s: must be at most 24h0m0s"},
 		{damper.Policy{Breaker: &damper.BreakerPolicy{MinAttempts: 1_000_001}}, "Policy.Breaker.MinAttempts = 1000001: must be at most 1000000"},
 		{damper.Policy{Breaker: &damper.BreakerPolicy{Window: day + 1}}, "Policy.Breaker.Window = 24h0m0.000000001s: must be at most 24h0m0s"},
@@ -225,7 +228,7 @@ func TestPolicyBounds(t *testing.T) {
 	// The bounds themselves are allowed.
 	for _, p := range []damper.Policy{
 		{MaxAttempts: 100, PerAttemptTimeout: day, MaxRetryCostUSD: 1e6, RetryBudgetRatio: 1000, RetryBudgetWindow: day,
-			RetryBudgetMinTokens: 1_000_000, BackoffBase: day, BackoffMax: day, MaxRetryAfter: day, MaxHoldBack: 64 << 20, StreamIdleTimeout: day,
+			RetryBudgetMinTokens: 1_000_000, BackoffBase: day, BackoffMax: day, MaxRetryAfter: day, MaxHoldBack: 64 << 20, MaxEventBytes: 32 << 20, StreamIdleTimeout: day,
 			Breaker:   &damper.BreakerPolicy{MinAttempts: 1_000_000, Window: day, OpenFor: day, MaxOpenFor: day},
 			Throttle:  &damper.ThrottlePolicy{MaxTokens: 1000},
 			Hedge:     &damper.HedgePolicy{MinDelay: day, Window: 10_000, MinSamples: 10_000},

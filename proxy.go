@@ -64,15 +64,16 @@ type ProxyConfig struct {
 	Transport http.RoundTripper `key:"-"` // code
 	// MaxRequestBytes bounds a request's body, on every path. Default 32
 	// MiB, the Messages API's own limit. A longer body is answered with
-	// 413.
-	MaxRequestBytes int64 `key:"max_request_bytes" default:"33554432" min:">0" unit:"bytes"`
+	// 413. At most 512 MiB, above the API's largest upload (a 500 MB
+	// file): a Messages body is held whole.
+	MaxRequestBytes int64 `key:"max_request_bytes" default:"33554432" min:">0" max:"536870912" unit:"bytes"`
 	// WriteTimeout bounds how long one write of an answer to the client
 	// may block, a stream's included: a client that stops reading has
 	// its call ended after it, and the upstream connection freed. Default
 	// 1 minute. The proxy sets the connection's write deadline itself, so
 	// an http.Server's WriteTimeout, a bound on the whole answer that
-	// would cut long streams, does not apply to it.
-	WriteTimeout time.Duration `key:"write_timeout" default:"1m" min:">0"`
+	// would cut long streams, does not apply to it. At most 24 h.
+	WriteTimeout time.Duration `key:"write_timeout" default:"1m" min:">0" max:"24h"`
 	// Logger gets one line per request: its method and path (each cut at
 	// 256 bytes), status and duration (a slog duration) and, for a
 	// Messages call that passed the checks at the door, its report's

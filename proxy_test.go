@@ -492,6 +492,8 @@ func TestNewProxyErrors(t *testing.T) {
 		{damper.ProxyConfig{Upstream: "https://user:" + testKey + "@api.anthropic.com:x"}, `"https://xxxxx@api.anthropic.com:x": is not a URL`},
 		{damper.ProxyConfig{Upstream: "https://api.anthropic.com/?x=1"}, "query"},
 		{damper.ProxyConfig{Upstream: "https://api.anthropic.com", MaxRequestBytes: -1}, "ProxyConfig.MaxRequestBytes"},
+		{damper.ProxyConfig{Upstream: "https://api.anthropic.com", MaxRequestBytes: 1 << 62}, "ProxyConfig.MaxRequestBytes = 4611686018427387904: must be at most 536870912"},
+		{damper.ProxyConfig{Upstream: "https://api.anthropic.com", WriteTimeout: 25 * time.Hour}, "ProxyConfig.WriteTimeout = 25h0m0s: must be at most 24h0m0s"},
 	} {
 		_, err := damper.NewProxy(d, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), testKey) {

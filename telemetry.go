@@ -105,10 +105,12 @@ func WithTracerProvider(tp trace.TracerProvider) Setting {
 // (gen_ai.client.operation.duration, gen_ai.client.token.usage and
 // gen_ai.client.operation.time_to_first_chunk, as of v1.41.0); see the
 // README's Telemetry section for their names, units and attributes. A
-// caller can name any model, so the model and its limit group reach a
-// metric only from a bounded set: the price table's models, and the first
-// 32 others seen (and, apart, the first 32 the table prices by family);
-// any other is "other".
+// caller can name any model, and an upstream any answering model, so a
+// model reaches a metric only in the first 8 combinations of models,
+// server and provider (and the first 4 with each failure) of the models
+// the price table prices, and apart of the others; a limit group only if
+// the price table's models or the rate limiter's configuration name it,
+// or among the first 8 others seen. Any other is "other".
 func WithMeterProvider(mp metric.MeterProvider) Setting {
 	return func(d *Damper) error {
 		if mp == nil {
@@ -250,7 +252,7 @@ func policyLabels(p *Policy) (models, groups *labelSet) {
 		_, ok := table.Lookup(m)
 		return ok
 	}
-	return newLabelSet(keys, priced), newLabelSet(groupNames, nil)
+	return newLabelSet(keys, priced, maxLabels), newLabelSet(groupNames, nil, maxGroupLabels)
 }
 
 // placeholderOf returns tp when it is OpenTelemetry's own global provider

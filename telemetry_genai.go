@@ -71,12 +71,50 @@ var (
 // Report.Provider is provider. Damper names the platform from the request's
 // host (providerOf) with the SDK's own values; anything else is Anthropic's
 // API, as the SDK has it.
-func genAIProvider(provider string) attribute.KeyValue {
+func genAIProvider(provider string) string {
 	switch provider {
 	case genAIProviderBedrock, genAIProviderVertex:
-		return keyGenAIProvider.String(provider)
+		return provider
 	}
-	return keyGenAIProvider.String(genAIProviderAnthropic)
+	return genAIProviderAnthropic
+}
+
+// Bounds of the GenAI series that name a model of their own, per pool of
+// models (those the price table prices, and the others; see labelSet):
+// the first maxModelSeries combinations of the request's and the answer's
+// models, server and provider, and the first maxErrorSeries of those with
+// an error.type. A series of the GenAI histograms is some 6 KB of a
+// Prometheus scrape; these keep the ones that name a model near 400 KB
+// whatever models the callers and the upstream name. A service calls a
+// handful of models: the bounds leave each room for a few servers and
+// failures.
+const (
+	maxModelSeries = 8
+	maxErrorSeries = 4
+)
+
+// genAISeries is a combination of the GenAI metrics' attributes that may
+// name a model: for a base, errType is "".
+type genAISeries struct {
+	provider, request, response, server string
+	port                                int
+	errType                             string
+}
+
+// genAIErrorType returns error.type as the GenAI metrics record it: a
+// status the Messages API and its platforms do not answer with, which only
+// a misbehaving upstream would send, is "_OTHER", the conventions' value
+// for a type without a name, so that an upstream cannot make a series of
+// every status.
+func genAIErrorType(typ string) string {
+	if typ == "" || typ[0] < '0' || typ[0] > '9' {
+		return typ // a kind or an outcome: Damper's own names
+	}
+	switch typ {
+	case "400", "401", "402", "403", "404", "408", "409", "413", "424", "429", "500", "502", "503", "504", "529":
+		return typ
+	}
+	return "_OTHER"
 }
 
 // genAIMetrics are the GenAI instruments of one Damper.
@@ -85,11 +123,16 @@ type genAIMetrics struct {
 	tokens     metric.Int64Histogram
 	firstChunk metric.Float64Histogram
 	cached     metric.Int64Histogram
+	// bases and errs admit the series that name a model (see
+	// maxModelSeries).
+	bases, errs *seriesSet[genAISeries]
 }
 
 func newGenAIMetrics(meter metric.Meter) genAIMetrics {
 	var none noop.Meter
 	return genAIMetrics{
+		bases: newSeriesSet[genAISeries](maxModelSeries),
+		errs:  newSeriesSet[genAISeries](maxErrorSeries),
 		duration: instrument(meter.Float64Histogram(metricGenAIDuration, metric.WithUnit("s"),
 			metric.WithDescription("GenAI operation duration."),
 			metric.WithExplicitBucketBoundaries(genAIDurationBuckets...)))(none.Float64Histogram(metricGenAIDuration)),
@@ -200,22 +243,50 @@ func (ct *callTrace) streamUsage(u usage, final bool) {
 // record records the GenAI metrics of a call that ended with report rep,
 // whose last attempt is last, and whose GenAI view is gc.
 func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, rep *Report, last AttemptReport) {
-	var buf [10]attribute.KeyValue
-	base := append(buf[:0], genAIChat, genAIProvider(rep.Provider))
+	provider := genAIProvider(rep.Provider)
+	typ := genAIErrorType(requestErrorType(rep.Outcome, last))
+	var request, response string
 	if rep.Model != "" {
-		base = append(base, keyGenAIRequestModel.String(m.models.label(rep.Model)))
+		request = m.models.label(rep.Model)
 	}
 	if gc.responseModel != "" {
-		base = append(base, keyGenAIResponseModel.String(m.models.label(gc.responseModel)))
+		response = m.models.label(gc.responseModel)
 	}
+	if request != "" && request != otherLabel || response != "" && response != otherLabel {
+		k := genAISeries{provider: provider, request: request, response: response, server: gc.server, port: gc.port}
+		pool := m.models.pool(rep.Model)
+		own := g.bases.admit(k, pool)
+		if own && typ != "" {
+			k.errType = typ
+			own = g.errs.admit(k, pool)
+		}
+		if !own && request != "" {
+			request = otherLabel
+		}
+		if !own && response != "" {
+			response = otherLabel
+		}
+	}
+	var buf [10]attribute.KeyValue
+	common := append(buf[:0], genAIChat, keyGenAIProvider.String(provider))
 	if gc.server != "" {
-		base = append(base, keyServerAddress.String(gc.server), keyServerPort.Int(gc.port))
+		common = append(common, keyServerAddress.String(gc.server), keyServerPort.Int(gc.port))
 	}
 	if m.named {
-		base = append(base, m.name)
+		common = append(common, m.name)
+	}
+	// The cache's breakdown is Damper's own metric, and as every damper.*
+	// metric it leaves the model out.
+	nc := len(common)
+	base := common
+	if request != "" {
+		base = append(base, keyGenAIRequestModel.String(request))
+	}
+	if response != "" {
+		base = append(base, keyGenAIResponseModel.String(response))
 	}
 	if g.duration.Enabled(ctx) {
-		if typ := requestErrorType(rep.Outcome, last); typ != "" {
+		if typ != "" {
 			g.duration.Record(ctx, rep.Duration.Seconds(), withOne(base, keyErrorType.String(typ)))
 		} else {
 			g.duration.Record(ctx, rep.Duration.Seconds(), withBase(base))
@@ -237,8 +308,8 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 		}
 	}
 	if g.cached.Enabled(ctx) {
-		g.cached.Record(ctx, u.cacheRead, withOne(base, cacheRead))
-		g.cached.Record(ctx, u.cacheCreation, withOne(base, cacheCreation))
+		g.cached.Record(ctx, u.cacheRead, withOne(common[:nc], cacheRead))
+		g.cached.Record(ctx, u.cacheCreation, withOne(common[:nc], cacheCreation))
 	}
 }
 

@@ -59,7 +59,7 @@ func TestGenAIProvider(t *testing.T) {
 	for provider, want := range map[string]string{
 		"anthropic": "anthropic", "aws.bedrock": "aws.bedrock", "gcp.vertex_ai": "gcp.vertex_ai", "": "anthropic",
 	} {
-		if got := genAIProvider(provider).Value.AsString(); got != want {
+		if got := genAIProvider(provider); got != want {
 			t.Errorf("genAIProvider(%q) = %q, want %q", provider, got, want)
 		}
 	}

@@ -40,7 +40,7 @@ func TestLabelSetBounded(t *testing.T) {
 		}
 	}
 	for _, m := range []string{"bad\xff", strings.Repeat("a", maxLabelBytes+1)} {
-		if got := newLabelSet(nil, nil).label(m); got != otherLabel {
+		if got := newLabelSet(nil, nil, maxLabels).label(m); got != otherLabel {
 			t.Errorf("label(%.20q) = %q, want %q: it cannot be a model ID", m, got, otherLabel)
 		}
 	}
@@ -51,7 +51,7 @@ func TestLabelSetBounded(t *testing.T) {
 
 // A label already given is read without an allocation.
 func TestLabelSetReadAllocates(t *testing.T) {
-	s := newLabelSet(nil, nil)
+	s := newLabelSet(nil, nil, maxLabels)
 	m := strings.Clone("model-a")
 	s.label(m)
 	if n := testing.AllocsPerRun(100, func() { s.label(m) }); n != 0 {
@@ -91,5 +91,43 @@ func TestPriceTableForgetsLongIDs(t *testing.T) {
 	table.Lookup("claude-x-1-20250101")
 	if n := table.resolvedCount.Load(); n != 1 {
 		t.Errorf("%d IDs remembered, want 1", n)
+	}
+}
+
+// A seriesSet admits the first max keys of each pool, and always them
+// after; a key already admitted is read without an allocation.
+func TestSeriesSetBounded(t *testing.T) {
+	s := newSeriesSet[genAISeries](maxModelSeries)
+	admitted := [2]int{}
+	for i := range 10_000 {
+		for pool := range 2 {
+			if s.admit(genAISeries{request: fmt.Sprint(i), port: pool}, pool) {
+				admitted[pool]++
+			}
+		}
+	}
+	if admitted != [2]int{maxModelSeries, maxModelSeries} {
+		t.Errorf("admitted %v, want %d a pool", admitted, maxModelSeries)
+	}
+	first := genAISeries{request: "0"}
+	if !s.admit(first, 0) || s.admit(genAISeries{request: fmt.Sprint(maxModelSeries)}, 0) {
+		t.Error("the first key is refused, or one beyond the bound admitted")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.admit(first, 0) }); n != 0 {
+		t.Errorf("%v allocations per admitted key, want 0", n)
+	}
+}
+
+// error.type in the GenAI metrics: Damper's names and the statuses the
+// API answers with as they are, any other status _OTHER.
+func TestGenAIErrorTypeBounded(t *testing.T) {
+	for typ, want := range map[string]string{
+		"": "", "400": "400", "429": "429", "529": "529", "504": "504",
+		"418": "_OTHER", "599": "_OTHER", "999": "_OTHER", "4000": "_OTHER",
+		"attempts_exhausted": "attempts_exhausted", "transport": "transport",
+	} {
+		if got := genAIErrorType(typ); got != want {
+			t.Errorf("genAIErrorType(%q) = %q, want %q", typ, got, want)
+		}
 	}
 }

@@ -313,15 +313,18 @@ func (r *telRig) genAI(t *testing.T) genAI {
 }
 
 // key returns the key, as metricValues has it, of metric's series for a
-// call to model answered by response ("" when no answer came), with more.
+// call to model ("" for a series without the models) answered by response
+// ("" when no answer came), with more.
 func (g genAI) key(metric, model, response string, more ...attribute.KeyValue) string {
 	kvs := append([]attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", g.provider),
-		attribute.String("gen_ai.request.model", model),
 		attribute.String("server.address", g.server),
 		attribute.Int("server.port", g.port),
 	}, g.extra...)
+	if model != "" {
+		kvs = append(kvs, attribute.String("gen_ai.request.model", model))
+	}
 	if response != "" {
 		kvs = append(kvs, attribute.String("gen_ai.response.model", response))
 	}
@@ -358,8 +361,9 @@ func (g genAI) tokens(m map[string]float64, model, response string, n int, in, c
 	tok := func(typ string) string {
 		return g.key("gen_ai.client.token.usage", model, response, attribute.String("gen_ai.token.type", typ))
 	}
+	// The cache's breakdown is Damper's own metric: no model.
 	cache := func(c string) string {
-		return g.key("damper.token.cache_usage", model, response, attribute.String("damper.token.cache", c))
+		return g.key("damper.token.cache_usage", "", "", attribute.String("damper.token.cache", c))
 	}
 	histogram(m, tok("input"), float64(n), float64(n*in))
 	if out >= 0 {

@@ -46,12 +46,12 @@ type proxyFile struct {
 	AdminListen string `key:"admin_listen"`
 	// Upstream's default is the command's: the library's has none.
 	damper.ProxyConfig `key:",inline"`
-	DrainTimeout       time.Duration `key:"drain_timeout" default:"30s" min:">0"`
+	DrainTimeout       time.Duration `key:"drain_timeout" default:"30s" min:">0" max:"24h"`
 	// ShutdownDelay is how long /readyz says 503 before the drain.
-	ShutdownDelay     time.Duration  `key:"shutdown_delay" min:"0" zero:"no delay"`
-	ReadHeaderTimeout time.Duration  `key:"read_header_timeout" default:"10s" min:">0"`
-	ReadTimeout       time.Duration  `key:"read_timeout" default:"1m" min:">0"`
-	IdleTimeout       time.Duration  `key:"idle_timeout" default:"2m" min:">0"`
+	ShutdownDelay     time.Duration  `key:"shutdown_delay" min:"0" max:"24h" zero:"no delay"`
+	ReadHeaderTimeout time.Duration  `key:"read_header_timeout" default:"10s" min:">0" max:"24h"`
+	ReadTimeout       time.Duration  `key:"read_timeout" default:"1m" min:">0" max:"24h"`
+	IdleTimeout       time.Duration  `key:"idle_timeout" default:"2m" min:">0" max:"24h"`
 	LogLevel          string         `key:"log_level" default:"info"`
 	Name              string         `key:"name"`
 	Policy            *damper.Policy `key:"policy"`
@@ -217,16 +217,22 @@ Flags:
 			s.maxRequestBytes = *maxBytes
 			if *maxBytes <= 0 {
 				err = errors.Join(err, fmt.Errorf("--max-request-bytes %d: must be above 0", *maxBytes))
+			} else {
+				err = errors.Join(err, flagBound(f.Name, *maxBytes, proxyFile{ProxyConfig: damper.ProxyConfig{MaxRequestBytes: *maxBytes}}))
 			}
 		case "drain-timeout":
 			s.drain = *drain
 			if *drain <= 0 {
 				err = errors.Join(err, fmt.Errorf("--drain-timeout %v: must be above 0", *drain))
+			} else {
+				err = errors.Join(err, flagBound(f.Name, *drain, proxyFile{DrainTimeout: *drain}))
 			}
 		case "shutdown-delay":
 			s.shutdownDelay = *delay
 			if *delay < 0 {
 				err = errors.Join(err, fmt.Errorf("--shutdown-delay %v: must be 0 or more", *delay))
+			} else {
+				err = errors.Join(err, flagBound(f.Name, *delay, proxyFile{ShutdownDelay: *delay}))
 			}
 		case "log-level":
 			var lerr error
@@ -245,6 +251,16 @@ Flags:
 	ip := net.ParseIP(host)
 	s.listenIsNonLocal = host != "localhost" && (ip == nil || !ip.IsLoopback())
 	return s, nil
+}
+
+// flagBound returns an error naming the flag when value, the one field
+// set in f, is outside its key's bounds: a flag has the bounds of its key.
+func flagBound(flag string, value any, f proxyFile) error {
+	var fe *conf.FieldError
+	if err := conf.Fill(&f); errors.As(err, &fe) {
+		return fmt.Errorf("--%s %v: %s", flag, value, fe.Why)
+	}
+	return nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

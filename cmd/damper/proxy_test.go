@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
@@ -503,6 +505,15 @@ func TestProxyDrains(t *testing.T) {
 	})
 }
 
+// TestProxyFileTags: every key of the proxy's file, its backends', its
+// store's and its policy's, is declared by tags that parse, with defaults
+// inside their bounds, and every number, duration and list has a max.
+func TestProxyFileTags(t *testing.T) {
+	if err := conf.Check(reflect.TypeFor[proxyFile]()); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestProxySettings(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -550,6 +561,12 @@ policy:
 		{[]string{"-drain-timeout", "0s"}, "--drain-timeout 0s"},
 		{[]string{"-max-request-bytes", "0"}, "--max-request-bytes 0"},
 		{[]string{"-shutdown-delay", "-1s"}, "--shutdown-delay -1s"},
+		{[]string{"-drain-timeout", "25h"}, "--drain-timeout 25h0m0s: must be at most 24h0m0s"},
+		{[]string{"-shutdown-delay", "25h"}, "--shutdown-delay 25h0m0s: must be at most 24h0m0s"},
+		{[]string{"-max-request-bytes", "9223372036854775807"}, "--max-request-bytes 9223372036854775807: must be at most 536870912"},
+		{[]string{"-config", write("i.yaml", "idle_timeout: 100h\n")}, `idle_timeout: "100h0m0s": must be at most 24h0m0s`},
+		{[]string{"-config", write("j.yaml", "max_request_bytes: 9223372036854775807\n")}, `max_request_bytes: 9223372036854775807: must be at most 536870912`},
+		{[]string{"-config", write("k.yaml", "policy: {max_event_bytes: 9223372036854775807}\n")}, `policy.max_event_bytes: 9223372036854775807: must be at most 33554432`},
 		{[]string{"-config", write("g.yaml", "shutdown_delay: -1s\n")}, `shutdown_delay: "-1s": must be at least 0`},
 		{[]string{"-config", write("h.yaml", "write_timeout: 0s\n")}, `write_timeout: "0s": must be positive`},
 		{[]string{"-listen", "nowhere"}, `listen address "nowhere"`},

@@ -8,14 +8,21 @@ import (
 
 // Check reads the declaration of struct type t and of every struct it
 // holds (through a pointer, a map, a list or an embedding): it fails on a field
-// with no key tag, a tag that does not parse, and a default outside its
-// field's bounds.
+// with no key tag, a tag that does not parse, a default outside its
+// field's bounds, and a number, duration, map or list with no max (in or
+// max tag), since every value a file gives becomes memory or time.
 func Check(t reflect.Type) error {
 	s, err := schemaOf(t)
 	if err != nil {
 		return err
 	}
 	for _, f := range s.fields {
+		switch f.kind {
+		case kindInt, kindFloat, kindDuration, kindMap, kindSlice:
+			if !f.hasHi {
+				return fmt.Errorf("conf: %s.%s: no max: every number, duration, map and list needs an upper bound", t.Name(), f.name)
+			}
+		}
 		var inner reflect.Type
 		switch f.kind {
 		case kindStructPtr:

@@ -8,8 +8,8 @@ import (
 )
 
 // TestCheckFindsBadDeclarations: a field with no key, a default that does
-// not parse, one outside its bounds and a type a file cannot hold are each
-// an error of Check, naming the field.
+// not parse, one outside its bounds, a type a file cannot hold and a
+// number or list with no max are each an error of Check, naming the field.
 func TestCheckFindsBadDeclarations(t *testing.T) {
 	type noKey struct{ A int }
 	type badDefault struct {
@@ -27,6 +27,12 @@ func TestCheckFindsBadDeclarations(t *testing.T) {
 	type inner struct {
 		P *noKey `key:"p"`
 	}
+	type unbounded struct {
+		A time.Duration `key:"a" min:">0"`
+	}
+	type unboundedList struct {
+		L []string `key:"l"`
+	}
 	for _, tt := range []struct {
 		t    reflect.Type
 		want string
@@ -37,6 +43,8 @@ func TestCheckFindsBadDeclarations(t *testing.T) {
 		{reflect.TypeFor[outsideInterval](), "outsideInterval.A: default 1: must be in (0, 1)"},
 		{reflect.TypeFor[code](), `code.F: type func(): not a kind a file holds; tag it key:"-"`},
 		{reflect.TypeFor[inner](), "noKey.A: no key tag"},
+		{reflect.TypeFor[unbounded](), "unbounded.A: no max"},
+		{reflect.TypeFor[unboundedList](), "unboundedList.L: no max"},
 	} {
 		if err := Check(tt.t); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want %q", tt.t, err, tt.want)
@@ -115,7 +123,7 @@ type listed struct {
 type listItem struct {
 	Name string            `key:"name" default:"anon"`
 	M    map[string]string `key:"m" max:"1" unit:"entries"`
-	N    int               `key:"num" min:"0"`
+	N    int               `key:"num" min:"0" max:"100"`
 }
 
 func init() {
