@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ const (
 	headerAttempts         = "Damper-Attempts"
 	headerOutcome          = "Damper-Outcome"
 	headerRetryCost        = "Damper-Retry-Cost-Usd"
+	headerBackend          = "Damper-Backend"
 )
 
 // ProxyConfig is what a [Proxy] needs besides its Damper. Its fields are
@@ -77,8 +79,9 @@ type ProxyConfig struct {
 	// Logger gets one line per request: its method and path (each cut at
 	// 256 bytes), status and duration (a slog duration) and, for a
 	// Messages call that passed the checks at the door, its report's
-	// model, outcome and attempts. No header, body or credential is
-	// logged. nil means no lines.
+	// model, outcome and attempts, and the backend whose answer the
+	// client got (the Damper-Backend header). No header, body or
+	// credential is logged. nil means no lines.
 	Logger *slog.Logger `key:"-"` // code
 }
 
@@ -149,7 +152,18 @@ type ProxyConfig struct {
 // the call made (for a stream, until its first content); Damper-Outcome,
 // the call's [Outcome] (a stream sends it as a trailer, at its end); and
 // Damper-Retry-Cost-Usd, the estimated cost of its retries in US dollars
-// ([Report.RetryCostUSD]).
+// ([Report.RetryCostUSD]). Damper-Backend names the backend whose answer
+// the client got: "primary" for the upstream, else a fallback's
+// [Backend.Name]; for a refusal, the backend whose gate refused; absent
+// when the request was refused at the door, before any backend.
+//
+// The proxy switches no protocol: a request that asks for an upgrade (an
+// Upgrade header, or "upgrade" in Connection: WebSocket, h2c) is refused
+// with 400 invalid_request_error on every path, and nothing is sent, and
+// an upstream that answers 101 Switching Protocols is answered with 502
+// api_error, never relayed: either would open a tunnel to the upstream
+// through the proxy. The headers of one connection, those that
+// Connection names among them, are not forwarded.
 //
 // Memory per request grows with the bytes that have arrived, never with a
 // declared Content-Length, up to MaxRequestBytes.
@@ -182,6 +196,7 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 	if p.rt == nil {
 		p.rt = newProxyTransport()
 	}
+	p.rt = noSwitch{p.rt}
 	p.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = p.target(pr.In.URL)
@@ -193,12 +208,32 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 			switch mb := (*http.MaxBytesError)(nil); {
 			case errors.As(err, &mb):
 				p.tooLarge(w)
+			case errors.Is(err, errSwitched):
+				writeAPIError(w, http.StatusBadGateway, "api_error", "damper proxy: "+err.Error(), nil)
 			case r.Context().Err() == nil:
 				writeAPIError(w, http.StatusBadGateway, "api_error", "damper proxy: the upstream did not answer: "+err.Error(), nil)
 			}
 		},
 	}
 	return p, nil
+}
+
+// errSwitched is the failure of an upstream that answered 101 Switching
+// Protocols: the proxy asks for no switch, and relaying one would open a
+// tunnel through it.
+var errSwitched = errors.New("the upstream answered 101 Switching Protocols, which the proxy never relays")
+
+// noSwitch is the transport of a Proxy: its own, that fails a 101 answer
+// (errSwitched) and closes its connection, on every path.
+type noSwitch struct{ rt http.RoundTripper }
+
+func (t noSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := t.rt.RoundTrip(r)
+	if err == nil && res.StatusCode == http.StatusSwitchingProtocols {
+		closeBody(res)
+		return nil, errSwitched
+	}
+	return res, err
 }
 
 // newProxyTransport returns the transport a Proxy uses by default:
@@ -271,29 +306,53 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(p.write)) }()
 	if r.Method == http.MethodConnect || r.URL.Host != "" || r.URL.Scheme != "" {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: not a forward proxy: a request's target must be a path, such as /v1/messages", nil)
-		p.logRequest(r, http.StatusBadRequest, start, nil)
+		p.logRequest(r, http.StatusBadRequest, start, nil, "")
+		return
+	}
+	if asked := upgradeAsked(r.Header); asked != "" {
+		// httputil.ReverseProxy would forward it, and tunnel a 101.
+		writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
+			"damper proxy: "+asked+": the proxy switches no protocol (WebSocket, h2c); send plain HTTP requests", nil)
+		p.logRequest(r, http.StatusBadRequest, start, nil, "")
 		return
 	}
 	if hasDotSegment(r.URL.Path) {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
 			"damper proxy: path "+excerpt([]byte(r.URL.EscapedPath()))+": a path with a dot segment (. or ..) is not forwarded", nil)
-		p.logRequest(r, http.StatusBadRequest, start, nil)
+		p.logRequest(r, http.StatusBadRequest, start, nil, "")
 		return
 	}
 	if r.ContentLength > p.maxBody {
-		p.logRequest(r, p.tooLarge(w), start, nil) // before a byte of it is read or sent
+		p.logRequest(r, p.tooLarge(w), start, nil, "") // before a byte of it is read or sent
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
 	if r.Method != http.MethodPost || !isMessagesRoute(r.URL.Path) {
 		sw := &statusWriter{ResponseWriter: w, rc: rc, d: p.write}
 		p.pass.ServeHTTP(sw, r)
-		p.logRequest(r, sw.status, start, nil)
+		p.logRequest(r, sw.status, start, nil, "")
 		return
 	}
 	var rep Report
-	status := p.messages(w, rc, r, &rep)
-	p.logRequest(r, status, start, &rep)
+	status, backend := p.messages(w, rc, r, &rep)
+	p.logRequest(r, status, start, &rep, backend)
+}
+
+// upgradeAsked describes the header by which h asks to switch protocols
+// (an Upgrade header, or "upgrade" among Connection's names), or is ""
+// when it asks for none.
+func upgradeAsked(h http.Header) string {
+	if v, ok := h["Upgrade"]; ok && len(v) > 0 {
+		return "header Upgrade is " + excerpt([]byte(v[0]))
+	}
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			if strings.EqualFold(strings.TrimSpace(name), "upgrade") {
+				return "header Connection is " + excerpt([]byte(f))
+			}
+		}
+	}
+	return ""
 }
 
 // isMessagesRoute reports whether path names the Messages endpoint, with
@@ -341,23 +400,23 @@ func (p *Proxy) tooLarge(w http.ResponseWriter) int {
 }
 
 // messages serves a Messages call and returns the status it answered with
-// (0 when the client had gone).
-func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report) int {
+// (0 when the client had gone) and the backend it named, if any.
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report) (status int, backend string) {
 	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
-		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
 	// The buffer grows as the body arrives: a declared length is believed
 	// only up to initialBodyBuf before its bytes come.
 	body, err := readUpTo(nil, r.Body, min(r.ContentLength, initialBodyBuf), -1)
 	if err != nil {
 		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
-			return p.tooLarge(w)
+			return p.tooLarge(w), ""
 		}
-		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: reading the request body: "+err.Error(), nil)
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: reading the request body: "+err.Error(), nil), ""
 	}
 	if err := checkMessagesBody(body); err != nil {
-		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
 	ctx := r.Context()
 	if whole > 0 {
@@ -375,28 +434,33 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	target.Path, target.RawPath = strings.TrimSuffix(p.upstream.Path, "/")+"/v1/messages", ""
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
 	if err != nil {
-		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: "+err.Error(), nil)
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: "+err.Error(), nil), ""
 	}
 	out.Header = upstreamHeader(r.Header)
 	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep})
 	if err != nil {
-		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
 	res, err := c.run()
+	backend = boundedText(answeredBy(err, rep)) // a name from the Damper's settings
 	if err != nil {
 		if r.Context().Err() != nil {
-			return 0 // the client has gone: no one to answer
+			return 0, backend // the client has gone: no one to answer
 		}
-		return writeCallError(w, err, rep)
+		return writeCallError(w, err, rep, backend), backend
 	}
 	defer closeBody(res)
+	if res.StatusCode < 200 { // an informational status as the answer: a fallback's client let it through
+		reportHeader(w.Header(), rep, backend)
+		return writeAPIError(w, http.StatusBadGateway, "api_error", fmt.Sprintf("damper proxy: the upstream answered %d, which the proxy never relays", res.StatusCode), nil), backend
+	}
 	if headers != nil {
 		headers.lift() // the answer's headers go out now: the SDK's timeout ends here
 	}
 	h := w.Header()
 	copyHeader(h, res.Header)
 	h.Del("Content-Length") // the transport may have decoded the body
-	reportHeader(h, rep)
+	reportHeader(h, rep, backend)
 	_, stream := res.Body.(*streamBody)
 	dw := &deadlineWriter{w: w, rc: rc, d: p.write}
 	switch {
@@ -407,7 +471,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 		w.WriteHeader(res.StatusCode)
 		passStream(dw, res.Body, p.d.policy.MaxEventBytes)
 		h.Set(headerOutcome, string(rep.Outcome))
-		return res.StatusCode
+		return res.StatusCode, backend
 	case rep.Outcome == "":
 		// A plain answer is read whole before it is handed on: it is the
 		// call's success. A call that ended already (an answer that is
@@ -416,7 +480,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(dw, res.Body)
-	return res.StatusCode
+	return res.StatusCode, backend
 }
 
 // deadlineWriter is a client's response writer whose every write must be
@@ -585,8 +649,13 @@ func copyHeader(dst, src http.Header) {
 	dst.Del("X-Should-Retry")
 }
 
-// reportHeader sets the Damper-* headers of rep so far.
-func reportHeader(h http.Header, rep *Report) {
+// reportHeader sets the Damper-* headers of rep so far, and of the
+// backend that answered, if any. It comes after the upstream's headers are
+// copied: an upstream's own Damper-* headers (another proxy's) give way.
+func reportHeader(h http.Header, rep *Report, backend string) {
+	if backend != "" {
+		h.Set(headerBackend, backend)
+	}
 	h.Set(headerAttempts, strconv.Itoa(rep.Attempts))
 	h.Set(headerRetryCost, strconv.FormatFloat(rep.RetryCostUSD, 'f', -1, 64))
 	if rep.Outcome != "" {
@@ -594,11 +663,31 @@ func reportHeader(h http.Header, rep *Report) {
 	}
 }
 
+// answeredBy is the backend whose answer a Messages call's client gets, as
+// its report, rep, names it after err: the backend the call ended on, or,
+// for a provider's error passed on after a refusal, the backend of the
+// attempt that got it; "" when no call was made.
+func answeredBy(err error, rep *Report) string {
+	if rep.Provider == "" {
+		return ""
+	}
+	var up *upstreamStatus
+	var ev *upstreamEvent
+	if err != nil && (errors.As(err, &up) || errors.As(err, &ev)) {
+		for _, a := range slices.Backward(rep.AttemptLog) {
+			if !a.Lost {
+				return a.Backend
+			}
+		}
+	}
+	return rep.Backend
+}
+
 // writeCallError answers a Messages call that ended with err, before any
-// of its answer was sent.
-func writeCallError(w http.ResponseWriter, err error, rep *Report) int {
+// of its answer was sent; backend is the backend that answered, if any.
+func writeCallError(w http.ResponseWriter, err error, rep *Report, backend string) int {
 	h := w.Header()
-	reportHeader(h, rep)
+	reportHeader(h, rep, backend)
 	var up *upstreamStatus
 	var ev *upstreamEvent
 	var de *Error
@@ -610,6 +699,7 @@ func writeCallError(w http.ResponseWriter, err error, rep *Report) int {
 	case errors.As(err, &up):
 		// The provider's own answer, as it came.
 		copyHeader(h, up.header)
+		reportHeader(h, rep, backend)
 		h.Del("Content-Length")
 		h.Set("X-Should-Retry", "false")
 		w.WriteHeader(up.status)
@@ -837,7 +927,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequest logs one request: no header, body or credential, and what
 // the client chose cut to a bound.
-func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report) {
+func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend string) {
 	if p.log == nil {
 		return
 	}
@@ -850,6 +940,7 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,
 			slog.String("model", boundedText(rep.Model)),
+			slog.String("backend", backend),
 			slog.Bool("stream", rep.Stream),
 			slog.Int("attempts", rep.Attempts),
 			slog.String("outcome", string(rep.Outcome)),

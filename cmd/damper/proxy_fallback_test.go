@@ -251,6 +251,9 @@ func TestSecondOrgBackendGetsItsOwnKey(t *testing.T) {
 		if res.StatusCode != 200 || !strings.Contains(string(got), "from the second") || res.Header.Get("Damper-Attempts") != "2" {
 			t.Errorf("stream %v: %d, Damper-Attempts %q: %s", stream, res.StatusCode, res.Header.Get("Damper-Attempts"), got)
 		}
+		if b := res.Header.Get("Damper-Backend"); b != "second-org" {
+			t.Errorf("stream %v: Damper-Backend %q, want the file's name for the backend, second-org", stream, b)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
