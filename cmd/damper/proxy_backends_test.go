@@ -425,3 +425,18 @@ func TestRunProxyChecksBeforeListening(t *testing.T) {
 		t.Errorf("it served, or showed the secret:\n%s", out)
 	}
 }
+
+// TestRunProxyUpstreamUnreachable: an upstream the proxy cannot reach at
+// start, as api.anthropic.com offline, stops it with what to set.
+func TestRunProxyUpstreamUnreachable(t *testing.T) {
+	_, closed := listening(t)
+	var stderr bytes.Buffer
+	if code := run([]string{"proxy", "-listen", "127.0.0.1:0", "-upstream", "http://" + closed}, io.Discard, &stderr); code != exitFail {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := `"msg":"damper proxy: cannot start","error":"upstream: cannot reach ` + closed + `: dial tcp ` + closed + `: connect: connection refused (every call goes to the upstream, http://` + closed +
+		`: set upstream in the file, or --upstream, to an API this host reaches; offline, a fake API on loopback, as in the README's quick start)"}`
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr:\n%s\nwant %s", stderr.String(), want)
+	}
+}
