@@ -35,8 +35,9 @@ const maxShownURL = 128
 const urlMask = "xxxxx"
 
 // maskURL is a URL as the proxy shows it anywhere, in errors, log lines
-// and metrics: its user information, every query value and its fragment
-// replaced, which may hold a password or a token, and cut at maxShownURL
+// and metrics: its user information, every query value, every query key
+// but an option's plain name, and its fragment replaced, which may hold a
+// password or a token, and cut at maxShownURL
 // bytes. It reads s as text, not through url.Parse, so that a URL the
 // parser refuses is masked the same way; what may be user information
 // (up to the last '@' before the query) is masked whole.
@@ -61,7 +62,12 @@ func maskURL(s string) string {
 			if i > 0 {
 				b.WriteByte('&')
 			}
+			// A key is shown when it is an option's name: a '?' in the
+			// user information can put a password where a key goes.
 			if key, _, ok := strings.Cut(part, "="); ok {
+				if len(key) > 64 || !allChars(key, func(c byte) bool { return alnum(c) || c == '_' || c == '-' || c == '.' }) {
+					key = urlMask
+				}
 				b.WriteString(key)
 				b.WriteByte('=')
 			}

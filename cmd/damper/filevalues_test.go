@@ -27,6 +27,7 @@ func TestMaskURL(t *testing.T) {
 		{"http://h/?k=v#" + urlSecret, "http://h/?k=xxxxx#xxxxx"},
 		{"http://h/?", "http://h/?"},
 		{"http://h:1/%zz?k=%zz", "http://h:1/%zz?k=xxxxx"},
+		{"redis://a?:" + urlSecret + "@h?k=v", "redis://a?xxxxx=xxxxx"}, // a '?' in the user information
 		{"", ""},
 		{"https://h/" + strings.Repeat("p", 200), "https://h/" + strings.Repeat("p", maxShownURL-len("https://h/")) + "..."},
 	} {
