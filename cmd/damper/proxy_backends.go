@@ -373,7 +373,7 @@ func (c startChecks) run(ctx context.Context, upstream string, backends []fallba
 		run   func(ctx context.Context) error
 	}
 	var checks []check
-	if u, err := parseBaseURL(upstream); err == nil { // a bad upstream is NewProxy's to report
+	if u, err := parseBaseURL(upstream); err == nil { // a bad upstream is refused when the settings are read
 		checks = append(checks, check{"upstream", func(ctx context.Context) error {
 			if err := c.reach(ctx, u); err != nil {
 				return fmt.Errorf("%w (every call goes to the upstream, %s: set upstream in the file, or --upstream, to an API this host reaches; offline, a fake API on loopback, as in the README's quick start)", err, maskURL(upstream))
