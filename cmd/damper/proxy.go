@@ -115,6 +115,11 @@ func (s *proxySettings) apply(f proxyFile) error {
 	if err := checkAdminListen(f.AdminListen); err != nil {
 		return err
 	}
+	if f.Upstream != "" {
+		if err := checkUpstream(f.Upstream); err != nil {
+			return &conf.Error{Path: "upstream", Err: err}
+		}
+	}
 	store, err := parseStore(f.Store, f.Name)
 	if err != nil {
 		return err
@@ -213,6 +218,9 @@ Flags:
 			s.listen = *listen
 		case "upstream":
 			s.upstream = *upstream
+			if uerr := checkUpstream(*upstream); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("--upstream %w", uerr))
+			}
 		case "max-request-bytes":
 			s.maxRequestBytes = *maxBytes
 			if *maxBytes <= 0 {
@@ -244,12 +252,9 @@ Flags:
 	if err != nil {
 		return s, err
 	}
-	host, _, err := net.SplitHostPort(s.listen)
-	if err != nil {
+	if s.listenIsNonLocal, err = beyondLoopback(s.listen); err != nil {
 		return s, fmt.Errorf("listen address %q: %w", s.listen, err)
 	}
-	ip := net.ParseIP(host)
-	s.listenIsNonLocal = host != "localhost" && (ip == nil || !ip.IsLoopback())
 	return s, nil
 }
 
@@ -259,6 +264,27 @@ func flagBound(flag string, value any, f proxyFile) error {
 	var fe *conf.FieldError
 	if err := conf.Fill(&f); errors.As(err, &fe) {
 		return fmt.Errorf("--%s %v: %s", flag, value, fe.Why)
+	}
+	return nil
+}
+
+// beyondLoopback reports whether a listener on addr (host:port) serves
+// other hosts: any host but localhost and a loopback IP, the empty one
+// (every interface) included.
+func beyondLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	ip := net.ParseIP(host)
+	return host != "localhost" && (ip == nil || !ip.IsLoopback()), nil
+}
+
+// checkUpstream checks the upstream as the proxy takes it, before
+// damper.NewProxy does: its errors show the URL masked (maskURL).
+func checkUpstream(s string) error {
+	if _, err := parseBaseURL(s); err != nil {
+		return fmt.Errorf("%s: %v", shownURL(s), err)
 	}
 	return nil
 }
@@ -314,6 +340,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	logger := newLogger(stderr, s.level)
+	defer routeLibraryLogs(logger)()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if s.fleet, err = openProxyStore(ctx, s.store, logger); err != nil {
@@ -325,7 +352,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			logger.Warn("damper proxy: the store's last records did not all reach Redis", "error", err.Error())
 		}
 	}()
-	if s.built, err = startBackends(ctx, s, defaultStartChecks()); err != nil {
+	if s.built, err = startBackends(ctx, s, defaultStartChecks(), logger); err != nil {
 		logger.Error("damper proxy: cannot start", "error", err.Error())
 		return exitFail
 	}
@@ -367,7 +394,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	}
 	backends := s.built
 	if backends == nil {
-		if backends, err = buildBackends(ctx, s.backends, s.fleet.storeFor()); err != nil {
+		if backends, err = buildBackends(ctx, s.backends, s.fleet.storeFor(), logger); err != nil {
 			return err
 		}
 	}
@@ -405,7 +432,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	attrs := []any{"listen", ln.Addr().String(), "upstream", s.upstream, "drain_timeout", s.drain.String()}
+	attrs := []any{"listen", ln.Addr().String(), "upstream", maskURL(s.upstream), "drain_timeout", s.drain.String()}
 	if s.configFile != "" {
 		attrs = append(attrs, "config", s.configFile)
 	}
@@ -428,6 +455,9 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	logger.Info("damper proxy: serving", attrs...)
 	if s.listenIsNonLocal {
 		logger.Warn("damper proxy: listening beyond loopback: other hosts can send calls through this proxy with their own keys", "listen", s.listen)
+	}
+	if beyond, _ := beyondLoopback(s.adminListen); s.adminLn != nil && beyond {
+		logger.Warn("damper proxy: admin listener beyond loopback: other hosts can read /metrics (the models, backends and outcomes of the calls) and /readyz", "admin_listen", s.adminListen)
 	}
 
 	adm := serveAdmin(s, srv, admin, logger)

@@ -234,3 +234,26 @@ func TestProxyAdminListenFails(t *testing.T) {
 		t.Errorf("a taken admin_listen: exit %d, %s", code, errb.String())
 	}
 }
+
+// TestProxyAdminBeyondLoopbackWarns: an admin_listen that other hosts
+// reach gets a warning at start, as a listen address does; a loopback
+// one gets none.
+func TestProxyAdminBeyondLoopbackWarns(t *testing.T) {
+	srv := fakeAPI(t)
+	for addr, warns := range map[string]bool{
+		"0.0.0.0:9464": true, ":9464": true, "10.1.2.3:9464": true, "[::]:9464": true, "metrics.internal:9464": true,
+		"127.0.0.1:9464": false, "127.8.8.8:9464": false, "localhost:9464": false, "[::1]:9464": false,
+	} {
+		p := startProxy(t, srv.URL(), func(s *proxySettings) {
+			withAdmin(t, s)      // a loopback listener: what is checked is the address configured
+			s.adminListen = addr // as the file gives it
+		})
+		if code, _ := get(t, p.url+"/v1/models"); code == 0 { // served: the lines at start are written
+			t.Fatal("no answer")
+		}
+		want := `"level":"WARN","msg":"damper proxy: admin listener beyond loopback: other hosts can read /metrics (the models, backends and outcomes of the calls) and /readyz","admin_listen":"` + addr + `"}`
+		if got := strings.Contains(p.logs.String(), want); got != warns {
+			t.Errorf("admin_listen %s: warned %v, want %v:\n%s", addr, got, warns, p.logs)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -224,8 +225,9 @@ func (b *fallbackBackend) label() string { return fmt.Sprintf("backends[%d] (%q)
 // buildBackends builds one damper.Backend per entry of files, in order.
 // storeFor, when not nil, gives each backend the store of its state.
 // Building reads configuration and credential files but sends nothing:
-// the checks at start (startChecks) do.
-func buildBackends(ctx context.Context, files []backendFile, storeFor func(backendName string) (fleet.Store, error)) ([]fallbackBackend, error) {
+// the checks at start (startChecks) do. The platform SDKs' own messages go
+// to logger; nil drops them.
+func buildBackends(ctx context.Context, files []backendFile, storeFor func(backendName string) (fleet.Store, error), logger *slog.Logger) ([]fallbackBackend, error) {
 	out := make([]fallbackBackend, 0, len(files))
 	for i, f := range files {
 		fb := fallbackBackend{index: i, name: f.Name}
@@ -249,7 +251,7 @@ func buildBackends(ctx context.Context, files []backendFile, storeFor func(backe
 			}
 			opts = []option.RequestOption{option.WithAPIKey(key), option.WithBaseURL(base.String())}
 		case "bedrock":
-			cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(f.Region))
+			cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(f.Region), config.WithLogger(awsLogger(logger)))
 			if err != nil {
 				return nil, fmt.Errorf("%s: the AWS configuration: %w", fb.label(), err)
 			}
@@ -371,8 +373,13 @@ func (c startChecks) run(ctx context.Context, upstream string, backends []fallba
 		run   func(ctx context.Context) error
 	}
 	var checks []check
-	if u, err := parseBaseURL(upstream); err == nil { // a bad upstream is NewProxy's to report
-		checks = append(checks, check{"upstream", func(ctx context.Context) error { return c.reach(ctx, u) }})
+	if u, err := parseBaseURL(upstream); err == nil { // a bad upstream is refused when the settings are read
+		checks = append(checks, check{"upstream", func(ctx context.Context) error {
+			if err := c.reach(ctx, u); err != nil {
+				return fmt.Errorf("%w (every call goes to the upstream, %s: set upstream in the file, or --upstream, to an API this host reaches; offline, a fake API on loopback, as in the README's quick start)", err, maskURL(upstream))
+			}
+			return nil
+		}})
 	}
 	for _, b := range backends {
 		checks = append(checks, check{b.label(), func(ctx context.Context) error {
@@ -413,7 +420,8 @@ func (c startChecks) reach(ctx context.Context, u *url.URL) error {
 	if c.proxy != nil {
 		p, err := c.proxy(&http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}})
 		if err != nil {
-			return fmt.Errorf("the HTTP proxy for %s: %w", addr, err)
+			// Not err: it repeats the proxy's URL, credentials and all.
+			return fmt.Errorf("the HTTP proxy for %s: the proxy URL in HTTPS_PROXY or HTTP_PROXY is not valid", addr)
 		}
 		if p != nil {
 			via = addr
@@ -445,8 +453,8 @@ func hostPort(u *url.URL) string {
 // startBackends builds the backends of s and makes the checks at start,
 // for runProxy: an error names each backend, or the upstream, that
 // cannot be used.
-func startBackends(ctx context.Context, s proxySettings, c startChecks) ([]fallbackBackend, error) {
-	built, err := buildBackends(ctx, s.backends, s.fleet.storeFor())
+func startBackends(ctx context.Context, s proxySettings, c startChecks, logger *slog.Logger) ([]fallbackBackend, error) {
+	built, err := buildBackends(ctx, s.backends, s.fleet.storeFor(), logger)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func TestBackendsFileErrors(t *testing.T) {
 		{ok + "  - {name: b, provider: bedrock, region: us-east-1, base_url: 'ftp://x'}\n", `backends[1].base_url: "ftp://x": want an http or https URL`},
 		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://'}\n", `backends[0].base_url: "https://": the URL has no host`},
 		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://user:" + backendSecret + "@h'}\n", `backends[0].base_url: "https://xxxxx@h": a base URL holds no credentials`},
-		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://h/?q=1'}\n", `backends[0].base_url: "https://h/?q=1": a base URL has no query`},
+		{"  - {name: b, provider: bedrock, region: us-east-1, base_url: 'https://h/?q=1'}\n", `backends[0].base_url: "https://h/?q=xxxxx": a base URL has no query`},
 		{"  - {name: b, provider: vertex, region: us-east5, project: p, base_url: 'https://h/vertex'}\n", `backends[0].base_url: "https://h/vertex": a vertex base URL has no path`},
 		{"  - {name: a, provider: anthropic, api_key_env: 1KEY}\n", `backends[0].api_key_env: (not shown): want the name of the environment variable that holds the key`},
 		{"  - {name: a, provider: anthropic, api_key_env: " + backendSecret + "}\n", `backends[0].api_key_env: (not shown): want the name of the environment variable`},
@@ -134,7 +134,7 @@ func TestBackendsFileBuilds(t *testing.T) {
 		asked = append(asked, name)
 		stores[name] = namedStore{name: name}
 		return stores[name], nil
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestBackendsFileBuilds(t *testing.T) {
 			return nil, errors.New("no store here")
 		}
 		return nil, nil
-	})
+	}, nil)
 	if err == nil || err.Error() != `backends[1] ("bedrock"): its store: no store here` {
 		t.Errorf("the seam's error: %v", err)
 	}
@@ -275,7 +275,7 @@ func TestStartChecks(t *testing.T) {
 		t.Helper()
 		s := defaultProxySettings()
 		s.upstream, s.backends = upstream, files
-		_, err := startBackends(context.Background(), s, testChecks())
+		_, err := startBackends(context.Background(), s, testChecks(), nil)
 		if err != nil && strings.Contains(err.Error(), backendSecret) {
 			t.Errorf("the secret is in the error: %v", err)
 		}
@@ -342,7 +342,7 @@ func TestStartChecksDialWhere(t *testing.T) {
 	built, err := buildBackends(context.Background(), []backendFile{
 		{Name: "second-org", Provider: "anthropic", APIKeyEnv: "DAMPER_TEST_BACKEND_KEY"},
 		{Name: "bedrock", Provider: "bedrock", Region: "us-east-1"},
-	}, nil)
+	}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +423,20 @@ func TestRunProxyChecksBeforeListening(t *testing.T) {
 	}
 	if strings.Contains(out, "serving") || strings.Contains(out, backendSecret) {
 		t.Errorf("it served, or showed the secret:\n%s", out)
+	}
+}
+
+// TestRunProxyUpstreamUnreachable: an upstream the proxy cannot reach at
+// start, as api.anthropic.com offline, stops it with what to set.
+func TestRunProxyUpstreamUnreachable(t *testing.T) {
+	_, closed := listening(t)
+	var stderr bytes.Buffer
+	if code := run([]string{"proxy", "-listen", "127.0.0.1:0", "-upstream", "http://" + closed}, io.Discard, &stderr); code != exitFail {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := `"msg":"damper proxy: cannot start","error":"upstream: cannot reach ` + closed + `: dial tcp ` + closed + `: connect: connection refused (every call goes to the upstream, http://` + closed +
+		`: set upstream in the file, or --upstream, to an API this host reaches; offline, a fake API on loopback, as in the README's quick start)"}`
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr:\n%s\nwant %s", stderr.String(), want)
 	}
 }

@@ -45,12 +45,19 @@ func startProxyProcess(t *testing.T, name, config string, env ...string) *proxyP
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return startProxyArgs(t, name, []string{"-config", path}, env...)
+}
+
+// startProxyArgs is startProxyProcess with the command line's flags,
+// args, rather than a file.
+func startProxyArgs(t *testing.T, name string, args []string, env ...string) *proxyProcess {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &proxyProcess{name: name, logs: &syncbuf.Buffer{}, read: make(chan struct{})}
-	p.cmd = exec.Command(exe, "proxy", "-config", path)
+	p.cmd = exec.Command(exe, append([]string{"proxy"}, args...)...)
 	p.cmd.Env = append(append(os.Environ(), runAsDamperEnv+"=1"), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

@@ -105,7 +105,7 @@ func parseStore(f *proxyStoreFile, proxyName string) (*storeConfig, error) {
 		return nil, storeError("store", "give address (host:port) or url (redis:// or rediss://)")
 	case f.Address != "":
 		if err := checkAddress(f.Address); err != nil {
-			return nil, storeError("store.address", "%s: %v", shown(f.Address), err)
+			return nil, storeError("store.address", "%s: %v", shownURL(f.Address), err)
 		}
 		c.base.Addr = f.Address
 	default:
@@ -179,7 +179,8 @@ func (c *storeConfig) parseURL(raw string) error {
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return storeError(path, "%s: %v", shownRaw, err)
+		// The client's errors quote the value of a query option it cannot read.
+		return storeError(path, "%s: %s", shownRaw, scrubQueryValues(err.Error(), raw))
 	}
 	if err := checkAddress(o.Addr); err != nil {
 		return storeError(path, "%s: %v", shownRaw, err)
@@ -347,7 +348,7 @@ type redisLogger struct{}
 
 func (redisLogger) Printf(_ context.Context, format string, v ...any) {
 	if l := redisLog.to.Load(); l != nil {
-		l.Warn("damper proxy: redis client", "message", fmt.Sprintf(format, v...))
+		l.Warn("damper proxy: redis client", "message", libraryMessage(format, v...))
 	}
 }
 

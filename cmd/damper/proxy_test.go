@@ -578,8 +578,8 @@ policy:
 		}
 	}
 	var errb bytes.Buffer
-	if code := run([]string{"proxy", "-upstream", "ftp://x", "-listen", "127.0.0.1:0"}, io.Discard, &errb); code != exitFail ||
-		!strings.Contains(errb.String(), "ProxyConfig.Upstream") {
+	if code := run([]string{"proxy", "-upstream", "ftp://x", "-listen", "127.0.0.1:0"}, io.Discard, &errb); code != exitUsage ||
+		!strings.Contains(errb.String(), `damper proxy: --upstream "ftp://x": want an http or https URL`) {
 		t.Errorf("a bad upstream: exit %d, %s", code, errb.String())
 	}
 }
