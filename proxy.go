@@ -252,11 +252,17 @@ func newProxyTransport() *http.Transport {
 // password the URL holds.
 func parseUpstream(s string) (*url.URL, error) {
 	bad := func(why string) error {
+		// What may be a secret is masked: the user information, and
+		// whatever follows a '?' or a '#'.
 		shown := s
-		if at := strings.LastIndex(s, "@"); at >= 0 {
-			shown = "xxxxx" + s[at:]
-			if scheme, _, ok := strings.Cut(s, "://"); ok && len(scheme) < at {
-				shown = scheme + "://xxxxx" + s[at:]
+		if i := strings.IndexAny(shown, "?#"); i >= 0 {
+			shown = shown[:i+1] + "xxxxx"
+		}
+		if at := strings.LastIndex(shown, "@"); at >= 0 {
+			if scheme, _, ok := strings.Cut(shown, "://"); ok && len(scheme) < at {
+				shown = scheme + "://xxxxx" + shown[at:]
+			} else {
+				shown = "xxxxx" + shown[at:]
 			}
 		}
 		return fmt.Errorf("damper: ProxyConfig.Upstream = %q: %s", shown, why)
