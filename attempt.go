@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,7 @@ type attempt struct {
 	probe     bool          // the breaker's probe
 	hedge     bool          // sent beside another attempt (race)
 	queued    time.Duration // waited in the rate limiter's line before it
+	timing    *sendTrace    // its exchange timed, when a pass compares the provider's latency
 	isOver    atomic.Bool
 	ended     atomic.Bool
 
@@ -225,12 +227,23 @@ type attemptResult struct {
 // over; a stream's attempt goes on while its caller reads it.
 func (a *attempt) send() attemptResult {
 	c := a.c
-	areq, err := c.out.forAttempt(a.ctx, a.n, a.inCallCtx, a.route.body != nil)
+	ctx, inCallCtx := a.ctx, a.inCallCtx
+	if a.timesProvider() {
+		a.timing = &sendTrace{clock: c.d.clock}
+		ctx, inCallCtx = httptrace.WithClientTrace(ctx, a.timing.clientTrace()), false
+	}
+	areq, err := c.out.forAttempt(ctx, a.n, inCallCtx, a.route.body != nil)
 	if err != nil {
 		a.over()
 		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
+	if a.timing != nil {
+		a.timing.sent = c.d.clock.Now()
+	}
 	res, err := a.route.send(areq, c.next)
+	if a.timing != nil {
+		a.timing.head = c.d.clock.Now()
+	}
 	if err != nil {
 		err = a.cause(err)
 		a.over()
@@ -238,7 +251,78 @@ func (a *attempt) send() attemptResult {
 		return attemptResult{err: err, failure: &Failure{Err: err}}
 	}
 	if c.stream && res.StatusCode < 400 {
-		return a.holdBack(res)
+		r := a.holdBack(res)
+		if a.timing != nil {
+			a.timing.content = r.firstAt
+		}
+		return r
 	}
 	return a.readWhole(res)
+}
+
+// latencyPass is a pass that compares the provider's latency: the
+// adaptive concurrency limit's, while its attempt is one of a cohort.
+type latencyPass interface {
+	pass
+	timesProvider() bool
+}
+
+// timesProvider reports whether a pass of the attempt wants its exchange
+// timed (sendTrace).
+func (a *attempt) timesProvider() bool {
+	for _, p := range a.passes {
+		if lp, ok := p.(latencyPass); ok && lp.timesProvider() {
+			return true
+		}
+	}
+	return false
+}
+
+// sendTrace times an attempt's exchange with the provider on the Damper's
+// clock: when the request went to the transport and when the transport
+// wrote it, when the answer's first byte came and when its headers were
+// handed back, and a stream's first content. The transport reports the
+// writing and the first byte (httptrace), from goroutines of its own; one
+// that does not (a RoundTripper that is not net/http's) leaves the times
+// the request is handed over and the headers handed back.
+type sendTrace struct {
+	clock   Clock
+	sent    time.Time // the request handed to the transport
+	head    time.Time // the response's headers handed back
+	content time.Time // a stream's first content
+	// wrote and firstByte are nanoseconds after sent, plus 1; 0 until the
+	// transport reports them.
+	wrote, firstByte atomic.Int64
+	hooks            httptrace.ClientTrace // in the same allocation
+}
+
+func (t *sendTrace) clientTrace() *httptrace.ClientTrace {
+	t.hooks.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			t.wrote.Store(int64(t.clock.Now().Sub(t.sent)) + 1)
+		}
+	}
+	t.hooks.GotFirstResponseByte = func() { t.firstByte.Store(int64(t.clock.Now().Sub(t.sent)) + 1) }
+	return &t.hooks
+}
+
+// latency is the provider's part of an answered attempt's time: from its
+// request written to its answer's first byte (a plain answer, which the
+// provider sends once it is whole) or to a stream's first content. Not in
+// it: the wait for a connection and the writing of the request, the
+// reading of a plain answer's body, and the process's own scheduling
+// around them, all of which grow with the load of the process and of its
+// machine, not with the provider's.
+func (t *sendTrace) latency(stream bool) time.Duration {
+	from, to := t.sent, t.head
+	if w := t.wrote.Load(); w > 0 {
+		from = t.sent.Add(time.Duration(w - 1))
+	}
+	switch f := t.firstByte.Load(); {
+	case stream:
+		to = t.content
+	case f > 0:
+		to = t.sent.Add(time.Duration(f - 1))
+	}
+	return max(to.Sub(from), 0)
 }

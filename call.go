@@ -167,7 +167,11 @@ func (c *call) run() (*http.Response, error) {
 			// published now, without an outcome, and again then. A stream
 			// also ends with the call's context, between its caller's
 			// reads.
-			a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream})
+			e := attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream}
+			if a.timing != nil {
+				e.latency, e.timed = a.timing.latency(c.stream), true
+			}
+			a.tell(e)
 			if c.report.hasSink() {
 				c.report.settle("", c.d.clock.Now().Sub(c.start), 0)
 				c.report.publish()

@@ -50,17 +50,23 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // climbs as requests queue, and only later come 529s and timeouts. The
 // adaptive limit acts on the latency. It times the attempts of a cohort,
 // the first 20 sent after its last change (once attempts fill a limit
-// that grew): a plain call's whole answer, a stream's first content (a
-// stream's length says more of its output than of the provider's load).
+// that grew), at the provider: from the request written to a plain
+// answer's first byte (the provider sends it once the answer is whole),
+// or to a stream's first content (a stream's length says more of its
+// output than of the provider's load). The wait for a connection, the
+// reading of the body and the process's own scheduling are left out:
+// they grow with the load of the process and its machine, and a limit
+// that took them for the provider's would shrink for nothing.
 // Once all 20 have ended, it compares their typical time (the geometric
 // mean, which one slow answer moves little) with the best of that kind:
 // a level in the low quarter of past cohorts' times, which a cohort sent
-// while the limit was full does not raise. Within Tolerance of the best,
-// the limit grows, by up to half at a time and less as the latency nears
-// Tolerance, if an attempt found it full; beyond Tolerance it shrinks in
-// proportion (limit × Tolerance / ratio, at most halved at a time), to
-// where the latency would be back within Tolerance. A 529 or an attempt
-// timeout in a cohort cuts it by 10 %. The best is learned on the way up,
+// while the limit was full does not raise. What it allows is the best ×
+// Tolerance, or the best + Slack when that is more. Within it, the limit
+// grows, by up to half at a time and less as the latency nears it, if an
+// attempt found it full; beyond it, the limit shrinks in proportion
+// (limit × allowed / typical, at most halved at a time), to where the
+// latency would be back within it. A 529 or an attempt timeout in a
+// cohort cuts it by 10 %. The best is learned on the way up,
 // so start the limit below the provider's capacity; at Min and still too
 // slow, the limit takes the provider for slower for good and relearns it.
 // Against a provider that serves 100 attempts at once, 1 s each, the
@@ -106,6 +112,14 @@ type ConcurrencyPolicy struct {
 	// of a model's answer times; a provider whose times spread little
 	// allows less. Above 1, at most 10.
 	Tolerance float64 `key:"tolerance" default:"1.5" in:"(1,10]"`
+	// Slack is a slowdown, in time, that the adaptive limit lets attempts
+	// have however quick their best: it shrinks only when their typical
+	// time is beyond both best × Tolerance and best + Slack. Against a
+	// provider that answers in a millisecond, jitter of a few milliseconds
+	// (the network's, a busy machine's) is a ratio of several, not a
+	// slowdown of the provider's. Default 50 ms, well below a model's
+	// answer times; [None]: no slack. At most 1 minute.
+	Slack time.Duration `key:"slack" default:"50ms" none:"means 0" min:"0" max:"1m"`
 	// MaxWait is the longest an attempt waits for a slot. Default 1 s: a
 	// slot frees when any attempt ends, so a longer wait only moves the
 	// provider's queue into the caller. At most 24 h; [None] never waits.
@@ -189,7 +203,7 @@ type concLimit struct {
 // concWindowSamples is what a cohort's ends hold.
 type concWindowSamples struct {
 	ended     int     // attempts of the cohort that have ended
-	logRatio  float64 // the sum of ln(time / its kind's best) of its answers
+	logExcess float64 // the sum of ln(time / what its kind allows) of its answers
 	ratioN    int
 	overloads int
 	logSum    [2]float64 // by kind, the sum of ln(seconds) of its answers
@@ -402,12 +416,19 @@ func (p *concPass) settle(now time.Time, e attemptEvent) {
 		if e.streamOpen {
 			kind = kindStream
 		}
-		l.sample(now.Sub(p.sent), kind, e)
+		took := now.Sub(p.sent) // untimed: from the slot to the end
+		if e.timed {
+			took = e.latency // the provider's part of it
+		}
+		l.sample(took, kind, e)
 	}
 	if !e.streamOpen {
 		p.free()
 	}
 }
+
+// timesProvider: an attempt of a cohort is timed at the provider.
+func (p *concPass) timesProvider() bool { return p.inCohort }
 
 func (p *concPass) settleEnd(time.Time, usage) {
 	p.l.mu.Lock()
@@ -444,7 +465,7 @@ func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
 	case e.failure == nil && e.outcome.Success:
 		x := math.Log(max(took, time.Microsecond).Seconds())
 		if b := l.kinds[kind]; b.known {
-			w.logRatio += x - b.log
+			w.logExcess += x - b.log - l.logAllowance(b.log)
 			w.ratioN++
 		}
 		w.logSum[kind] += x
@@ -457,6 +478,12 @@ func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
 	}
 }
 
+// logAllowance is ln(allowed / best) for a kind whose best is
+// exp(bestLog) seconds: Tolerance, or 1 + Slack / best when more.
+func (l *concLimit) logAllowance(bestLog float64) float64 {
+	return math.Log(max(l.p.Tolerance, 1+l.p.Slack.Seconds()/math.Exp(bestLog)))
+}
+
 // adjust moves the limit once its cohort has ended, and starts the next
 // cohort: at once, or when attempts fill a limit that grew. The caller
 // holds l.mu.
@@ -467,7 +494,7 @@ func (l *concLimit) adjust() {
 	case w.overloads > 0:
 		next *= concOverloadCut
 	case w.ratioN > 0:
-		g := l.p.Tolerance / math.Exp(w.logRatio/float64(w.ratioN))
+		g := math.Exp(-w.logExcess / float64(w.ratioN)) // what is allowed / the typical time
 		switch {
 		case g > 1 && !l.short:
 			g = 1 // attempts did not need more room

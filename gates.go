@@ -387,6 +387,10 @@ type attemptEvent struct {
 	// streamOpen marks a stream handed to its caller: its usage is known
 	// at its end, when its endPasses settle.
 	streamOpen bool
+	// latency is an answer's time at the provider (sendTrace.latency),
+	// when timed: its attempt was timed for a latencyPass.
+	latency time.Duration
+	timed   bool
 }
 
 // endPass is a pass that, for a stream, also hears the stream's end, with

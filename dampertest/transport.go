@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -26,7 +27,10 @@ import (
 // io.ErrUnexpectedEOF. When the request's context ends, RoundTrip or the
 // body's Read returns its error and the handler's context ends; closing the
 // body ends the handler's context too. The handler runs on its own goroutine,
-// which is gone once the handler returns after either.
+// which is gone once the handler returns after either. An
+// [httptrace.ClientTrace] in the request's context hears, as from net/http's
+// transport, WroteRequest once the request's body is read and
+// GotFirstResponseByte when the response's headers come.
 //
 // The handler sees a server-side request: RequestURI set, URL holding only
 // the path and query, the body already read from the client. The
@@ -43,7 +47,11 @@ type memTransport struct{ h http.Handler }
 type inMemoryKey struct{}
 
 func (t *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
 	body, err := readAll(req.Body)
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +91,9 @@ func (t *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case resp := <-heads:
 		if resp == nil {
 			return nil, io.EOF
+		}
+		if trace != nil && trace.GotFirstResponseByte != nil {
+			trace.GotFirstResponseByte()
 		}
 		resp.Body = &pipeBody{pr: pr, cancel: cancel}
 		return resp, nil

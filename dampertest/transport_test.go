@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,29 @@ func TestTransportDelayTimeoutOnFakeClock(t *testing.T) {
 	}
 	if got := clock.Now().Sub(t0); got != time.Minute || !fired {
 		t.Errorf("clock moved %v, want 1m, the client's timeout; other timer fired: %v", got, fired)
+	}
+}
+
+// A ClientTrace in the request's context hears the request written once
+// its body is read, and the first byte when the headers come, after the
+// step's Delay.
+func TestTransportClientTrace(t *testing.T) {
+	defer goleak.VerifyNone(t, ignoreVertexInit)
+	clock := NewClock(t0)
+	srv := NewServer(WithClock(clock))
+	defer srv.Close()
+	client := inMemoryClient(srv.Handler())
+	srv.Script("slow", OK().WithDelay(3*time.Second))
+	var wrote, first []time.Duration
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = append(wrote, clock.Now().Sub(t0)) },
+		GotFirstResponseByte: func() { first = append(first, clock.Now().Sub(t0)) },
+	})
+	if _, err := client.Messages.New(ctx, params(), Scenario("slow")); err != nil {
+		t.Fatal(err)
+	}
+	if len(wrote) != 1 || wrote[0] != 0 || len(first) != 1 || first[0] != 3*time.Second {
+		t.Errorf("written at %v, first byte at %v; want [0s] and [3s]", wrote, first)
 	}
 }
 
