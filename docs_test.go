@@ -1,35 +1,57 @@
 package damper_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/damper-ai/damper-go"
 )
 
 // TestRepositoryLayout: the last section of docs/ARCHITECTURE.md,
-// "Repository layout", names every directory of the repository, or one
+// "Repository layout", names every directory the repository tracks, or one
 // above it, and every file of the root package; and everything it names
-// exists.
+// exists. Folders the repository does not track (an editor's, a scratch
+// one) are not its to name.
 func TestRepositoryLayout(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("docs", "ARCHITECTURE.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(doc), "\n## Repository layout\n")
+	listed := layoutPaths(t, string(doc))
+	tracked, ok := trackedFiles(t, ".")
+	for _, p := range layoutProblems(os.DirFS("."), listed, tracked, ok) {
+		t.Error(p)
+	}
+	if !ok {
+		// An unpacked module (the module cache) has no .git, and lacks the
+		// workspace's other modules the table names: only the root
+		// package's files could be checked.
+		t.Skip("not a git checkout: only the root package's files were checked; the repository's directories are checked where git lists them")
+	}
+}
+
+// layoutPaths returns the paths the first column of ARCHITECTURE.md's
+// Repository layout table names: files, globs and directories ending in /.
+func layoutPaths(t *testing.T, doc string) []string {
+	t.Helper()
+	_, table, ok := strings.Cut(doc, "\n## Repository layout\n")
 	if !ok {
 		t.Fatal("docs/ARCHITECTURE.md has no Repository layout section")
 	}
 	table, _, _ = strings.Cut(table, "\n## ")
-	var listed []string // the table's paths: files, globs and directories ending in /
+	var listed []string
 	for _, line := range strings.Split(table, "\n") {
 		if !strings.HasPrefix(line, "| ") {
 			continue
@@ -42,9 +64,23 @@ func TestRepositoryLayout(t *testing.T) {
 	if len(listed) == 0 {
 		t.Fatal("the Repository layout section has no table")
 	}
+	return listed
+}
+
+// layoutProblems checks the layout table's paths against the repository in
+// fsys: each root package file (every non-test .go file at the root,
+// tracked or not, since it compiles into the package) is named; and, when
+// hasTracked, each path names something that exists and each directory of
+// a tracked file is named or has a named directory above it. testdata and
+// node_modules directories belong to the row above them.
+func layoutProblems(fsys fs.FS, listed, tracked []string, hasTracked bool) []string {
+	var problems []string
 	for _, l := range listed {
-		if matches, err := filepath.Glob(filepath.FromSlash(strings.TrimSuffix(l, "/"))); err != nil || len(matches) == 0 {
-			t.Errorf("the layout table names %s, which does not exist", l)
+		if !hasTracked {
+			break // an unpacked module lacks the workspace's other modules
+		}
+		if matches, err := fs.Glob(fsys, strings.TrimSuffix(l, "/")); err != nil || len(matches) == 0 {
+			problems = append(problems, fmt.Sprintf("the layout table names %s, which does not exist", l))
 		}
 	}
 	covered := func(p string, dir bool) bool {
@@ -58,56 +94,171 @@ func TestRepositoryLayout(t *testing.T) {
 		}
 		return false
 	}
-	err = filepath.WalkDir(".", func(p string, e fs.DirEntry, err error) error {
+	root, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	for _, e := range root {
+		if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") && !covered(n, false) {
+			problems = append(problems, fmt.Sprintf("the layout table names no %s", n))
+		}
+	}
+	if !hasTracked {
+		return problems
+	}
+	reported := map[string]bool{}
+	for _, f := range tracked {
+		parts := strings.Split(f, "/")
+		for i := 1; i < len(parts); i++ { // each directory above the file, outermost first
+			d := strings.Join(parts[:i], "/")
+			if name := parts[i-1]; name == "testdata" || name == "node_modules" || covered(d, true) {
+				break
+			}
+			if slices.ContainsFunc(listed, func(l string) bool { return strings.HasPrefix(l, d+"/") }) {
+				continue // listed below: each of its directories must be
+			}
+			if !reported[d] {
+				reported[d] = true
+				problems = append(problems, fmt.Sprintf("the layout table names no %s/", d))
+			}
+			break
+		}
+	}
+	return problems
+}
+
+// trackedFiles returns the files the git repository at dir tracks (its
+// index, so a file added but not yet committed counts), slash-separated and
+// relative to dir. ok is false when dir has no .git (an unpacked module, a
+// source archive): then what the repository tracks is unknown. A .git that
+// git cannot read fails the test, so that the check cannot quietly stop.
+func trackedFiles(t *testing.T, dir string) (files []string, ok bool) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return nil, false
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		// Variables a git hook may set would point git at another repository.
+		for _, kv := range os.Environ() {
+			if k, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX"}, k) {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			return err
+			t.Fatalf("%s has a .git, and git %s failed: %v: %s (the layout check lists what the repository tracks with git)", dir, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 		}
-		p = filepath.ToSlash(p)
-		switch {
-		case p == ".":
-			return nil
-		case e.IsDir() && (p == ".git" || e.Name() == "testdata" || e.Name() == "node_modules"):
-			return filepath.SkipDir
-		case e.IsDir() && covered(p, true):
-			return filepath.SkipDir // a listed directory's row speaks for its contents
-		case e.IsDir():
-			for _, l := range listed {
-				if strings.HasPrefix(l, p+"/") {
-					return nil // listed below: each of its directories must be
-				}
-			}
-			t.Errorf("the layout table names no %s/", p)
-			return filepath.SkipDir
-		case !strings.Contains(p, "/") && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go"):
-			if !covered(p, false) {
-				t.Errorf("the layout table names no %s", p)
-			}
-		}
-		return nil
-	})
+		return string(out)
+	}
+	top := strings.TrimSpace(git("rev-parse", "--show-toplevel"))
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a, b := resolved(t, top), resolved(t, abs); a != b {
+		t.Fatalf("%s has a .git, but git says the repository's top is %s", b, a)
+	}
+	for _, f := range strings.Split(git("ls-files", "-z"), "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files, true
+}
+
+// A folder on disk the repository does not track needs no row; a tracked
+// directory without one, or a root package file without one, still fails.
+func TestRepositoryLayoutTracked(t *testing.T) {
+	listed := []string{"doc.go", "docs/", "cmd/damper/"}
+	fsys := fstest.MapFS{
+		"doc.go":                  {},
+		"extra.go":                {}, // compiles into the package, tracked or not
+		"extra_test.go":           {},
+		"docs/a.md":               {},
+		"cmd/damper/main.go":      {},
+		"cmd/other/main.go":       {},
+		"undocumented/notes.txt":  {},
+		"internal/x/testdata/a":   {},
+		".vscode/settings.json":   {},
+		"scratch/try.go":          {},
+		"scratch/deeper/more.txt": {},
+	}
+	tracked := []string{"doc.go", "docs/a.md", "cmd/damper/main.go", "cmd/other/main.go",
+		"undocumented/notes.txt", "undocumented/more.txt", "testdata/x"}
+	want := []string{
+		"the layout table names no extra.go",
+		"the layout table names no cmd/other/",
+		"the layout table names no undocumented/",
+	}
+	if got := layoutProblems(fsys, listed, tracked, true); !slices.Equal(got, want) {
+		t.Errorf("with the tracked listing:\n got %q\nwant %q", got, want)
+	}
+	if got := layoutProblems(fsys, listed, nil, false); !slices.Equal(got, want[:1]) {
+		t.Errorf("without a listing:\n got %q\nwant %q", got, want[:1])
+	}
+	if got := layoutProblems(fsys, append(listed, "gone/"), tracked, true); !slices.Contains(got, "the layout table names gone/, which does not exist") {
+		t.Errorf("a row naming nothing: got %q", got)
+	}
+}
+
+// trackedFiles lists a git repository's index, not its disk, and nothing
+// where there is no .git.
+func TestTrackedFiles(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	dir := t.TempDir()
+	if _, ok := trackedFiles(t, dir); ok {
+		t.Fatalf("%s has no .git, and trackedFiles listed it", dir)
+	}
+	for _, f := range []string{"a.go", "sub/b.md", ".vscode/settings.json", "scratch/c.go"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "a.go", "sub/b.md"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+	got, ok := trackedFiles(t, dir)
+	if want := []string{"a.go", "sub/b.md"}; !ok || !slices.Equal(got, want) {
+		t.Errorf("trackedFiles = %q, %v; want %q, true", got, ok, want)
+	}
+}
+
+// resolved returns p with its symbolic links resolved.
+func resolved(t *testing.T, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestDocLinks: every relative link of the repository's Markdown (the
 // README, docs/ and its guides) reaches a file or directory that exists,
-// and a link to a heading (#...) reaches a heading of its file.
+// and a link to a heading (#...) reaches a heading of its file. The
+// Markdown is what the repository tracks, not a user's own.
 func TestDocLinks(t *testing.T) {
+	tracked, ok := trackedFiles(t, ".")
+	if !ok {
+		// An unpacked module lacks the workspace's other modules, which
+		// the Markdown links to.
+		t.Skip("not a git checkout: the links are checked where git lists the repository's files")
+	}
 	var files []string
-	err := filepath.WalkDir(".", func(p string, e fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case e.IsDir() && (p == ".git" || e.Name() == "testdata" || e.Name() == "node_modules"):
-			return filepath.SkipDir
-		case !e.IsDir() && strings.HasSuffix(p, ".md"):
-			files = append(files, p)
+	for _, f := range tracked {
+		if _, err := os.Stat(f); err == nil && strings.HasSuffix(f, ".md") && !strings.Contains("/"+f, "/testdata/") {
+			files = append(files, filepath.FromSlash(f))
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, want := range []string{"README.md", filepath.Join("docs", "ARCHITECTURE.md"), filepath.Join("docs", "guide", "retries.md")} {
 		if !strings.Contains("\n"+strings.Join(files, "\n")+"\n", "\n"+want+"\n") {

@@ -302,7 +302,7 @@ func (b *backend) modelID(model string) (string, bool) {
 
 // moveOnAt moves the call on when the gate that refused its next attempt
 // before it was sent, refused, is one whose refusal moves a call
-// (gate.moves: the breaker, the limiter).
+// (gate.moves: the breaker, the limiter, the concurrency limit).
 func (c *call) moveOnAt(refused *denial) bool {
 	if !refused.gate.moves {
 		return false

@@ -394,7 +394,8 @@ type attemptEvent struct {
 }
 
 // endPass is a pass that, for a stream, also hears the stream's end, with
-// the usage of the whole answer: the rate limiter's.
+// the usage of the whole answer: the rate limiter's and the concurrency
+// limit's.
 type endPass interface {
 	pass
 	settleEnd(now time.Time, u usage)

@@ -82,6 +82,9 @@ func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
 func BenchmarkRateLimitAdmission(b *testing.B) {
 	// Limits far above what the benchmark spends, so that it never waits:
 	// the limiter counts its own traffic, whatever the headers say remains.
+	// Each call settles one token of each kind, so that even the largest
+	// limits a policy accepts (1e9 a minute) refill faster than any
+	// benchtime spends them.
 	h := http.Header{}
 	h.Set("anthropic-ratelimit-requests-limit", "1000000000")
 	h.Set("anthropic-ratelimit-requests-remaining", "999999999")
@@ -90,14 +93,15 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 	h.Set("anthropic-ratelimit-output-tokens-limit", "100000000000")
 	h.Set("anthropic-ratelimit-output-tokens-remaining", "99999999000")
 	ev := attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}, header: h,
-		usage: usage{input: 100, output: 200, known: true}}
+		usage: usage{input: 1, output: 1, known: true}}
 	for _, bc := range []struct {
 		name   string
 		policy *RateLimitPolicy
 	}{
 		{"learned", &RateLimitPolicy{}},
+		// The largest limits a policy accepts.
 		{"configured", &RateLimitPolicy{Limits: map[string]RateLimits{"claude-sonnet-4": {
-			RequestsPerMinute: 1e9, InputTokensPerMinute: 1e11, OutputTokensPerMinute: 1e11}}}},
+			RequestsPerMinute: 1e9, InputTokensPerMinute: 1e9, OutputTokensPerMinute: 1e9}}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			d, err := New(Policy{RateLimit: bc.policy})

@@ -4,8 +4,11 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -138,13 +141,15 @@ func chain(e ast.Expr) string {
 	return "?"
 }
 
-// The engine never calls back into an adapter: no engine file names what
-// the SDK adapter (sdk.go) or the proxy (proxy.go) declares. What is
-// particular to a client comes in the call's front.
+// The engine never calls back into an adapter: no file of the root package
+// but the SDK adapter (sdk.go) and the proxy (proxy.go) names what they
+// declare. What is particular to a client comes in the call's front. Every
+// other file is checked, so that a new engine file needs no list to be.
 func TestEngineNamesNoAdapter(t *testing.T) {
 	files := parseRoot(t)
+	adapterFiles := []string{"sdk.go", "proxy.go"}
 	adapters := make(map[string]string) // name → its adapter's file
-	for _, name := range []string{"sdk.go", "proxy.go"} {
+	for _, name := range adapterFiles {
 		f := files[name]
 		if f == nil {
 			t.Fatalf("no %s", name)
@@ -169,12 +174,18 @@ func TestEngineNamesNoAdapter(t *testing.T) {
 			}
 		}
 	}
-	engine := []string{"call.go", "report.go", "request.go", "attempt.go", "answer.go", "stream.go", "race.go", "hedge.go", "gates.go", "gate_retry.go", "budget.go", "breaker.go", "throttle.go", "ratelimit.go", "fallback.go"}
+	var engine []string
+	for name := range files {
+		if !slices.Contains(adapterFiles, name) {
+			engine = append(engine, name)
+		}
+	}
+	slices.Sort(engine)
+	if !slices.Contains(engine, "call.go") {
+		t.Fatalf("the files checked, %q, miss call.go", engine)
+	}
 	for _, name := range engine {
 		f := files[name]
-		if f == nil {
-			t.Fatalf("no %s", name)
-		}
 		for _, id := range topLevelUses(f) {
 			if from, ok := adapters[id]; ok {
 				t.Errorf("%s names %s, declared by the adapter in %s", name, id, from)
@@ -240,4 +251,127 @@ func TestLibraryModuleLeavesTheCommandsDependencies(t *testing.T) {
 			t.Errorf("%s is not a module of its own: %v", m, err)
 		}
 	}
+}
+
+// TestHookTableNamesEveryPart: the hooks table of docs/ARCHITECTURE.md
+// ("Gates and hooks") names, in its who column, every type of the root
+// package that implements the row's hook, so that a gate's part that
+// takes a hook cannot go unmentioned (a new pass that is a spanPass, say).
+func TestHookTableNamesEveryPart(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "\n| hook | when | how | who |\n")
+	if !ok {
+		t.Fatal("docs/ARCHITECTURE.md has no hooks table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	ifaces, methods := hookSets(parseRoot(t))
+	rows := 0
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 4 || !strings.HasPrefix(cells[0], "`") {
+			continue
+		}
+		rows++
+		hook, _, _ := strings.Cut(strings.Trim(cells[0], "`"), ".")
+		want, ok := ifaces[hook]
+		if !ok {
+			t.Errorf("the hooks table's row %s names no interface of the root package", cells[0])
+			continue
+		}
+		var missing []string
+		for typ, ms := range methods {
+			if _, isIface := ifaces[typ]; isIface || typ == "" {
+				continue
+			}
+			implements := true
+			for name, sig := range want {
+				if ms[name] != sig {
+					implements = false
+				}
+			}
+			if implements && !strings.Contains(cells[3], "`"+typ+"`") {
+				missing = append(missing, typ)
+			}
+		}
+		slices.Sort(missing)
+		if len(missing) > 0 {
+			t.Errorf("the hooks table's row %s does not name %q, which implement %s", cells[0], missing, hook)
+		}
+	}
+	if rows < 8 {
+		t.Errorf("read %d rows of the hooks table; it has a row per hook", rows)
+	}
+}
+
+// hookSets returns the root package's interfaces (name → method → its
+// signature, the embedded interfaces' methods included) and every type's
+// methods (type → method → signature).
+func hookSets(files map[string]*ast.File) (ifaces, methods map[string]map[string]string) {
+	ifaces = map[string]map[string]string{}
+	methods = map[string]map[string]string{}
+	embeds := map[string][]string{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv != nil {
+					typ := receiver(d.Recv.List[0].Type)
+					if methods[typ] == nil {
+						methods[typ] = map[string]string{}
+					}
+					methods[typ][d.Name.Name] = signature(d.Type)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					ts, ok := s.(*ast.TypeSpec)
+					if !ok {
+						continue
+					}
+					it, ok := ts.Type.(*ast.InterfaceType)
+					if !ok {
+						continue
+					}
+					ms := map[string]string{}
+					for _, m := range it.Methods.List {
+						if ft, ok := m.Type.(*ast.FuncType); ok && len(m.Names) > 0 {
+							ms[m.Names[0].Name] = signature(ft)
+						} else if id, ok := m.Type.(*ast.Ident); ok {
+							embeds[ts.Name.Name] = append(embeds[ts.Name.Name], id.Name)
+						}
+					}
+					ifaces[ts.Name.Name] = ms
+				}
+			}
+		}
+	}
+	var flatten func(name string, into map[string]string)
+	flatten = func(name string, into map[string]string) {
+		for _, e := range embeds[name] {
+			maps.Copy(into, ifaces[e])
+			flatten(e, into)
+		}
+	}
+	for name, ms := range ifaces {
+		flatten(name, ms)
+	}
+	return ifaces, methods
+}
+
+// signature renders a method's parameter and result types, without names.
+func signature(ft *ast.FuncType) string {
+	list := func(fl *ast.FieldList) string {
+		var out []string
+		if fl != nil {
+			for _, f := range fl.List {
+				for range max(1, len(f.Names)) {
+					out = append(out, types.ExprString(f.Type))
+				}
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	return "(" + list(ft.Params) + ") (" + list(ft.Results) + ")"
 }

@@ -4,11 +4,11 @@
 // The metric names a panel may use are not written down here: the test
 // runs calls through a Damper with every feature that records metrics on
 // (a breaker, a throttle, a rate limiter; a retried call, a stream, a
-// refused call) against dampertest, collects what an OpenTelemetry SDK
-// ManualReader saw, and turns each metric into the names the OpenTelemetry
-// Prometheus exporter gives it (see promNames). A panel that names any
-// other metric, or filters or groups by a label that its metrics do not
-// carry, fails the test.
+// refused call) against dampertest, exports them with the OpenTelemetry
+// Prometheus exporter at its default settings, as `damper proxy` serves
+// them, and reads the series names and labels from its registry. A panel
+// that names any other metric, or filters or groups by a label that its
+// metrics do not carry, fails the test.
 package dashboards_test
 
 import (
@@ -32,9 +32,10 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go/fleet"
-	"go.opentelemetry.io/otel/attribute"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/damper-ai/damper-go"
@@ -44,178 +45,14 @@ import (
 const dashboardFile = "damper.json"
 
 // ---------------------------------------------------------------------------
-// OpenTelemetry to Prometheus names
-//
-// The rule followed is that of the OpenTelemetry Go Prometheus exporter
-// (go.opentelemetry.io/otel/exporters/prometheus, v0.59 and later) with its
-// default translation strategy, UnderscoreEscapingWithSuffixes, which it
-// delegates to github.com/prometheus/otlptranslator (MetricNamer.Build,
-// normalizeName, buildUnitSuffixes), after the OpenTelemetry specification
-// "Prometheus and OpenMetrics Compatibility":
-//
-//  1. The name is split into words at every character other than
-//     [a-zA-Z0-9:], so dots become underscores and runs of them collapse to
-//     one: damper.retry_budget.balance -> damper_retry_budget_balance.
-//  2. The unit is split at "/" into a main unit and a "per" unit. A part
-//     that is empty or holds a curly brace ({attempt}, {token}) adds
-//     nothing. Otherwise it is translated by the exporter's table (s ->
-//     seconds, ms -> milliseconds, By -> bytes, % -> percent, 1 -> nothing,
-//     ...) or kept as it is (USD stays USD, case and all), its invalid
-//     characters made underscores, and appended as a word unless the name
-//     already has that word; a per unit is appended as per_<unit> (s ->
-//     per_second).
-//  3. A monotonic counter loses any "total" word and gets "_total" at the
-//     end; a gauge whose unit is "1" gets "_ratio" the same way.
-//  4. The words are joined with "_"; a leading digit gets a "_" in front.
-//
-// A histogram is then exposed as <name>_bucket (with the label le),
-// <name>_sum and <name>_count. Attribute keys become labels by the same
-// escaping: damper.denial.reason -> damper_denial_reason.
-//
-// Examples: damper.request.duration (s, histogram) ->
-// damper_request_duration_seconds_bucket; damper.attempts ({attempt},
-// counter) -> damper_attempts_total; damper.retry.cost (USD, counter) ->
-// damper_retry_cost_USD_total. Exporters before v0.59 appended only the
-// units of their table, which made the last one damper_retry_cost_total.
-// ---------------------------------------------------------------------------
-
-// kind is what the exporter exposes a metric as.
-type kind int
-
-const (
-	gauge   kind = iota // a gauge, or a sum that is not monotonic
-	counter             // a monotonic sum
-	histogram
-)
-
-func (k kind) String() string {
-	return [...]string{"gauge", "counter", "histogram"}[k]
-}
-
-// unitWords is the exporter's unit table (otlptranslator's unitMap).
-var unitWords = map[string]string{
-	"d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds",
-	"By": "bytes", "KiBy": "kibibytes", "MiBy": "mebibytes", "GiBy": "gibibytes", "TiBy": "tibibytes",
-	"KBy": "kilobytes", "MBy": "megabytes", "GBy": "gigabytes", "TBy": "terabytes",
-	"m": "meters", "V": "volts", "A": "amperes", "J": "joules", "W": "watts", "g": "grams",
-	"Cel": "celsius", "Hz": "hertz", "1": "", "%": "percent",
-}
-
-// perUnitWords is its table of "per" units (otlptranslator's perUnitMap).
-var perUnitWords = map[string]string{"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
-
-// validNameChar reports whether r may stay in a name: [a-zA-Z0-9:].
-func validNameChar(r rune) bool {
-	return r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == ':')
-}
-
-// cleanUnit escapes a unit part to name characters, collapsing underscores.
-func cleanUnit(u string) string {
-	return strings.Join(strings.FieldsFunc(u, func(r rune) bool { return !validNameChar(r) }), "_")
-}
-
-// promName returns the name the exporter gives a metric (step 1 to 4 of
-// the rule above); promNames adds the series names of a histogram.
-func promName(name, unit string, k kind) string {
-	words := strings.FieldsFunc(name, func(r rune) bool { return !validNameChar(r) })
-	main, per, _ := strings.Cut(unit, "/")
-	if main = strings.TrimSpace(main); main != "" && !strings.ContainsAny(main, "{}") {
-		if w, ok := unitWords[main]; ok {
-			main = w
-		}
-		if main = cleanUnit(main); main != "" && !slices.Contains(words, main) {
-			words = append(words, main)
-		}
-	}
-	if per = strings.TrimSpace(per); per != "" && !strings.ContainsAny(per, "{}") {
-		if w, ok := perUnitWords[per]; ok {
-			per = w
-		}
-		if per = cleanUnit(per); per != "" && !slices.Contains(words, "per_"+per) {
-			words = append(words, "per_"+per)
-		}
-	}
-	without := func(w string) []string {
-		return slices.DeleteFunc(words, func(s string) bool { return s == w })
-	}
-	switch {
-	case k == counter:
-		words = append(without("total"), "total")
-	case k == gauge && unit == "1":
-		words = append(without("ratio"), "ratio")
-	}
-	out := strings.Join(words, "_")
-	if out != "" && out[0] >= '0' && out[0] <= '9' {
-		out = "_" + out
-	}
-	return out
-}
-
-// promNames returns the series names under which the exporter exposes a
-// metric: one, or a histogram's three.
-func promNames(name, unit string, k kind) []string {
-	base := promName(name, unit, k)
-	if k == histogram {
-		return []string{base + "_bucket", base + "_sum", base + "_count"}
-	}
-	return []string{base}
-}
-
-// labelName returns the label the exporter makes of an attribute key.
-func labelName(key string) string {
-	return strings.Map(func(r rune) rune {
-		if validNameChar(r) || r == '_' {
-			return r
-		}
-		return '_'
-	}, key)
-}
-
-func TestPromName(t *testing.T) {
-	for _, tt := range []struct {
-		name, unit string
-		k          kind
-		want       string
-	}{
-		// Damper's own.
-		{"damper.request.duration", "s", histogram, "damper_request_duration_seconds"},
-		{"damper.attempts", "{attempt}", counter, "damper_attempts_total"},
-		{"damper.retry_budget.balance", "{retry}", gauge, "damper_retry_budget_balance"},
-		{"damper.retry.cost", "USD", counter, "damper_retry_cost_USD_total"},
-		{"gen_ai.client.token.usage", "{token}", histogram, "gen_ai_client_token_usage"},
-		// The exporter's and the translator's own examples.
-		{"http.server.duration", "s", histogram, "http_server_duration_seconds"},
-		{"requests.count", "1", counter, "requests_count_total"},
-		{"memory.usage", "By", gauge, "memory_usage_bytes"},
-		{"foo.total", "", counter, "foo_total"},
-		{"cpu.utilization", "1", gauge, "cpu_utilization_ratio"},
-		{"request.latency.seconds", "s", histogram, "request_latency_seconds"},
-		{"throughput", "By/s", gauge, "throughput_bytes_per_second"},
-		{"queue..depth", "{item}/s", gauge, "queue_depth_per_second"},
-		{"0day", "", gauge, "_0day"},
-	} {
-		if got := promName(tt.name, tt.unit, tt.k); got != tt.want {
-			t.Errorf("promName(%q, %q, %v) = %q, want %q", tt.name, tt.unit, tt.k, got, tt.want)
-		}
-	}
-	if got := promNames("damper.ratelimit.wait", "s", histogram); !slices.Equal(got, []string{
-		"damper_ratelimit_wait_seconds_bucket", "damper_ratelimit_wait_seconds_sum", "damper_ratelimit_wait_seconds_count"}) {
-		t.Errorf("histogram series: %q", got)
-	}
-	if got := labelName("damper.denial.reason"); got != "damper_denial_reason" {
-		t.Errorf("labelName = %q", got)
-	}
-}
-
-// ---------------------------------------------------------------------------
 // What a Damper emits
 // ---------------------------------------------------------------------------
 
 // series is one Prometheus series name a Damper emits.
 type series struct {
-	otelName, unit string
-	kind           kind
-	labels         map[string]bool
+	family string // the metric family: a histogram's three series share one
+	kind   dto.MetricType
+	labels map[string]bool
 }
 
 // emitted runs calls through a Damper with every metric-recording feature
@@ -228,8 +65,12 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 	api := dampertest.NewServer(dampertest.WithClock(clock),
 		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: 50, InputTokensPerMinute: 40_000, OutputTokensPerMinute: 8_000}))
 	t.Cleanup(api.Close)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 
 	settings := []damper.Setting{damper.WithClock(clock), damper.WithRand(func() float64 { return 0.5 }),
@@ -282,34 +123,38 @@ func emitted(t *testing.T, tracing bool) map[string]*series {
 	hedgedCall(t, mp)
 	storeFailing(t, mp, api, params)
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
+	families, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A Damper's gauges go when it is unreachable, and its client is what
 	// holds it: until here, or a collection that runs first drops them.
 	runtime.KeepAlive(client)
 	out := map[string]*series{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			k, attrs, ok := describe(m.Data)
-			if !ok {
-				t.Fatalf("metric %s: data %T has no Prometheus form in this test", m.Name, m.Data)
-			}
-			labels := map[string]bool{}
-			for _, set := range attrs {
-				for _, kv := range set.ToSlice() {
-					labels[labelName(string(kv.Key))] = true
-				}
-			}
-			for _, n := range promNames(m.Name, m.Unit, k) {
-				s := &series{otelName: m.Name, unit: m.Unit, kind: k, labels: labels}
-				if strings.HasSuffix(n, "_bucket") && k == histogram {
-					s.labels = withKeys(labels, "le")
-				}
-				out[n] = s
+	for _, f := range families {
+		if f.GetName() == "target_info" {
+			continue // the exporter's resource, not a metric of Damper's
+		}
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
 			}
 		}
+		name := f.GetName()
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM:
+			out[name+"_bucket"] = &series{name, f.GetType(), withKeys(labels, "le")}
+			out[name+"_sum"] = &series{name, f.GetType(), labels}
+			out[name+"_count"] = &series{name, f.GetType(), labels}
+		case dto.MetricType_COUNTER, dto.MetricType_GAUGE:
+			out[name] = &series{name, f.GetType(), labels}
+		default:
+			t.Fatalf("metric %s: type %v has no series in this test", name, f.GetType())
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the exporter's registry holds no metric")
 	}
 	return out
 }
@@ -398,41 +243,6 @@ func withKeys(m map[string]bool, more ...string) map[string]bool {
 		c[k] = true
 	}
 	return c
-}
-
-// describe returns the kind of a metric's data and its data points'
-// attribute sets.
-func describe(data metricdata.Aggregation) (kind, []attribute.Set, bool) {
-	switch d := data.(type) {
-	case metricdata.Sum[int64]:
-		return sumKind(d.IsMonotonic), sets(d.DataPoints, func(p metricdata.DataPoint[int64]) attribute.Set { return p.Attributes }), true
-	case metricdata.Sum[float64]:
-		return sumKind(d.IsMonotonic), sets(d.DataPoints, func(p metricdata.DataPoint[float64]) attribute.Set { return p.Attributes }), true
-	case metricdata.Gauge[int64]:
-		return gauge, sets(d.DataPoints, func(p metricdata.DataPoint[int64]) attribute.Set { return p.Attributes }), true
-	case metricdata.Gauge[float64]:
-		return gauge, sets(d.DataPoints, func(p metricdata.DataPoint[float64]) attribute.Set { return p.Attributes }), true
-	case metricdata.Histogram[int64]:
-		return histogram, sets(d.DataPoints, func(p metricdata.HistogramDataPoint[int64]) attribute.Set { return p.Attributes }), true
-	case metricdata.Histogram[float64]:
-		return histogram, sets(d.DataPoints, func(p metricdata.HistogramDataPoint[float64]) attribute.Set { return p.Attributes }), true
-	}
-	return 0, nil, false
-}
-
-func sumKind(monotonic bool) kind {
-	if monotonic {
-		return counter
-	}
-	return gauge
-}
-
-func sets[P any](points []P, attrs func(P) attribute.Set) []attribute.Set {
-	out := make([]attribute.Set, len(points))
-	for i, p := range points {
-		out[i] = attrs(p)
-	}
-	return out
 }
 
 // ---------------------------------------------------------------------------
@@ -884,7 +694,7 @@ func checkDashboard(t *testing.T, d *dashboard, emit map[string]*series) {
 	if t.Failed() {
 		var have []string
 		for n, s := range emit {
-			have = append(have, fmt.Sprintf("%s (%s %s, %q) labels %q", n, s.kind, s.otelName, s.unit, sortedKeys(s.labels)))
+			have = append(have, fmt.Sprintf("%s (%s %s) labels %q", n, s.kind, s.family, sortedKeys(s.labels)))
 		}
 		sort.Strings(have)
 		t.Logf("Damper emits:\n  %s", strings.Join(have, "\n  "))
@@ -897,14 +707,14 @@ func checkDashboard(t *testing.T, d *dashboard, emit map[string]*series) {
 		ms, _, _ := names(q.expr)
 		for _, m := range ms {
 			if s, ok := emit[m]; ok {
-				used[s.otelName] = true
+				used[s.family] = true
 			}
 		}
 	}
 	for _, s := range emit {
-		if !used[s.otelName] {
-			t.Errorf("metric %s (%s) has no panel", s.otelName, s.kind)
-			used[s.otelName] = true
+		if !used[s.family] {
+			t.Errorf("metric %s (%s) has no panel", s.family, s.kind)
+			used[s.family] = true
 		}
 	}
 }
