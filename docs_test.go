@@ -130,15 +130,24 @@ func layoutProblems(fsys fs.FS, listed, tracked []string, hasTracked bool) []str
 // trackedFiles returns the files the git repository at dir tracks (its
 // index, so a file added but not yet committed counts), slash-separated and
 // relative to dir. ok is false when dir has no .git (an unpacked module, a
-// source archive): then what the repository tracks is unknown. A .git that
-// git cannot read fails the test, so that the check cannot quietly stop.
+// source archive) or the machine has no git: then what the repository
+// tracks is unknown. A .git that git cannot read fails the test, so that
+// the check cannot quietly stop; one owned by another user is read all the
+// same (safe.directory), as a checkout made by another user often is.
 func trackedFiles(t *testing.T, dir string) (files []string, ok bool) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
 		return nil, false
 	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return nil, false
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd := exec.Command("git", append([]string{"-c", "safe.directory=" + abs, "-C", dir}, args...)...)
 		// Variables a git hook may set would point git at another repository.
 		for _, kv := range os.Environ() {
 			if k, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX"}, k) {
@@ -154,10 +163,6 @@ func trackedFiles(t *testing.T, dir string) (files []string, ok bool) {
 		return string(out)
 	}
 	top := strings.TrimSpace(git("rev-parse", "--show-toplevel"))
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if a, b := resolved(t, top), resolved(t, abs); a != b {
 		t.Fatalf("%s has a .git, but git says the repository's top is %s", b, a)
 	}
