@@ -148,7 +148,7 @@ func (a *attempt) end(ar AttemptReport) {
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
 	ar.Backend, ar.Model = a.route.b.name, a.route.sentModel()
-	a.c.report.record(ar)
+	a.c.report.record(a.n, ar)
 	a.c.trace.attemptEnd(a.span, ar)
 }
 

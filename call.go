@@ -210,7 +210,7 @@ func (c *call) run() (*http.Response, error) {
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		c.addRetryCost()
-		c.trace.retry(n, c.report.backoff(wait), cls, wait, c.retryCost)
+		c.trace.retry(a.n, c.report.backoff(wait), cls, wait, c.retryCost) // a.n: a race may end on its first attempt
 		closeBody(r.res)
 		if err := c.d.clock.Sleep(c.ctx, wait); err != nil {
 			return c.surface(r, OutcomeCanceled, nil)
@@ -326,8 +326,8 @@ func (c *call) close(outcome Outcome) {
 		c.storeError(partBudget, "available", err)
 	}
 	c.report.settle(outcome, now.Sub(c.start), balance)
-	rep, last := c.report.final()
-	c.trace.end(&rep, last, now)
+	rep, last, n := c.report.final()
+	c.trace.end(&rep, last, n, now)
 }
 
 // endOnce is a sync.Once in two halves, so that a stream can run its own

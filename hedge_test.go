@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -646,4 +649,127 @@ func TestHedgeTelemetry(t *testing.T) {
 			t.Fatalf("damper.hedges %v, want %v", hedges, want)
 		}
 	})
+}
+
+// A hedged call ends on the attempt that decided it, not on the one its
+// race cancelled after: the GenAI metrics' and the damper.request span's
+// error.type are the failure's, and each decision line names the attempt
+// whose status and request ID it carries, whichever of the two failed and
+// whichever failed last.
+func TestHedgeCallEndsOnTheDecidingAttempt(t *testing.T) {
+	line := func(msg string, attempt, status int, kind string) map[string]any {
+		return map[string]any{"msg": msg, "attempt": float64(attempt), "status": float64(status),
+			"kind": kind, "request_id": fmt.Sprintf("req_%d", attempt)}
+	}
+	for _, tc := range []struct {
+		name     string
+		policy   damper.Policy
+		plans    []plan
+		status   int    // the status the caller gets; 0: an answer
+		lostLast bool   // the log ends with the record of the attempt cancelled
+		errType  string // the call's error.type; "": none
+		lines    []map[string]any
+	}{{
+		name:     "the primary fails with the hedge in flight",
+		plans:    []plan{{wait: 1500 * time.Millisecond, status: 400}, {wait: 5 * time.Second}},
+		status:   400,
+		lostLast: true,
+		errType:  "400",
+		lines:    []map[string]any{line("damper: not retrying", 1, 400, "client_error")},
+	}, {
+		name:     "the hedge fails with the primary in flight",
+		plans:    []plan{{wait: 10 * time.Second}, {wait: 100 * time.Millisecond, status: 400}},
+		status:   400,
+		lostLast: true,
+		errType:  "400",
+		lines:    []map[string]any{line("damper: not retrying", 2, 400, "client_error")},
+	}, {
+		name:    "both fail, the primary last, and no retry is left",
+		policy:  damper.Policy{MaxAttempts: 2},
+		plans:   []plan{{wait: 1500 * time.Millisecond, status: 529}, {wait: 100 * time.Millisecond, status: 529}},
+		status:  529,
+		errType: "attempts_exhausted",
+		lines:   []map[string]any{line("damper: not retrying", 1, 529, "overloaded")},
+	}, {
+		name:   "both fail, the primary last, and the call retries",
+		policy: damper.Policy{BackoffBase: damper.None},
+		plans:  []plan{{wait: 1500 * time.Millisecond, status: 529}, {wait: 100 * time.Millisecond, status: 529}, {text: "third"}},
+		lines:  []map[string]any{line("damper: retrying", 1, 529, "overloaded")},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				spans := tracetest.NewInMemoryExporter()
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+				reader := sdkmetric.NewManualReader()
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+				defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
+				var logs bytes.Buffer
+				p := tc.policy
+				p.Hedge = fixedHedge(time.Second)
+				d, err := damper.New(p, damper.WithRand(half), damper.WithTracerProvider(tp), damper.WithMeterProvider(mp),
+					damper.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				api := &raceAPI{plans: tc.plans}
+				r := &hedgeRig{api: api, d: d, client: memClient(d, api)}
+				_, rep, _, err := r.plain(context.Background())
+				var apiErr *anthropic.Error
+				switch {
+				case tc.status == 0 && err != nil:
+					t.Fatal(err)
+				case tc.status != 0 && (!errors.As(err, &apiErr) || apiErr.StatusCode != tc.status || apiErr.RequestID != tc.lines[0]["request_id"]):
+					t.Fatalf("err %v, want the %d of %s", err, tc.status, tc.lines[0]["request_id"])
+				}
+				if l := rep.AttemptLog; rep.Hedges != 1 || len(l) < 2 || l[0].Lost || l[1].Lost != tc.lostLast {
+					t.Fatalf("report %+v, want a hedge, and the lost attempt's record last: %t", rep, tc.lostLast)
+				}
+
+				var genAITypes, requestTypes []string
+				var rm metricdata.ResourceMetrics
+				if err := reader.Collect(context.Background(), &rm); err != nil {
+					t.Fatal(err)
+				}
+				for _, sm := range rm.ScopeMetrics {
+					for _, m := range sm.Metrics {
+						if m.Name != "gen_ai.client.operation.duration" {
+							continue
+						}
+						for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+							v, _ := p.Attributes.Value("error.type")
+							genAITypes = append(genAITypes, v.AsString())
+						}
+					}
+				}
+				for _, s := range spans.GetSpans() {
+					if s.Name != "damper.request" {
+						continue
+					}
+					typ := ""
+					for _, kv := range s.Attributes {
+						if kv.Key == "error.type" {
+							typ = kv.Value.AsString()
+						}
+					}
+					requestTypes = append(requestTypes, typ)
+				}
+				if want := []string{tc.errType}; !slices.Equal(genAITypes, want) || !slices.Equal(requestTypes, want) {
+					t.Errorf("error.type: GenAI %q, damper.request %q; want %q", genAITypes, requestTypes, want)
+				}
+
+				var got []map[string]any
+				for l := range strings.Lines(logs.String()) {
+					var m map[string]any
+					if err := json.Unmarshal([]byte(l), &m); err != nil {
+						t.Fatalf("log line %q: %v", l, err)
+					}
+					got = append(got, map[string]any{"msg": m["msg"], "attempt": m["attempt"], "status": m["status"],
+						"kind": m["kind"], "request_id": m["request_id"]})
+				}
+				if !reflect.DeepEqual(got, tc.lines) {
+					t.Errorf("log lines %v, want %v", got, tc.lines)
+				}
+			})
+		})
+	}
 }

@@ -111,8 +111,11 @@ type AttemptReport struct {
 	// Hedge is true for an attempt sent beside another (see
 	// [HedgePolicy]).
 	Hedge bool
-	// Lost is true for an attempt cancelled because another attempt of its
-	// call answered first; its Kind is "hedge_lost".
+	// Lost is true for an attempt its race cancelled, its Kind
+	// "hedge_lost": another attempt of its call answered first, or failed
+	// with a failure that ends the race. A lost attempt is ended once the
+	// race is decided, so its record may follow that of the attempt the
+	// call ended on; it says nothing of how the call ended.
 	Lost bool
 }
 
@@ -139,6 +142,11 @@ type callReport struct {
 	Report
 	sink     *Report
 	firstLog [1]AttemptReport // the log of a call with one attempt, in the call itself
+	// decided is 1 + the index in the log of the last record that did not
+	// lose a race, 0 while there is none, and decidedN that attempt's
+	// number: the attempt that decided what followed. A lost attempt is
+	// ended once its race is decided, so its record may come after.
+	decided, decidedN int
 }
 
 // begin starts the report of a call of model, on the primary backend of
@@ -212,12 +220,15 @@ func (r *callReport) retryCost(usd float64) {
 	r.mu.Unlock()
 }
 
-// backoff notes the wait after the last attempt logged, and returns that
-// attempt's record.
+// backoff notes the wait after the last attempt logged that did not lose a
+// race, and returns that attempt's record.
 func (r *callReport) backoff(wait time.Duration) AttemptReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	last := &r.AttemptLog[len(r.AttemptLog)-1]
+	if r.decided == 0 {
+		return AttemptReport{}
+	}
+	last := &r.AttemptLog[r.decided-1]
 	last.Backoff = wait
 	return *last
 }
@@ -237,10 +248,13 @@ func (r *callReport) hedgeWon() {
 	r.mu.Unlock()
 }
 
-// record appends an attempt that has ended to the log.
-func (r *callReport) record(ar AttemptReport) {
+// record appends the record ar of attempt n, which has ended, to the log.
+func (r *callReport) record(n int, ar AttemptReport) {
 	r.mu.Lock()
 	r.AttemptLog = append(r.AttemptLog, ar)
+	if !ar.Lost {
+		r.decided, r.decidedN = len(r.AttemptLog), n
+	}
 	r.mu.Unlock()
 }
 
@@ -257,17 +271,18 @@ func (r *callReport) hasSink() bool {
 	return r.sink != nil // set before the call begins, never after
 }
 
-// final returns the report, without its log, and its last attempt.
-func (r *callReport) final() (Report, AttemptReport) {
+// final returns the report, without its log, and the record and number of
+// the attempt the call ended on: the last that did not lose a race, as a
+// lost attempt says nothing of how the call ended (zero when none ended).
+func (r *callReport) final() (rep Report, last AttemptReport, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := r.Report
+	rep = r.Report
 	rep.AttemptLog = nil
-	var last AttemptReport
-	if n := len(r.AttemptLog); n > 0 {
-		last = r.AttemptLog[n-1]
+	if r.decided > 0 {
+		last, n = r.AttemptLog[r.decided-1], r.decidedN
 	}
-	return rep, last
+	return rep, last, n
 }
 
 // publish copies the report to the caller's destination, if any. Only the

@@ -3,6 +3,7 @@ package damper
 import (
 	"runtime"
 	"testing"
+	"time"
 )
 
 // A ReportInto destination's entry in the table of destinations goes with
@@ -35,4 +36,28 @@ func TestReportTableForgets(t *testing.T) {
 		t.Fatal("the entry of a destination still in use is gone")
 	}
 	runtime.KeepAlive(kept)
+}
+
+// A call ends on the last attempt logged that did not lose a race: the
+// records of the attempts its race cancelled, ended after it, say nothing
+// of how it ended, and the backoff after it is its own.
+func TestReportFinalSkipsLostAttempts(t *testing.T) {
+	var r callReport
+	r.begin("anthropic", "claude-sonnet-4-6", false, nil)
+	if _, last, n := r.final(); last != (AttemptReport{}) || n != 0 {
+		t.Fatalf("no attempt: final gave attempt %d, %+v", n, last)
+	}
+	if got := r.backoff(time.Second); got != (AttemptReport{}) {
+		t.Fatalf("no attempt: backoff gave %+v", got)
+	}
+	failed := AttemptReport{StatusCode: 400, Class: NotRetryable, Kind: "client_error"}
+	lost := AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Lost: true, Hedge: true}
+	r.record(1, failed)
+	r.record(2, lost)
+	if _, last, n := r.final(); last != failed || n != 1 {
+		t.Fatalf("final gave attempt %d, %+v; want 1, %+v", n, last, failed)
+	}
+	if got := r.backoff(time.Second); got.StatusCode != 400 || got.Backoff != time.Second || r.AttemptLog[1].Backoff != 0 {
+		t.Fatalf("backoff gave %+v; log %+v", got, r.AttemptLog)
+	}
 }

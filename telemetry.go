@@ -434,8 +434,8 @@ func (ct *callTrace) retry(n int, a AttemptReport, cls Classification, wait time
 }
 
 // end ends the damper.request span, once, now, with the call's report rep
-// and its last attempt's record, last.
-func (ct *callTrace) end(rep *Report, last AttemptReport, now time.Time) {
+// and the record of attempt n, last, the one the call ended on.
+func (ct *callTrace) end(rep *Report, last AttemptReport, n int, now time.Time) {
 	if ct.ended {
 		return
 	}
@@ -452,7 +452,7 @@ func (ct *callTrace) end(rep *Report, last AttemptReport, now time.Time) {
 		t.m.gen.record(ct.ctx, &t.m, ct.gen, rep, last)
 	}
 	if last.Class != 0 && last.Backoff == 0 {
-		ct.logNoRetry(rep, last)
+		ct.logNoRetry(rep, last, n)
 	}
 
 	span := ct.request

@@ -24,6 +24,6 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 		_, span := ct.attemptStart(ctx, d.clock.Now(), 1, false, false)
 		ct.attemptEnd(span, AttemptReport{StatusCode: 200})
 		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}
-		ct.end(&rep, AttemptReport{StatusCode: 200}, d.clock.Now())
+		ct.end(&rep, AttemptReport{StatusCode: 200}, 1, d.clock.Now())
 	}
 }

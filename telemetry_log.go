@@ -40,10 +40,10 @@ func (ct *callTrace) logFallback(f Fallback) {
 		slog.String("model", boundedText(f.Model)), slog.String("reason", f.Reason))
 }
 
-// logNoRetry writes the line of a call that ends on a failed attempt, last,
-// without a retry: a gate refused one (at Warn), or the failure is not one
-// to retry (at Info).
-func (ct *callTrace) logNoRetry(rep *Report, last AttemptReport) {
+// logNoRetry writes the line of a call that ends on failed attempt n, whose
+// record is last, without a retry: a gate refused one (at Warn), or the
+// failure is not one to retry (at Info).
+func (ct *callTrace) logNoRetry(rep *Report, last AttemptReport, n int) {
 	level := slog.LevelInfo
 	if isDenial(rep.Outcome) {
 		level = slog.LevelWarn
@@ -53,7 +53,7 @@ func (ct *callTrace) logNoRetry(rep *Report, last AttemptReport) {
 	if log == nil || !log.Enabled(ctx, level) {
 		return
 	}
-	attrs := append(ct.logAttrs(rep.Attempts, last),
+	attrs := append(ct.logAttrs(n, last),
 		slog.String("decision", "no_retry"),
 		slog.String("reason", string(rep.Outcome)),
 		slog.Float64("budget_balance", rep.BudgetBalance),
