@@ -166,13 +166,13 @@ type limitedConn struct {
 	closed atomic.Bool
 }
 
-// Close releases the connection's place under the cap, once.
+// Close releases the connection's place under the cap, once, before it
+// closes: a client that sees its connection closed finds the place free.
 func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.open.Add(-1)
 	}
-	return err
+	return c.Conn.Close()
 }
 
 // Write writes p, but the API's 431 in place of net/http's plain-text one:

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,5 +250,133 @@ func TestConnLimitReleasesOnce(t *testing.T) {
 	}
 	if l.Refused() != 0 {
 		t.Errorf("%d refused", l.Refused())
+	}
+}
+
+// vmRSS is the resident set of process pid, in bytes.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// headerFlood opens conns connections to addr, each sending a request
+// whose one header is size bytes and whose headers never end, and holds
+// them until each is written whole or cut by the proxy. It returns the
+// proxy's resident set before and at its peak (sampled every 10 ms from
+// the first connection until settle after the last write ended), and how
+// many connections read an answer of status 431 and 503.
+func headerFlood(t *testing.T, addr string, pid, conns, size int, settle time.Duration) (before, peak int64, answers map[int]int) {
+	t.Helper()
+	pad := strings.Repeat("p", size)
+	before = vmRSS(t, pid)
+	peak = before
+	sampled := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				peak = max(peak, vmRSS(t, pid))
+			}
+		}
+	}()
+	answers = map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var open []net.Conn
+	for range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+		wg.Go(func() {
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			_, err := io.WriteString(c, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: "+pad)
+			if err == nil {
+				return // written whole: the proxy holds it
+			}
+			if res, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+				res.Body.Close()
+				mu.Lock()
+				answers[res.StatusCode]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(settle) // a measurement window, not a synchronization
+	close(stop)
+	<-sampled
+	for _, c := range open {
+		c.Close()
+	}
+	return before, peak, answers
+}
+
+// TestProxyHeaderFloodMemory: a real damper proxy process, 300
+// connections each sending a 1 MiB header that never ends: the proxy's
+// resident set grows by less than 64 MiB, every connection cut at
+// max_header_bytes (the bound checked without the race detector). (With 1 MiB headers accepted, as before the bound,
+// it grew by about 750 MB: DAMPER_MEASURE=1 go test -run
+// TestHostileClientsMeasured ./cmd/damper, attack headers.)
+func TestProxyHeaderFloodMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a proxy process and sends it 300 MiB")
+	}
+	srv := fakeAPI(t)
+	p := startProxyProcess(t, "headers", "listen: 127.0.0.1:0\nupstream: "+srv.URL()+"\n")
+	before, peak, answers := headerFlood(t, strings.TrimPrefix(p.url, "http://"), p.cmd.Process.Pid, 300, 1<<20, 500*time.Millisecond)
+	t.Logf("300 connections × 1 MiB header: RSS %.1f MB before, %.1f MB at the peak: %.1f MB grown; answers read %v",
+		float64(before)/1e6, float64(peak)/1e6, float64(peak-before)/1e6, answers)
+	if grown := peak - before; grown >= 64<<20 && !raceEnabled {
+		t.Errorf("RSS grew by %d bytes, want under 64 MiB", grown)
+	}
+	if n := len(srv.Requests()); n != 0 {
+		t.Errorf("%d requests upstream", n)
+	}
+}
+
+// TestProxySlowHeadersCut: headers that never end hold their connection
+// for read_header_timeout only: the proxy then closes it, without an
+// answer, and its place under max_connections is free again.
+func TestProxySlowHeadersCut(t *testing.T) {
+	srv := fakeAPI(t)
+	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.readHeader, s.maxConns = 100*time.Millisecond, 1 })
+	api := strings.TrimPrefix(p.url, "http://")
+	c, err := net.Dial("tcp", api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Pad: never ends"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("headers never ended: %d bytes, %v; want the connection closed", n, err)
+	}
+	// The server closed it: its place is released with the close.
+	if res, body, _ := rawCall(t, api, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
+		t.Errorf("the next connection: %d %s", res.StatusCode, body)
 	}
 }
