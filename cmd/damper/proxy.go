@@ -171,9 +171,12 @@ Also served: /healthz (the process is up), /readyz (it takes requests; 503
 from SIGINT or SIGTERM on, through --shutdown-delay) and /metrics (Damper's
 metrics, Prometheus text format).
 
-Every error response says x-should-retry: false, so that the client's SDK
-leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
-Damper-Retry-Cost-Usd. A client states the deadline of its whole call with
+Every error response of a call says x-should-retry: false, so that the
+client's SDK leaves retries to Damper, and carries Damper-Attempts,
+Damper-Outcome and Damper-Retry-Cost-Usd. A connection beyond
+max_connections open at once is answered 503 overloaded_error, with
+x-should-retry: true and retry-after: 1, and closed; a request whose line
+and headers pass max_header_bytes, 431. A client states the deadline of its whole call with
 Damper-Timeout (seconds, such as 30 or 2.5). The X-Stainless-Timeout the
 official SDKs send (their request timeout, 600 s by default) bounds, as it
 does in the SDKs, only the time until the answer's headers: for a stream,
