@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -378,5 +379,41 @@ func TestProxySlowHeadersCut(t *testing.T) {
 	// The server closed it: its place is released with the close.
 	if res, body, _ := rawCall(t, api, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
 		t.Errorf("the next connection: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestProxyConnSettings: max_header_bytes and max_connections are read
+// from the file, default to 64 KiB and 1,024, and are refused outside
+// their bounds with the key and the bound named.
+func TestProxyConnSettings(t *testing.T) {
+	dir, files := t.TempDir(), 0
+	write := func(body string) string {
+		files++
+		path := filepath.Join(dir, fmt.Sprintf("p%d.yaml", files))
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if s := defaultProxySettings(); s.maxHeaderBytes != 65536 || s.maxConns != 1024 {
+		t.Errorf("defaults: max_header_bytes %d, max_connections %d; want 65536 and 1024", s.maxHeaderBytes, s.maxConns)
+	}
+	s, err := parseProxy([]string{"-config", write("max_header_bytes: 16384\nmax_connections: 10\n")}, io.Discard, io.Discard)
+	if err != nil || s.maxHeaderBytes != 16384 || s.maxConns != 10 {
+		t.Errorf("from the file: %v, %d, %d", err, s.maxHeaderBytes, s.maxConns)
+	}
+	for body, want := range map[string]string{
+		"max_header_bytes: 2097152\n":   "max_header_bytes: 2097152: must be at most 1048576",
+		"max_header_bytes: 100\n":       "max_header_bytes: 100: must be at least 1024",
+		"max_connections: 100000\n":     "max_connections: 100000: must be at most 65536",
+		"max_connections: -1\n":         "max_connections: -1",
+		"max_connections: 0\n":          "max_connections: 0",
+		"max_connections: lots\n":       `max_connections: "lots"`,
+		"max_header_bytes: 1e400\n":     "max_header_bytes",
+		"max_connections: 4294967297\n": "max_connections: 4294967297: must be at most 65536",
+	} {
+		if _, err := parseProxy([]string{"-config", write(body)}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", body, err, want)
+		}
 	}
 }
