@@ -59,6 +59,7 @@ type connLimit struct {
 	wg       sync.WaitGroup // the refusals in progress
 
 	mu      sync.Mutex
+	closed  bool // no refusal starts once set
 	lastLog time.Time
 	unlog   int64 // refusals since the last log line
 }
@@ -102,6 +103,9 @@ func (l *connLimit) Accept() (net.Conn, error) {
 // Close closes the listener and waits for the refusals in progress.
 func (l *connLimit) Close() error {
 	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
 	l.wg.Wait()
 	return err
 }
@@ -117,14 +121,24 @@ func (l *connLimit) refuse(c net.Conn) {
 	if l.refusals != nil {
 		l.refusals.Add(context.Background(), 1, l.attrs)
 	}
+	l.mu.Lock()
 	l.logRefusal()
-	select {
-	case l.refusers <- struct{}{}:
-	default:
-		c.Close() // too many refusals at once: no answer
+	start := !l.closed
+	if start {
+		select {
+		case l.refusers <- struct{}{}:
+			l.wg.Add(1)
+		default:
+			start = false // too many refusals at once: no answer
+		}
+	}
+	l.mu.Unlock()
+	if !start {
+		c.Close()
 		return
 	}
-	l.wg.Go(func() {
+	go func() {
+		defer l.wg.Done()
 		defer func() { <-l.refusers }()
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(refuseFor))
@@ -143,14 +157,12 @@ func (l *connLimit) refuse(c net.Conn) {
 				return
 			}
 		}
-	})
+	}()
 }
 
 // logRefusal logs at most one line per refusalLogEvery, counting the
-// refusals since the previous line.
+// refusals since the previous line. l.mu is held.
 func (l *connLimit) logRefusal() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.unlog++
 	if now := time.Now(); now.Sub(l.lastLog) >= refusalLogEvery {
 		l.logger.Warn("damper proxy: connections refused: the listener holds its maximum", "listener", l.name,
