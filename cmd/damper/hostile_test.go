@@ -27,7 +27,7 @@ import (
 //
 // DAMPER_MEASURE_BIN=path measures that damper binary instead of one built
 // from this tree (an older build, to compare), and DAMPER_MEASURE_ATTACKS
-// (a list of stall, models and utf8) runs only those attacks.
+// (a list of stall, models, utf8 and headers) runs only those attacks.
 func TestHostileClientsMeasured(t *testing.T) {
 	if os.Getenv("DAMPER_MEASURE") == "" {
 		t.Skip("set DAMPER_MEASURE=1 to run: it builds and runs a damper proxy process")
@@ -136,6 +136,15 @@ func TestHostileClientsMeasured(t *testing.T) {
 		code := post(`{"model":"bad` + "\xff\xfe" + `","max_tokens":64,"messages":[]}`)
 		mcode, size := metrics()
 		t.Logf("| a model of invalid UTF-8, then /metrics | answer %d; /metrics %d, %d bytes |", code, mcode, size)
+	}
+	if runs("headers") {
+		// 300 connections, each a 1 MiB header that never ends.
+		before, peak, answers := headerFlood(t, addr, cmd.Process.Pid, 300, 1<<20, 2*time.Second)
+		t.Logf("| 300 connections × 1 MiB header, never ended | RSS %s before, %s at the peak: %s grown; answers read %v |", mb(before), mb(peak), mb(peak-before), answers)
+		// 1,100 connections, each a 60 KiB header (under the bound) that
+		// never ends: max_connections hold theirs until read_header_timeout.
+		before, peak, answers = headerFlood(t, addr, cmd.Process.Pid, 1100, 60<<10, 2*time.Second)
+		t.Logf("| 1,100 connections × 60 KiB header, never ended | RSS %s before, %s at the peak: %s grown; answers read %v |", mb(before), mb(peak), mb(peak-before), answers)
 	}
 	t.Logf("RSS at the end: %s", mb(rss()))
 }

@@ -60,6 +60,13 @@ type proxyFile struct {
 	Backends []backendFile `key:"backends" max:"8" unit:"backends"`
 	// Store keeps the Damper's state in Redis (proxy_store.go).
 	Store *proxyStoreFile `key:"store"`
+
+	// MaxHeaderBytes bounds a request's line and headers, on both
+	// listeners: net/http reads 4 KiB beyond it, then answers 431.
+	MaxHeaderBytes int `key:"max_header_bytes" default:"65536" min:"1024" max:"1048576" unit:"bytes"`
+	// MaxConnections caps the API listener's open connections; beyond it
+	// a connection is answered 503 and closed (proxy_conns.go).
+	MaxConnections int `key:"max_connections" default:"1024" min:"1" max:"65536" unit:"connections"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -71,6 +78,8 @@ type proxySettings struct {
 	shutdownDelay     time.Duration // /readyz says 503 this long before the drain
 	readHeader, read  time.Duration
 	idle              time.Duration
+	maxHeaderBytes    int           // a request's line and headers, on both listeners
+	maxConns          int           // the API listener's open connections
 	write             time.Duration // one write to a client, a stream's included
 	level             slog.Level
 	name              string
@@ -128,6 +137,7 @@ func (s *proxySettings) apply(f proxyFile) error {
 		listen: f.Listen, upstream: cmp.Or(f.Upstream, defaultProxyUpstream),
 		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
 		readHeader: f.ReadHeaderTimeout, read: f.ReadTimeout, idle: f.IdleTimeout, write: f.WriteTimeout,
+		maxHeaderBytes: f.MaxHeaderBytes, maxConns: f.MaxConnections,
 		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
 		backends: f.Backends, adminListen: f.AdminListen, store: store,
 	}
@@ -161,9 +171,12 @@ Also served: /healthz (the process is up), /readyz (it takes requests; 503
 from SIGINT or SIGTERM on, through --shutdown-delay) and /metrics (Damper's
 metrics, Prometheus text format).
 
-Every error response says x-should-retry: false, so that the client's SDK
-leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
-Damper-Retry-Cost-Usd. A client states the deadline of its whole call with
+Every error response of a call says x-should-retry: false, so that the
+client's SDK leaves retries to Damper, and carries Damper-Attempts,
+Damper-Outcome and Damper-Retry-Cost-Usd. A connection beyond
+max_connections open at once is answered 503 overloaded_error, with
+x-should-retry: true and retry-after: 1, and closed; a request whose line
+and headers pass max_header_bytes, 431. A client states the deadline of its whole call with
 Damper-Timeout (seconds, such as 30 or 2.5). The X-Stainless-Timeout the
 official SDKs send (their request timeout, 600 s by default) bounds, as it
 does in the SDKs, only the time until the answer's headers: for a stream,
@@ -178,7 +191,8 @@ answer for write_timeout has its call ended.
 
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
-read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name),
+read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name,
+max_header_bytes, max_connections),
 the Damper policy under "policy", and under "backends" the fallback
 backends tried in order after the upstream (each a name, a provider of
 anthropic, bedrock or vertex, and its base_url, api_key_env, region,
@@ -405,6 +419,9 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	if err != nil {
 		return err
 	}
+	if ln, err = limitConns(mp, &s, ln, logger); err != nil {
+		return err
+	}
 	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger})
 	if err != nil {
 		return err
@@ -429,7 +446,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		ReadHeaderTimeout: s.readHeader,
 		ReadTimeout:       s.read,
 		IdleTimeout:       s.idle,
-		MaxHeaderBytes:    1 << 20,
+		MaxHeaderBytes:    s.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	attrs := []any{"listen", ln.Addr().String(), "upstream", maskURL(s.upstream), "drain_timeout", s.drain.String()}
