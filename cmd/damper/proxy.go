@@ -60,6 +60,12 @@ type proxyFile struct {
 	Backends []backendFile `key:"backends" max:"8" unit:"backends"`
 	// Store keeps the Damper's state in Redis (proxy_store.go).
 	Store *proxyStoreFile `key:"store"`
+	// Tenants are the clients that may call, by their keys; with any,
+	// the proxy is in key mode (proxy_tenants.go).
+	Tenants []tenantFile `key:"tenants" max:"1000" unit:"tenants"`
+	// UpstreamAPIKeyEnv names the environment variable holding the
+	// operator's key for the upstream, required with tenants.
+	UpstreamAPIKeyEnv string `key:"upstream_api_key_env"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -85,6 +91,9 @@ type proxySettings struct {
 	adminLn     net.Listener // admin_listen's, opened by runProxy
 	store       *storeConfig // nil: the state in memory
 	fleet       *proxyStore  // store's, opened by runProxy
+
+	tenants     []damper.Tenant // with key_env's keys hashed; none: pass-through mode
+	upstreamKey string          // the operator's key for the upstream, in key mode
 }
 
 const defaultProxyUpstream = "https://api.anthropic.com"
@@ -124,12 +133,17 @@ func (s *proxySettings) apply(f proxyFile) error {
 	if err != nil {
 		return err
 	}
+	tenants, upstreamKey, err := proxyTenants(f.Tenants, f.Backends, f.UpstreamAPIKeyEnv)
+	if err != nil {
+		return err
+	}
 	*s = proxySettings{
 		listen: f.Listen, upstream: cmp.Or(f.Upstream, defaultProxyUpstream),
 		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
 		readHeader: f.ReadHeaderTimeout, read: f.ReadTimeout, idle: f.IdleTimeout, write: f.WriteTimeout,
 		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
 		backends: f.Backends, adminListen: f.AdminListen, store: store,
+		tenants: tenants, upstreamKey: upstreamKey,
 	}
 	if policy != nil {
 		s.policy = *policy
@@ -405,20 +419,24 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	if err != nil {
 		return err
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger,
+		Tenants: s.tenants, UpstreamAPIKey: s.upstreamKey})
 	if err != nil {
 		return err
 	}
 	var draining atomic.Bool
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	admin := adminEndpoints(metrics, &draining)
+	// In key mode, /metrics on the API's listener is for the tenants'
+	// keys alone; admin_listen serves it to whoever reaches that.
+	apiAdmin := adminEndpoints(px.Authenticated(metrics), &draining)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Host == "" && isAdminPath(r.URL.Path) {
 			if s.adminLn != nil {
 				notOnAPI(w, r)
 				return
 			}
-			if admin(w, r) {
+			if apiAdmin(w, r) {
 				return
 			}
 		}
