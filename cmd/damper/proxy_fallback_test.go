@@ -163,6 +163,7 @@ func TestTypeScriptSDKFallsBackToBedrock(t *testing.T) {
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: 200 * time.Millisecond}}
 		s.backends = []backendFile{bedrockBackend(bedrock)}
+		keyMode(s)
 	})
 
 	// Two calls fail on the upstream and move to Bedrock (2 attempts
@@ -232,6 +233,7 @@ func TestSecondOrgBackendGetsItsOwnKey(t *testing.T) {
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1}
 		s.backends = []backendFile{{Name: "second-org", Provider: "anthropic", BaseURL: front.URL, APIKeyEnv: "DAMPER_TEST_SECOND_ORG_KEY"}}
+		keyMode(s)
 	})
 	for _, stream := range []bool{false, true} {
 		body := `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]`
@@ -292,9 +294,10 @@ func TestProxySiblingModelsFromTheFile(t *testing.T) {
 		return dampertest.Status(529)
 	}))
 	t.Cleanup(bedrock.Close)
+	setUpstreamKey(t)
 	s, err := parseProxyFile(t, `
 upstream: `+primary.URL()+`
-backends:
+`+tenantsYAML+`backends:
   - {name: bedrock, provider: bedrock, region: us-east-1, base_url: '`+bedrock.URL()+`'}
 policy:
   max_attempts: 1
@@ -305,7 +308,7 @@ policy:
 		t.Fatal(err)
 	}
 	p := startProxy(t, s.upstream, func(ps *proxySettings) {
-		ps.policy, ps.backends = s.policy, s.backends
+		ps.policy, ps.backends, ps.tenants, ps.upstreamKey = s.policy, s.backends, s.tenants, s.upstreamKey
 	})
 	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-opus-4-5","max_tokens":64,"messages":[]}`))
 	req.Header.Set("X-Api-Key", testKey)
