@@ -60,7 +60,7 @@ func checkTenant(t *Tenant, _ Tenant) error {
 	}
 	for i, h := range t.KeySHA256 {
 		if _, err := parseKeyHash(h); err != nil {
-			return &conf.FieldError{Field: fmt.Sprintf("KeySHA256[%d]", i), Value: conf.Text(excerpt([]byte(h))), Why: err.Error()}
+			return &conf.FieldError{Field: "KeySHA256", Value: conf.Text(excerpt([]byte(h))), Why: fmt.Sprintf("entry %d: %v", i, err)}
 		}
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
 	"github.com/damper-ai/damper-go/fleet"
 )
 
@@ -202,7 +203,7 @@ func fakeGoogle(t *testing.T, grant bool) *fakeGoogleServer {
 			fmt.Fprint(w, `{"error":"invalid_grant","error_description":"account disabled"}`)
 			return
 		}
-		fmt.Fprint(w, `{"access_token":"ya29.dampertest","token_type":"Bearer","expires_in":3600}`)
+		fmt.Fprint(w, `{"access_token":"`+dampertest.VertexToken+`","token_type":"Bearer","expires_in":3600}`)
 	}))
 	t.Cleanup(srv.Close)
 	key, err := rsa.GenerateKey(rand.Reader, 2048)

@@ -115,18 +115,27 @@ type tsResult struct {
 	Outcome  string `json:"outcome"`
 	Made     int    `json:"made"`
 	Error    string `json:"error"`
+	Status   int    `json:"status"`
 	Message  string `json:"message"`
 }
 
-// runFallbackClient runs fallback.mjs against the proxy at url.
+// runFallbackClient runs fallback.mjs against the proxy at url, with
+// testKey, the key of the tests' tenant.
 func runFallbackClient(t *testing.T, url string, calls ...string) []tsResult {
+	t.Helper()
+	return runFallbackClientKey(t, url, testKey, calls...)
+}
+
+// runFallbackClientKey runs fallback.mjs against the proxy at url with
+// key as the SDK's apiKey.
+func runFallbackClientKey(t *testing.T, url, key string, calls ...string) []tsResult {
 	t.Helper()
 	node := needNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"fallback.mjs", url}, calls...)...)
 	cmd.Dir = filepath.Join("testdata", "tsclient")
-	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+testKey)
+	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+key)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -166,8 +175,20 @@ func TestTypeScriptSDKFallsBackToBedrock(t *testing.T) {
 		keyMode(s)
 	})
 
-	// Two calls fail on the upstream and move to Bedrock (2 attempts
-	// each); the breaker then opens, and the next two go to Bedrock alone.
+	// A key that names no tenant: 401, which the SDK raises as an
+	// AuthenticationError, and nothing sent.
+	for _, r := range runFallbackClientKey(t, p.url, "dk-names-no-tenant", "plain", "stream") {
+		if r.OK || r.Status != 401 || r.Error != "AuthenticationError" {
+			t.Errorf("%s with a wrong key: %+v, want AuthenticationError 401", r.Call, r)
+		}
+	}
+	if n, m := primary.Count(""), bedrock.Count(""); n != 0 || m != 0 {
+		t.Fatalf("with a wrong key, the upstream got %d requests, Bedrock %d; want none", n, m)
+	}
+
+	// The tenant's key as the SDK's apiKey: two calls fail on the upstream
+	// and move to Bedrock (2 attempts each); the breaker then opens, and
+	// the next two go to Bedrock alone.
 	got := runFallbackClient(t, p.url, "plain", "stream", "plain", "stream")
 	for i, want := range []string{"2", "2", "1", "1"} {
 		r := got[i]

@@ -32,23 +32,23 @@ func init() { conf.Register(checkTenantFile) }
 // tenant has a key.
 func checkTenantFile(t *tenantFile, _ tenantFile) error {
 	for i, name := range t.KeyEnv {
-		field := fmt.Sprintf("KeyEnv[%d]", i)
+		field := "KeyEnv"
 		switch {
 		case checkEnvName(name) != nil:
 			// Not shown: it may be the key itself, written where its
 			// variable's name goes.
-			return &conf.FieldError{Field: field, Value: conf.Text("(not shown)"), Why: fmt.Sprintf("want the name of the environment variable that holds the key, not the key: at most %d letters, digits or '_', not starting with a digit", maxEnvName)}
+			return &conf.FieldError{Field: field, Value: conf.Text("(not shown)"), Why: fmt.Sprintf("entry %d: want the name of the environment variable that holds the key, not the key: at most %d letters, digits or '_', not starting with a digit", i, maxEnvName)}
 		case os.Getenv(name) == "":
-			return &conf.FieldError{Field: field, Value: name, Why: "the environment variable is unset or empty: it must hold one of the tenant's keys"}
+			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("entry %d: the environment variable is unset or empty: it must hold one of the tenant's keys", i)}
 		case len(os.Getenv(name)) > damper.MaxClientKeyBytes:
-			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("the variable holds %d bytes: a client key has at most %d", len(os.Getenv(name)), damper.MaxClientKeyBytes)}
+			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("entry %d: the variable holds %d bytes: a client key has at most %d", i, len(os.Getenv(name)), damper.MaxClientKeyBytes)}
 		}
 	}
 	switch n := len(t.KeySHA256) + len(t.KeyEnv); {
 	case n == 0:
-		return &conf.FieldError{Field: "KeySHA256", Value: conf.Text("nothing"), Why: "a tenant needs a key: key_sha256 (damper key makes one) or key_env"}
+		return &conf.FieldError{Field: "KeyEnv", Value: conf.Text("nothing, and no key_sha256"), Why: "a tenant needs a key: key_sha256 (damper key makes one) or key_env"}
 	case n > damper.MaxTenantKeys:
-		return &conf.FieldError{Field: "KeySHA256", Value: conf.Text(fmt.Sprintf("%d keys with key_env's", n)), Why: fmt.Sprintf("at most %d keys a tenant", damper.MaxTenantKeys)}
+		return &conf.FieldError{Field: "KeyEnv", Value: conf.Text(fmt.Sprintf("%d keys with key_sha256's", n)), Why: fmt.Sprintf("at most %d keys a tenant", damper.MaxTenantKeys)}
 	}
 	return nil
 }
@@ -61,7 +61,7 @@ func checkTenantFile(t *tenantFile, _ tenantFile) error {
 func proxyTenants(files []tenantFile, backends []backendFile, upstreamKeyEnv string) ([]damper.Tenant, string, error) {
 	if len(files) == 0 {
 		if len(backends) > 0 {
-			return nil, "", &conf.Error{Path: "backends[0]", Err: fmt.Errorf("(%q): spends the operator's credentials; name the clients that may use it under tenants", backends[0].Name)}
+			return nil, "", fmt.Errorf("backends[0] (%q): spends the operator's credentials; name the clients that may use it under tenants", backends[0].Name)
 		}
 		if upstreamKeyEnv != "" {
 			return nil, "", &conf.Error{Path: "upstream_api_key_env", Err: fmt.Errorf("%q: the operator's key is spent only for clients that present a key: name them under tenants", upstreamKeyEnv)}
