@@ -23,13 +23,13 @@ import (
 
 // Bounds of the tenants a Proxy takes.
 const (
-	// MaxTenants bounds ProxyConfig.Tenants.
-	MaxTenants = 1000
+	// maxTenants bounds ProxyConfig.Tenants.
+	maxTenants = 1000
 	// MaxTenantKeys bounds the keys of one tenant: enough to rotate
 	// (the new key added, clients moved, the old one removed).
 	MaxTenantKeys = 16
-	// MaxTenantName bounds a tenant's name, which becomes a log field.
-	MaxTenantName = 64
+	// maxTenantName bounds a tenant's name, which becomes a log field.
+	maxTenantName = 64
 	// MaxClientKeyBytes bounds a key a client presents: a longer one is
 	// refused before it is hashed.
 	MaxClientKeyBytes = 256
@@ -67,14 +67,14 @@ func checkTenant(t *Tenant, _ Tenant) error {
 }
 
 func checkTenantName(name string) error {
-	ok := name != "" && len(name) <= MaxTenantName
+	ok := name != "" && len(name) <= maxTenantName
 	for i := 0; ok && i < len(name); i++ {
 		c := name[i]
 		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
 	}
 	if !ok {
 		return &conf.FieldError{Field: "Name", Value: conf.Text(excerpt([]byte(name))),
-			Why: fmt.Sprintf("want 1 to %d ASCII letters, digits, '-', '_' or '.'", MaxTenantName)}
+			Why: fmt.Sprintf("want 1 to %d ASCII letters, digits, '-', '_' or '.'", maxTenantName)}
 	}
 	return nil
 }
@@ -108,8 +108,8 @@ type clientKeys struct {
 
 // newClientKeys checks tenants and reads their hashes.
 func newClientKeys(tenants []Tenant) (*clientKeys, error) {
-	if len(tenants) > MaxTenants {
-		return nil, fmt.Errorf("damper: ProxyConfig.Tenants: %d tenants: at most %d", len(tenants), MaxTenants)
+	if len(tenants) > maxTenants {
+		return nil, fmt.Errorf("damper: ProxyConfig.Tenants: %d tenants: at most %d", len(tenants), maxTenants)
 	}
 	k := &clientKeys{}
 	byName := map[string]int{}

@@ -168,12 +168,19 @@ Serves the Messages API through Damper, for services not written in Go:
 point their SDK's base URL at the proxy (ANTHROPIC_BASE_URL). POST
 /v1/messages, plain and streaming, gets Damper's retries, budget, breaker and
 rate limiter; every other path passes through to the upstream unchanged.
-Clients send their own API key, which is forwarded and never stored or
-logged.
+Without tenants, clients send their own API key, which is forwarded and
+never stored or logged, and the file may name no backend. With tenants
+(each a name and its keys' hashes under key_sha256, or environment
+variables holding keys under key_env; damper key makes a key and its hash),
+every request must present a tenant's key as x-api-key or a bearer token
+(else 401, and nothing is sent), and goes out with the operator's
+credentials: upstream_api_key_env's key for the upstream, the backends'
+own for them.
 
 Also served: /healthz (the process is up), /readyz (it takes requests; 503
 from SIGINT or SIGTERM on, through --shutdown-delay) and /metrics (Damper's
-metrics, Prometheus text format).
+metrics, Prometheus text format; with tenants, for a tenant's key alone,
+unless admin_listen serves it).
 
 Every error response says x-should-retry: false, so that the client's SDK
 leaves retries to Damper, and carries Damper-Attempts, Damper-Outcome and
@@ -192,7 +199,8 @@ answer for write_timeout has its call ended.
 
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
-read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name),
+read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name,
+upstream_api_key_env), the clients under "tenants",
 the Damper policy under "policy", and under "backends" the fallback
 backends tried in order after the upstream (each a name, a provider of
 anthropic, bedrock or vertex, and its base_url, api_key_env, region,
@@ -471,7 +479,11 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		attrs = append(attrs, "store", s.fleet.String())
 	}
 	logger.Info("damper proxy: serving", attrs...)
-	if s.listenIsNonLocal {
+	if len(s.tenants) > 0 {
+		attrs := []any{"tenants", len(s.tenants)}
+		logger.Info("damper proxy: key mode: clients present a tenant's key; the operator's credentials are sent", attrs...)
+	}
+	if s.listenIsNonLocal && len(s.tenants) == 0 {
 		logger.Warn("damper proxy: listening beyond loopback: other hosts can send calls through this proxy with their own keys", "listen", s.listen)
 	}
 	if beyond, _ := beyondLoopback(s.adminListen); s.adminLn != nil && beyond {
