@@ -355,7 +355,7 @@ func TestNewProxyOperatorCredentialsNeedTenants(t *testing.T) {
 		{plain, damper.ProxyConfig{UpstreamAPIKey: authOperator}, "ProxyConfig.UpstreamAPIKey is the operator's key: name the clients that may spend it in ProxyConfig.Tenants"},
 		{plain, damper.ProxyConfig{Tenants: []damper.Tenant{{Name: "a", KeySHA256: []string{hash}}}}, "ProxyConfig.UpstreamAPIKey: required with Tenants"},
 		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a"}}}, `Tenants[0] ("a").KeySHA256: empty: a tenant needs a key`},
-		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a", KeySHA256: []string{authKey}}}}, `Tenants[0] ("a").KeySHA256[0] = "dk-tenant-svc-key": want the key's SHA-256: 64 hexadecimal digits, not 17 characters`},
+		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a", KeySHA256: []string{authKey}}}}, `Tenants[0] ("a").KeySHA256 = "dk-tenant-svc-key": entry 0: want the key's SHA-256: 64 hexadecimal digits, not 17 characters`},
 		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a b", KeySHA256: []string{hash}}}}, `Tenants[0] ("a b").Name = "a b": want 1 to 64 ASCII letters, digits`},
 		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a", KeySHA256: []string{hash}}, {Name: "a", KeySHA256: []string{damper.ClientKeyHash("x")}}}}, `Tenants[1] ("a").Name: Tenants[0] has this name already`},
 		{plain, damper.ProxyConfig{UpstreamAPIKey: "k", Tenants: []damper.Tenant{{Name: "a", KeySHA256: []string{hash}}, {Name: "b", KeySHA256: []string{strings.ToUpper(hash)}}}}, `Tenants[1] ("b").KeySHA256: a key of Tenants[0] (a) has this hash already`},
@@ -363,7 +363,7 @@ func TestNewProxyOperatorCredentialsNeedTenants(t *testing.T) {
 		tc.cfg.Upstream = "https://api.anthropic.com"
 		_, err := damper.NewProxy(tc.d, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %s", tc.cfg, err, tc.want)
+			t.Errorf("%v, want %s", err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), authOperator) {
 			t.Errorf("the key is in the error: %v", err)
