@@ -83,6 +83,19 @@ type ProxyConfig struct {
 	// client got (the Damper-Backend header). No header, body or
 	// credential is logged. nil means no lines.
 	Logger *slog.Logger `key:"-"` // code
+	// Tenants, when any are given, put the proxy in key mode: every
+	// request must present a key of one of them (see [Proxy]), and is
+	// sent with the operator's credentials, never the client's. None
+	// means pass-through mode: the client's own credentials go to the
+	// upstream, and the Damper may have no fallback backends. At most
+	// 1000. The damper command's proxy reads them from its file's
+	// tenants.
+	Tenants []Tenant `key:"-"` // the command's file declares its own list
+	// UpstreamAPIKey is the operator's API key for the upstream in key
+	// mode, sent as x-api-key in place of the client's; required there,
+	// refused in pass-through mode. The damper command's proxy reads it
+	// from the environment variable its upstream_api_key_env names.
+	UpstreamAPIKey string `key:"-"` // a secret: never in a file
 }
 
 // Proxy serves the Messages API over HTTP through a Damper, so that a
@@ -177,6 +190,8 @@ type Proxy struct {
 	write    time.Duration
 	log      *slog.Logger
 	pass     *httputil.ReverseProxy
+	keys     *clientKeys // nil in pass-through mode
+	upKey    string      // the operator's key for the upstream, in key mode
 }
 
 // NewProxy returns a Proxy that sends Messages calls through d, or an
@@ -193,6 +208,9 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 		return nil, fmt.Errorf("damper: ProxyConfig.%w", err)
 	}
 	p := &Proxy{d: d, upstream: up, rt: cfg.Transport, maxBody: cfg.MaxRequestBytes, write: cfg.WriteTimeout, log: cfg.Logger}
+	if err := p.authConfig(cfg); err != nil {
+		return nil, err
+	}
 	if p.rt == nil {
 		p.rt = newProxyTransport()
 	}
@@ -201,6 +219,15 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = p.target(pr.In.URL)
 			pr.Out.Host = ""
+			if p.keys != nil {
+				pr.Out.Header = operatorHeader(pr.Out.Header, p.upKey)
+			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if p.keys != nil && res.StatusCode >= 400 {
+				p.shapePassedError(res)
+			}
+			return nil
 		},
 		Transport:     p.rt,
 		FlushInterval: -1, // pass other streams on as they come
@@ -310,38 +337,43 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // not every writer has one
 	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(p.write)) }()
+	tenant, ok := p.authenticate(w, r) // before anything is read or sent
+	if !ok {
+		p.logRequest(r, http.StatusUnauthorized, start, nil, "", "")
+		return
+	}
 	if r.Method == http.MethodConnect || r.URL.Host != "" || r.URL.Scheme != "" {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: not a forward proxy: a request's target must be a path, such as /v1/messages", nil)
-		p.logRequest(r, http.StatusBadRequest, start, nil, "")
+		p.logRequest(r, http.StatusBadRequest, start, nil, "", tenant)
 		return
 	}
 	if asked := upgradeAsked(r.Header); asked != "" {
 		// httputil.ReverseProxy would forward it, and tunnel a 101.
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
 			"damper proxy: "+asked+": the proxy switches no protocol (WebSocket, h2c); send plain HTTP requests", nil)
-		p.logRequest(r, http.StatusBadRequest, start, nil, "")
+		p.logRequest(r, http.StatusBadRequest, start, nil, "", tenant)
 		return
 	}
 	if hasDotSegment(r.URL.Path) {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
 			"damper proxy: path "+excerpt([]byte(r.URL.EscapedPath()))+": a path with a dot segment (. or ..) is not forwarded", nil)
-		p.logRequest(r, http.StatusBadRequest, start, nil, "")
+		p.logRequest(r, http.StatusBadRequest, start, nil, "", tenant)
 		return
 	}
 	if r.ContentLength > p.maxBody {
-		p.logRequest(r, p.tooLarge(w), start, nil, "") // before a byte of it is read or sent
+		p.logRequest(r, p.tooLarge(w), start, nil, "", tenant) // before a byte of it is read or sent
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
 	if r.Method != http.MethodPost || !isMessagesRoute(r.URL.Path) {
 		sw := &statusWriter{ResponseWriter: w, rc: rc, d: p.write}
 		p.pass.ServeHTTP(sw, r)
-		p.logRequest(r, sw.status, start, nil, "")
+		p.logRequest(r, sw.status, start, nil, "", tenant)
 		return
 	}
 	var rep Report
 	status, backend := p.messages(w, rc, r, &rep)
-	p.logRequest(r, status, start, &rep, backend)
+	p.logRequest(r, status, start, &rep, backend, tenant)
 }
 
 // upgradeAsked describes the header by which h asks to switch protocols
@@ -443,6 +475,9 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "damper proxy: "+err.Error(), nil), ""
 	}
 	out.Header = upstreamHeader(r.Header)
+	if p.keys != nil {
+		out.Header = operatorHeader(out.Header, p.upKey)
+	}
 	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep})
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
@@ -453,7 +488,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 		if r.Context().Err() != nil {
 			return 0, backend // the client has gone: no one to answer
 		}
-		return writeCallError(w, err, rep, backend), backend
+		return p.writeCallError(w, err, rep, backend), backend
 	}
 	defer closeBody(res)
 	if res.StatusCode < 200 { // an informational status as the answer: a fallback's client let it through
@@ -462,6 +497,12 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	}
 	if headers != nil {
 		headers.lift() // the answer's headers go out now: the SDK's timeout ends here
+	}
+	if res.StatusCode >= 400 && p.keys != nil {
+		// An error status handed on as it came: the operator's backend's
+		// error, in the proxy's words.
+		body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+		return p.writeCallError(w, &upstreamStatus{status: res.StatusCode, header: res.Header, body: body}, rep, backend), backend
 	}
 	h := w.Header()
 	copyHeader(h, res.Header)
@@ -475,7 +516,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case stream:
 		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
-		passStream(dw, res.Body, p.d.policy.MaxEventBytes)
+		passStream(dw, res.Body, p.d.policy.MaxEventBytes, p.eventShaper(backend))
 		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode, backend
 	case rep.Outcome == "":
@@ -691,7 +732,7 @@ func answeredBy(err error, rep *Report) string {
 
 // writeCallError answers a Messages call that ended with err, before any
 // of its answer was sent; backend is the backend that answered, if any.
-func writeCallError(w http.ResponseWriter, err error, rep *Report, backend string) int {
+func (p *Proxy) writeCallError(w http.ResponseWriter, err error, rep *Report, backend string) int {
 	h := w.Header()
 	reportHeader(h, rep, backend)
 	var up *upstreamStatus
@@ -702,6 +743,16 @@ func writeCallError(w http.ResponseWriter, err error, rep *Report, backend strin
 		refused = refusedBy(de.Reason)
 	}
 	switch {
+	case p.keys != nil && errors.As(err, &up):
+		// The operator's backend's error, in the proxy's words.
+		extra, body := operatorError(backend, up.status, up.header, up.body)
+		return writeAPIBody(w, up.status, extra, body)
+	case p.keys != nil && errors.As(err, &ev):
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+		h.Set("X-Should-Retry", "false")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(errorEvent(operatorEvent(backend, ev.data)))
+		return http.StatusOK
 	case errors.As(err, &up):
 		// The provider's own answer, as it came.
 		copyHeader(h, up.header)
@@ -745,6 +796,12 @@ func retryAfter(d time.Duration) http.Header {
 // writeAPIError answers with an error of the API's shape, and returns the
 // status.
 func writeAPIError(w http.ResponseWriter, status int, typ, msg string, extra http.Header) int {
+	return writeAPIBody(w, status, extra, errorBody(typ, msg))
+}
+
+// writeAPIBody answers with body, an error of the API's shape, and
+// returns the status.
+func writeAPIBody(w http.ResponseWriter, status int, extra http.Header, body []byte) int {
 	h := w.Header()
 	for k, v := range extra {
 		h[k] = v
@@ -752,7 +809,7 @@ func writeAPIError(w http.ResponseWriter, status int, typ, msg string, extra htt
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
 	w.WriteHeader(status)
-	_, _ = w.Write(errorBody(typ, msg))
+	_, _ = w.Write(body)
 	return status
 }
 
@@ -791,7 +848,7 @@ type flushWriter interface {
 // The stream fails once an event passes maxEvent bytes, so the buffer
 // never grows beyond that and one read. It returns when the stream ends or
 // a write fails (the client has gone, or stopped reading).
-func passStream(w flushWriter, body io.Reader, maxEvent int) {
+func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) []byte) {
 	flush := w.Flush
 	pooled := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(pooled)
@@ -820,7 +877,7 @@ func passStream(w flushWriter, body io.Reader, maxEvent int) {
 			}
 			return
 		case err != nil:
-			_, _ = w.Write(failureEvent(err))
+			_, _ = w.Write(failureEvent(err, shape))
 			_ = flush()
 			return
 		}
@@ -829,9 +886,12 @@ func passStream(w flushWriter, body io.Reader, maxEvent int) {
 
 // failureEvent is the error event for a stream that failed after its first
 // content with err: the provider's own event when it sent one.
-func failureEvent(err error) []byte {
+func failureEvent(err error, shape func([]byte) []byte) []byte {
 	var ev *upstreamEvent
 	if errors.As(err, &ev) {
+		if shape != nil {
+			return errorEvent(shape(ev.data))
+		}
 		return errorEvent(ev.data)
 	}
 	return errorEvent(errorBody("api_error", "damper proxy: "+err.Error()))
@@ -933,7 +993,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequest logs one request: no header, body or credential, and what
 // the client chose cut to a bound.
-func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend string) {
+func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend, tenant string) {
 	if p.log == nil {
 		return
 	}
@@ -942,6 +1002,9 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 		slog.String("path", boundedText(r.URL.Path)),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
+	}
+	if tenant != "" { // a configured name, authenticated
+		attrs = append(attrs, slog.String("tenant", tenant))
 	}
 	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,12 +21,30 @@ import (
 // backendRig is a Proxy on loopback whose upstream, the primary, is a fake
 // API on loopback, with a second fake API, the fallback backend "second",
 // in memory. The primary's answers carry a Damper-Backend and a
-// Damper-Attempts of their own, as another proxy's would.
+// Damper-Attempts of their own, as another proxy's would. The proxy is in
+// key mode (its fallback spends the operator's key): the client presents
+// testKey, tenant "svc"'s. The proxy sends the fakes no header of the
+// client's but the allowed ones, so the rig tells them the scenario of
+// the call itself.
 type backendRig struct {
 	primary, second *dampertest.Server
 	proxy           http.Handler
 	logs            *syncbuf.Buffer
 	lines           int // the log's lines before the last call
+	scenario        atomic.Pointer[string]
+}
+
+// rigUpstreamKey is the operator's key for the rig's upstream.
+const rigUpstreamKey = "sk-ant-api03-rigoperatorkey"
+
+// withScenario is h, given the rig's scenario of the call in progress.
+func (r *backendRig) withScenario(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s := r.scenario.Load(); s != nil && *s != "" {
+			req.Header.Set(dampertest.ScenarioHeader, *s)
+		}
+		h.ServeHTTP(w, req)
+	})
 }
 
 func newBackendRig(t *testing.T, p damper.Policy) *backendRig {
@@ -41,19 +60,20 @@ func newBackendRig(t *testing.T, p damper.Policy) *backendRig {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Damper-Backend", "upstream-own")
 		w.Header().Set(damper.HeaderAttempts, "9")
-		r.primary.Handler().ServeHTTP(w, req)
+		r.withScenario(r.primary.Handler()).ServeHTTP(w, req)
 	}))
 	t.Cleanup(up.Close)
 	second := damper.Backend{Name: "second", Provider: damper.ProviderAnthropic, Options: []option.RequestOption{
 		option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("second-key"),
-		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(r.second.Handler())}),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(r.withScenario(r.second.Handler()))}),
 	}}
 	logger := slog.New(slog.NewJSONHandler(r.logs, nil))
 	d, err := damper.New(p, damper.WithClock(clock), damper.WithRand(half), damper.WithBackends(second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: up.URL, Logger: logger})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: up.URL, Logger: logger,
+		Tenants: []damper.Tenant{{Name: "svc", KeySHA256: []string{damper.ClientKeyHash(testKey)}}}, UpstreamAPIKey: rigUpstreamKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +85,7 @@ func newBackendRig(t *testing.T, p damper.Policy) *backendRig {
 // and the request's log line.
 func (r *backendRig) post(t *testing.T, scenario, body string) (*http.Response, string, map[string]any) {
 	t.Helper()
+	r.scenario.Store(&scenario)
 	srv := httptest.NewServer(r.proxy)
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(body))
@@ -129,7 +150,7 @@ func TestProxyNamesTheBackend(t *testing.T) {
 			script: func(r *backendRig) { r.primary.Script("s", dampertest.Status(529)) }},
 		{name: "primary down, a stream", body: streamBody, status: 200, backend: "second", outcome: "success", sent: [2]int{3, 1},
 			script: func(r *backendRig) { r.primary.Script("s", dampertest.Status(529)) }},
-		{name: "the primary's 400, as it came", body: plainBody, status: 400, backend: "primary", outcome: "error", sent: [2]int{1, 0},
+		{name: "the primary's 400", body: plainBody, status: 400, backend: "primary", outcome: "error", sent: [2]int{1, 0},
 			script: func(r *backendRig) { r.primary.Script("s", dampertest.Status(400)) }},
 		{name: "both down", body: plainBody, status: 529, backend: "second", outcome: "attempts_exhausted", sent: [2]int{3, 3},
 			script: func(r *backendRig) {

@@ -6,6 +6,7 @@
 //	damper demo [flags]        the outage demo: naive retries vs Damper, without and with its breaker
 //	damper scenarios [flags]   the SDK failure catalogue, bare SDK vs Damper
 //	damper proxy [flags]       the Messages API served through Damper, for other languages
+//	damper key                 a new client key for the proxy, and its hash
 //	damper help [command]      help for a command
 //
 // demo runs in memory on a virtual clock and finishes in about a second;
@@ -45,6 +46,7 @@ func commands() []command {
 		{"demo", "the outage demo: 1,000 requests, naive retries vs Damper, without and with its breaker (offline, virtual time)", runDemo},
 		{"scenarios", "the SDK failure catalogue, bare SDK vs Damper, side by side (loopback, real time)", runScenarios},
 		{"proxy", "serve the Messages API through Damper, for services not written in Go", runProxy},
+		{"key", "make a client key for the proxy, and the hash its file names it by", runKey},
 	}
 }
 

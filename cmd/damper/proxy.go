@@ -67,6 +67,12 @@ type proxyFile struct {
 	// MaxConnections caps the API listener's open connections; beyond it
 	// a connection is answered 503 and closed (proxy_conns.go).
 	MaxConnections int `key:"max_connections" default:"1024" min:"1" max:"65536" unit:"connections"`
+	// Tenants are the clients that may call, by their keys; with any,
+	// the proxy is in key mode (proxy_tenants.go).
+	Tenants []tenantFile `key:"tenants" max:"1000" unit:"tenants"`
+	// UpstreamAPIKeyEnv names the environment variable holding the
+	// operator's key for the upstream, required with tenants.
+	UpstreamAPIKeyEnv string `key:"upstream_api_key_env"`
 }
 
 // proxySettings is what the proxy runs with: the file's values, then the
@@ -94,6 +100,9 @@ type proxySettings struct {
 	adminLn     net.Listener // admin_listen's, opened by runProxy
 	store       *storeConfig // nil: the state in memory
 	fleet       *proxyStore  // store's, opened by runProxy
+
+	tenants     []damper.Tenant // with key_env's keys hashed; none: pass-through mode
+	upstreamKey string          // the operator's key for the upstream, in key mode
 }
 
 const defaultProxyUpstream = "https://api.anthropic.com"
@@ -133,6 +142,10 @@ func (s *proxySettings) apply(f proxyFile) error {
 	if err != nil {
 		return err
 	}
+	tenants, upstreamKey, err := proxyTenants(f.Tenants, f.Backends, f.UpstreamAPIKeyEnv)
+	if err != nil {
+		return err
+	}
 	*s = proxySettings{
 		listen: f.Listen, upstream: cmp.Or(f.Upstream, defaultProxyUpstream),
 		maxRequestBytes: f.MaxRequestBytes, drain: f.DrainTimeout, shutdownDelay: f.ShutdownDelay,
@@ -140,6 +153,7 @@ func (s *proxySettings) apply(f proxyFile) error {
 		maxHeaderBytes: f.MaxHeaderBytes, maxConns: f.MaxConnections,
 		level: level, name: f.Name, configFile: s.configFile, policyFromDefault: policy == nil,
 		backends: f.Backends, adminListen: f.AdminListen, store: store,
+		tenants: tenants, upstreamKey: upstreamKey,
 	}
 	if policy != nil {
 		s.policy = *policy
@@ -164,12 +178,19 @@ Serves the Messages API through Damper, for services not written in Go:
 point their SDK's base URL at the proxy (ANTHROPIC_BASE_URL). POST
 /v1/messages, plain and streaming, gets Damper's retries, budget, breaker and
 rate limiter; every other path passes through to the upstream unchanged.
-Clients send their own API key, which is forwarded and never stored or
-logged.
+Without tenants, clients send their own API key, which is forwarded and
+never stored or logged, and the file may name no backend. With tenants
+(each a name and its keys' hashes under key_sha256, or environment
+variables holding keys under key_env; damper key makes a key and its hash),
+every request must present a tenant's key as x-api-key or a bearer token
+(else 401, and nothing is sent), and goes out with the operator's
+credentials: upstream_api_key_env's key for the upstream, the backends'
+own for them.
 
 Also served: /healthz (the process is up), /readyz (it takes requests; 503
 from SIGINT or SIGTERM on, through --shutdown-delay) and /metrics (Damper's
-metrics, Prometheus text format).
+metrics, Prometheus text format; with tenants, for a tenant's key alone,
+unless admin_listen serves it).
 
 Every error response of a call says x-should-retry: false, so that the
 client's SDK leaves retries to Damper, and carries Damper-Attempts,
@@ -192,7 +213,7 @@ answer for write_timeout has its call ended.
 The configuration file holds every setting under its snake_case name
 (listen, upstream, max_request_bytes, drain_timeout, read_header_timeout,
 read_timeout, idle_timeout, write_timeout, shutdown_delay, log_level, name,
-max_header_bytes, max_connections),
+max_header_bytes, max_connections, upstream_api_key_env), the clients under "tenants",
 the Damper policy under "policy", and under "backends" the fallback
 backends tried in order after the upstream (each a name, a provider of
 anthropic, bedrock or vertex, and its base_url, api_key_env, region,
@@ -422,20 +443,24 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	if ln, err = limitConns(mp, &s, ln, logger); err != nil {
 		return err
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger,
+		Tenants: s.tenants, UpstreamAPIKey: s.upstreamKey})
 	if err != nil {
 		return err
 	}
 	var draining atomic.Bool
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	admin := adminEndpoints(metrics, &draining)
+	// In key mode, /metrics on the API's listener is for the tenants'
+	// keys alone; admin_listen serves it to whoever reaches that.
+	apiAdmin := adminEndpoints(px.Authenticated(metrics), &draining)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Host == "" && isAdminPath(r.URL.Path) {
 			if s.adminLn != nil {
 				notOnAPI(w, r)
 				return
 			}
-			if admin(w, r) {
+			if apiAdmin(w, r) {
 				return
 			}
 		}
@@ -470,7 +495,11 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 		attrs = append(attrs, "store", s.fleet.String())
 	}
 	logger.Info("damper proxy: serving", attrs...)
-	if s.listenIsNonLocal {
+	if len(s.tenants) > 0 {
+		attrs := []any{"tenants", len(s.tenants)}
+		logger.Info("damper proxy: key mode: clients present a tenant's key; the operator's credentials are sent", attrs...)
+	}
+	if s.listenIsNonLocal && len(s.tenants) == 0 {
 		logger.Warn("damper proxy: listening beyond loopback: other hosts can send calls through this proxy with their own keys", "listen", s.listen)
 	}
 	if beyond, _ := beyondLoopback(s.adminListen); s.adminLn != nil && beyond {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/dampertest"
 	"github.com/damper-ai/damper-go/fleet"
 )
 
@@ -36,7 +37,8 @@ const backendSecret = "sk-ant-api03-backendsecretvalue"
 func writeConfig(t *testing.T, backends string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nbackends:\n"+backends), 0o600); err != nil {
+	setUpstreamKey(t)
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\n"+tenantsYAML+"backends:\n"+backends), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -201,7 +203,7 @@ func fakeGoogle(t *testing.T, grant bool) *fakeGoogleServer {
 			fmt.Fprint(w, `{"error":"invalid_grant","error_description":"account disabled"}`)
 			return
 		}
-		fmt.Fprint(w, `{"access_token":"ya29.dampertest","token_type":"Bearer","expires_in":3600}`)
+		fmt.Fprint(w, `{"access_token":"`+dampertest.VertexToken+`","token_type":"Bearer","expires_in":3600}`)
 	}))
 	t.Cleanup(srv.Close)
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -405,7 +407,8 @@ func TestRunProxyChecksBeforeListening(t *testing.T) {
 	t.Setenv("DAMPER_TEST_BACKEND_KEY", backendSecret)
 	open, closed := listening(t)
 	path := filepath.Join(t.TempDir(), "proxy.yaml")
-	doc := "listen: 127.0.0.1:0\nupstream: http://" + open + "\nbackends:\n" +
+	setUpstreamKey(t)
+	doc := "listen: 127.0.0.1:0\nupstream: http://" + open + "\n" + tenantsYAML + "backends:\n" +
 		"  - {name: second-org, provider: anthropic, api_key_env: DAMPER_TEST_BACKEND_KEY, base_url: 'http://" + closed + "'}\n" +
 		"  - {name: bedrock, provider: bedrock, region: us-east-1, base_url: 'http://" + open + "'}\n"
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {

@@ -115,18 +115,27 @@ type tsResult struct {
 	Outcome  string `json:"outcome"`
 	Made     int    `json:"made"`
 	Error    string `json:"error"`
+	Status   int    `json:"status"`
 	Message  string `json:"message"`
 }
 
-// runFallbackClient runs fallback.mjs against the proxy at url.
+// runFallbackClient runs fallback.mjs against the proxy at url, with
+// testKey, the key of the tests' tenant.
 func runFallbackClient(t *testing.T, url string, calls ...string) []tsResult {
+	t.Helper()
+	return runFallbackClientKey(t, url, testKey, calls...)
+}
+
+// runFallbackClientKey runs fallback.mjs against the proxy at url with
+// key as the SDK's apiKey.
+func runFallbackClientKey(t *testing.T, url, key string, calls ...string) []tsResult {
 	t.Helper()
 	node := needNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"fallback.mjs", url}, calls...)...)
 	cmd.Dir = filepath.Join("testdata", "tsclient")
-	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+testKey)
+	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+key)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -163,10 +172,23 @@ func TestTypeScriptSDKFallsBackToBedrock(t *testing.T) {
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: 200 * time.Millisecond}}
 		s.backends = []backendFile{bedrockBackend(bedrock)}
+		keyMode(s)
 	})
 
-	// Two calls fail on the upstream and move to Bedrock (2 attempts
-	// each); the breaker then opens, and the next two go to Bedrock alone.
+	// A key that names no tenant: 401, which the SDK raises as an
+	// AuthenticationError, and nothing sent.
+	for _, r := range runFallbackClientKey(t, p.url, "dk-names-no-tenant", "plain", "stream") {
+		if r.OK || r.Status != 401 || r.Error != "AuthenticationError" {
+			t.Errorf("%s with a wrong key: %+v, want AuthenticationError 401", r.Call, r)
+		}
+	}
+	if n, m := primary.Count(""), bedrock.Count(""); n != 0 || m != 0 {
+		t.Fatalf("with a wrong key, the upstream got %d requests, Bedrock %d; want none", n, m)
+	}
+
+	// The tenant's key as the SDK's apiKey: two calls fail on the upstream
+	// and move to Bedrock (2 attempts each); the breaker then opens, and
+	// the next two go to Bedrock alone.
 	got := runFallbackClient(t, p.url, "plain", "stream", "plain", "stream")
 	for i, want := range []string{"2", "2", "1", "1"} {
 		r := got[i]
@@ -232,6 +254,7 @@ func TestSecondOrgBackendGetsItsOwnKey(t *testing.T) {
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1}
 		s.backends = []backendFile{{Name: "second-org", Provider: "anthropic", BaseURL: front.URL, APIKeyEnv: "DAMPER_TEST_SECOND_ORG_KEY"}}
+		keyMode(s)
 	})
 	for _, stream := range []bool{false, true} {
 		body := `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]`
@@ -292,9 +315,10 @@ func TestProxySiblingModelsFromTheFile(t *testing.T) {
 		return dampertest.Status(529)
 	}))
 	t.Cleanup(bedrock.Close)
+	setUpstreamKey(t)
 	s, err := parseProxyFile(t, `
 upstream: `+primary.URL()+`
-backends:
+`+tenantsYAML+`backends:
   - {name: bedrock, provider: bedrock, region: us-east-1, base_url: '`+bedrock.URL()+`'}
 policy:
   max_attempts: 1
@@ -305,7 +329,7 @@ policy:
 		t.Fatal(err)
 	}
 	p := startProxy(t, s.upstream, func(ps *proxySettings) {
-		ps.policy, ps.backends = s.policy, s.backends
+		ps.policy, ps.backends, ps.tenants, ps.upstreamKey = s.policy, s.backends, s.tenants, s.upstreamKey
 	})
 	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-opus-4-5","max_tokens":64,"messages":[]}`))
 	req.Header.Set("X-Api-Key", testKey)

@@ -82,9 +82,11 @@ func TestProxyProcessWritesOnlyJSON(t *testing.T) {
 			`"msg":"damper proxy: AWS SDK","message":"falling back to IMDSv1`,
 			`"msg":"httputil: ReverseProxy read error during body copy: unexpected EOF"`)
 	})
-	p = startProxyProcess(t, "json-lines", "listen: 127.0.0.1:0\nupstream: "+upstream.URL+"\nbackends:\n"+
-		"  - {name: bedrock, provider: bedrock, region: us-east-1, base_url: '"+bedrockEndpoint.URL+"'}\n")
-	res, err := http.Get(p.url + "/v1/models")
+	p = startProxyProcess(t, "json-lines", "listen: 127.0.0.1:0\nupstream: "+upstream.URL+"\n"+tenantsYAML+"backends:\n"+
+		"  - {name: bedrock, provider: bedrock, region: us-east-1, base_url: '"+bedrockEndpoint.URL+"'}\n", upstreamKeyEnv+"="+upstreamKey)
+	req, _ := http.NewRequest(http.MethodGet, p.url+"/v1/models", nil)
+	req.Header.Set("X-Api-Key", testKey)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -483,6 +483,7 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	withStore := func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
 		s.backends = []backendFile{bedrockBackend(bedrock)}
+		keyMode(s)
 		s.fleet = st
 	}
 	p := startProxy(t, primary.URL(), withStore)
