@@ -224,8 +224,11 @@ func NewProxy(d *Damper, cfg ProxyConfig) (*Proxy, error) {
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
-			if p.keys != nil && res.StatusCode >= 400 {
+			switch {
+			case p.keys != nil && res.StatusCode >= 400:
 				p.shapePassedError(res)
+			case p.keys != nil:
+				operatorAnswerHeader(res.Header)
 			}
 			return nil
 		},
@@ -506,6 +509,9 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	}
 	h := w.Header()
 	copyHeader(h, res.Header)
+	if p.keys != nil {
+		operatorAnswerHeader(h)
+	}
 	h.Del("Content-Length") // the transport may have decoded the body
 	reportHeader(h, rep, backend)
 	_, stream := res.Body.(*streamBody)

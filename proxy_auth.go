@@ -232,6 +232,23 @@ func operatorHeader(in http.Header, key string) http.Header {
 	return out
 }
 
+// returnedBackendHeaders are the headers of a backend's answer that reach a
+// client in key mode: what reading the answer needs, and its request id.
+// The rest describe the operator's account (its organisation, its rate
+// limits) or its connection to the backend (cookies), none of them the
+// client's.
+var returnedBackendHeaders = []string{"Content-Type", "Content-Encoding", "Request-Id", "Retry-After", "Retry-After-Ms"}
+
+// operatorAnswerHeader keeps in h only the headers of a backend's answer
+// that reach a client in key mode.
+func operatorAnswerHeader(h http.Header) {
+	for k := range h {
+		if !slices.Contains(returnedBackendHeaders, http.CanonicalHeaderKey(k)) {
+			delete(h, k)
+		}
+	}
+}
+
 // apiErrorTypes are the error types of the API, which an error shaped by
 // the proxy keeps when the backend's body names one.
 var apiErrorTypes = []string{

@@ -374,3 +374,60 @@ func TestNewProxyOperatorCredentialsNeedTenants(t *testing.T) {
 		t.Errorf("with tenants: %v", err)
 	}
 }
+
+// TestProxyKeyModeReturnsNoAccountHeaders: in key mode a backend's answer
+// reaches the client with what reading it needs and its request id, never
+// the headers that describe the operator's account (its organisation, its
+// rate limits) or its connection (cookies): on the Messages path, from the
+// primary and from a fallback, and on a pass-through path.
+func TestProxyKeyModeReturnsNoAccountHeaders(t *testing.T) {
+	withAccount := func(text string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h.Set("Anthropic-Organization-Id", "org-operator-secret")
+			h.Set("Anthropic-Ratelimit-Requests-Limit", "4000")
+			h.Set("Set-Cookie", "__cf_bm=operator-secret")
+			h.Set("Request-Id", "req_"+text)
+			answerText(text)(w, r)
+		}
+	}
+	var down sync.Mutex
+	primaryDown := false
+	r := newAuthRig(t, func(w http.ResponseWriter, req *http.Request) {
+		down.Lock()
+		d := primaryDown
+		down.Unlock()
+		if d {
+			overloaded(w, req)
+			return
+		}
+		withAccount("primary")(w, req)
+	}, withAccount("second"))
+	key := http.Header{"X-Api-Key": {authKey}}
+	check := func(what string, res *http.Response, body, want string) {
+		t.Helper()
+		if res.StatusCode != 200 || !strings.Contains(body, want) {
+			t.Fatalf("%s: %d %s", what, res.StatusCode, body)
+		}
+		for k, v := range res.Header {
+			if strings.Contains(strings.Join(v, ","), "operator-secret") || strings.HasPrefix(k, "Anthropic-Ratelimit-") {
+				t.Errorf("%s: the client got %s: %q", what, k, v)
+			}
+		}
+		if got := res.Header.Get("Request-Id"); got != "req_"+want {
+			t.Errorf("%s: request-id %q, want req_%s", what, got, want)
+		}
+		if got := res.Header.Get("Content-Type"); got != "application/json" {
+			t.Errorf("%s: content-type %q", what, got)
+		}
+	}
+	res, body := r.do(t, http.MethodPost, "/v1/messages", plainBody, key)
+	check("the primary's answer", res, body, "primary")
+	res, body = r.do(t, http.MethodGet, "/v1/models", "", key)
+	check("a pass-through answer", res, body, "primary")
+	down.Lock()
+	primaryDown = true
+	down.Unlock()
+	res, body = r.do(t, http.MethodPost, "/v1/messages", plainBody, key)
+	check("the fallback's answer", res, body, "second")
+}
