@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -120,6 +121,15 @@ func workspaceNames(t *testing.T, tracked []string) *goNames {
 				n.selected[x.Sel.Name] = true
 				if id, ok := x.X.(*ast.Ident); ok && imports[id.Name] {
 					n.imported[id.Name+"."+x.Sel.Name] = true
+				}
+			case *ast.Field:
+				// A field's file key is a name the code has.
+				if x.Tag != nil {
+					if tag, err := strconv.Unquote(x.Tag.Value); err == nil {
+						if key, _, _ := strings.Cut(reflect.StructTag(tag).Get("key"), ","); key != "" && key != "-" {
+							n.strs[key] = true
+						}
+					}
 				}
 			case *ast.BasicLit:
 				if x.Kind == token.STRING && !strings.HasSuffix(file, "_test.go") {
