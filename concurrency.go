@@ -51,7 +51,8 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // adaptive limit acts on the latency. It times the attempts of a cohort,
 // the first 20 sent after its last change (once attempts fill a limit
 // that grew, or 20 are sent that raise the attempts in flight no higher:
-// the demand is then below it), at the provider: from the request
+// the demand is then below it; one begun below the limit begins again
+// when a surge fills it), at the provider: from the request
 // written to a plain answer's first byte (the provider sends it once the
 // answer is whole), or to a stream's first content (a stream's length
 // says more of its output than of the provider's load). The wait for a
@@ -201,6 +202,7 @@ type concLimit struct {
 	peak     int               // the most held while filling
 	unfilled int               // attempts sent while filling that held no more than peak
 	cohort   int               // the attempts of this epoch's cohort sent so far
+	below    bool              // the cohort began with the limit not full
 	short    bool              // an attempt found no free slot since the cohort began
 	win      concWindowSamples // the window under way
 	kinds    [2]latencyBest    // the best of plain answers and of streams
@@ -285,6 +287,15 @@ func (l *concLimit) room(p Priority) bool {
 func (l *concLimit) take(p Priority) {
 	l.held[p]++
 	if !l.filling {
+		// A cohort begun under a demand below the limit, with answers in
+		// already, is begun again once the demand first fills the limit:
+		// those answers came from a provider emptier than a surge leaves
+		// it.
+		if l.below && l.held[Interactive]+l.held[Batch] >= l.slots() {
+			if l.below = false; l.win.ended > 0 {
+				l.newCohort()
+			}
+		}
 		return
 	}
 	// A limit that grew waits for attempts to fill it, or for concWindow
@@ -551,6 +562,7 @@ func (l *concLimit) adjust() {
 func (l *concLimit) newCohort() {
 	l.epoch++
 	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
+	l.below = l.held[Interactive]+l.held[Batch] < l.slots()
 	l.short = len(l.line[Interactive])+len(l.line[Batch]) > 0
 }
 

@@ -337,3 +337,30 @@ func TestConcurrencyLimitBelowDemandKeepsSampling(t *testing.T) {
 	}
 	t.Fatalf("limit still 40 after 200 samples at 5 s, want it cut")
 }
+
+// TestConcurrencyLimitSurgeRestartsTheCohort: a cohort begun under a
+// demand below the limit, with answers in, is begun again the moment a
+// surge fills the limit, so that the answers of the quiet time do not
+// stand for the surge's load.
+func TestConcurrencyLimitSurgeRestartsTheCohort(t *testing.T) {
+	l := adaptive(t, ConcurrencyPolicy{Initial: 12, Max: 100})
+	pv := queueingProvider{k: 100, service: func() time.Duration { return time.Second }}
+	s := saturate(l)
+	s.demand = 30
+	s.run(pv, 610)
+	l.mu.Lock()
+	before, ended, below := l.epoch, l.win.ended, l.below
+	l.mu.Unlock()
+	if ended == 0 || !below {
+		t.Fatalf("cohort under way: %d answers in, begun below the limit %v; want some, true", ended, below)
+	}
+	s.demand = 0 // unbounded: the next sends fill the limit of 40
+	s.run(pv, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The fill is followed by the end of an attempt of the quiet time.
+	if l.epoch != before+1 || l.cohort != 1 || l.win.ended != 0 || l.held[Interactive] != 39 {
+		t.Fatalf("after the surge: cohort %d (was %d), %d sent and %d ended, %d held; want the next, begun by the attempt that filled the limit, none ended, 39 held",
+			l.epoch, before, l.cohort, l.win.ended, l.held[Interactive])
+	}
+}
