@@ -50,20 +50,24 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // climbs as requests queue, and only later come 529s and timeouts. The
 // adaptive limit acts on the latency. It times the attempts of a cohort,
 // the first 20 sent after its last change (once attempts fill a limit
-// that grew), at the provider: from the request written to a plain
-// answer's first byte (the provider sends it once the answer is whole),
-// or to a stream's first content (a stream's length says more of its
-// output than of the provider's load). The wait for a connection, the
-// reading of the body and the process's own scheduling are left out:
-// they grow with the load of the process and its machine, and a limit
-// that took them for the provider's would shrink for nothing.
+// that grew, or 20 are sent that raise the attempts in flight no higher:
+// the demand is then below it; one begun below the limit begins again
+// when a surge fills it), at the provider: from the request
+// written to a plain answer's first byte (the provider sends it once the
+// answer is whole), or to a stream's first content (a stream's length
+// says more of its output than of the provider's load). The wait for a
+// connection, the reading of the body and the process's own scheduling
+// are left out: they grow with the load of the process and its machine,
+// and a limit that took them for the provider's would shrink for
+// nothing.
 // Once all 20 have ended, it compares their typical time (the geometric
 // mean, which one slow answer moves little) with the best of that kind:
 // a level in the low quarter of past cohorts' times, which a cohort sent
 // while the limit was full does not raise. What it allows is the best ×
 // Tolerance, or the best + Slack when that is more. Within it, the limit
 // grows, by up to half at a time and less as the latency nears it, if an
-// attempt found it full; beyond it, the limit shrinks in proportion
+// attempt found it full: a limit above the demand stays where it is, and
+// its cohorts go on; beyond it, the limit shrinks in proportion
 // (limit × allowed / typical, at most halved at a time), to where the
 // latency would be back within it. A 529 or an attempt timeout in a
 // cohort cuts it by 10 %. The best is learned on the way up,
@@ -189,15 +193,19 @@ type concLimit struct {
 	held  [2]int           // slots held, by priority
 	line  [2][]*slotWaiter // attempts waiting for a slot, by priority, oldest first
 	// The adaptive limit's samples come from a cohort: the first
-	// concWindow attempts sent once the limit last changed and filled up.
-	// Waiting for all of them to end, not for the first concWindow ends,
-	// keeps the quick ones from standing for all.
-	epoch   uint64            // bumped when a cohort starts
-	filling bool              // the limit has grown, and attempts have not filled it yet
-	cohort  int               // the attempts of this epoch's cohort sent so far
-	short   bool              // an attempt found no free slot since the cohort began
-	win     concWindowSamples // the window under way
-	kinds   [2]latencyBest    // the best of plain answers and of streams
+	// concWindow attempts sent once the limit last changed and, when it
+	// grew, filled up or met a demand below it. Waiting for all of them
+	// to end, not for the first concWindow ends, keeps the quick ones
+	// from standing for all.
+	epoch    uint64            // bumped when a cohort starts
+	filling  bool              // the limit has grown, and attempts have not filled it yet
+	peak     int               // the most held while filling
+	unfilled int               // attempts sent while filling that held no more than peak
+	cohort   int               // the attempts of this epoch's cohort sent so far
+	below    bool              // the cohort began with the limit not full
+	short    bool              // an attempt found no free slot since the cohort began
+	win      concWindowSamples // the window under way
+	kinds    [2]latencyBest    // the best of plain answers and of streams
 }
 
 // concWindowSamples is what a cohort's ends hold.
@@ -278,9 +286,33 @@ func (l *concLimit) room(p Priority) bool {
 // take takes a slot for priority p. The caller holds l.mu.
 func (l *concLimit) take(p Priority) {
 	l.held[p]++
-	n := l.held[Interactive] + l.held[Batch]
-	if l.filling && n >= l.slots() {
+	if !l.filling {
+		// A cohort begun under a demand below the limit, with answers in
+		// already, is begun again once the demand first fills the limit:
+		// those answers came from a provider emptier than a surge leaves
+		// it.
+		if l.below && l.held[Interactive]+l.held[Batch] >= l.slots() {
+			if l.below = false; l.win.ended > 0 {
+				l.newCohort()
+			}
+		}
+		return
+	}
+	// A limit that grew waits for attempts to fill it, or for concWindow
+	// attempts sent that take the attempts in flight no higher than they
+	// have been since: the demand has then levelled out below the limit,
+	// and the provider sees what it will see. Waiting for the limit alone
+	// would take no more samples, and the limit would follow no later
+	// slowdown.
+	switch n := l.held[Interactive] + l.held[Batch]; {
+	case n >= l.slots():
 		l.newCohort()
+	case n > l.peak:
+		l.peak = n
+	default:
+		if l.unfilled++; l.unfilled >= concWindow {
+			l.newCohort()
+		}
 	}
 }
 
@@ -485,8 +517,10 @@ func (l *concLimit) logAllowance(bestLog float64) float64 {
 }
 
 // adjust moves the limit once its cohort has ended, and starts the next
-// cohort: at once, or when attempts fill a limit that grew. The caller
-// holds l.mu.
+// cohort: at once, or, when the limit grew, once attempts fill it or the
+// demand levels out below it (take). The limit grows only if an
+// attempt found it full: one above the demand stays where it is. The
+// caller holds l.mu.
 func (l *concLimit) adjust() {
 	w := l.win
 	next := l.limit
@@ -514,7 +548,9 @@ func (l *concLimit) adjust() {
 	grew := next > l.limit
 	l.limit = next
 	// Attempts sent while a higher limit fills up find the provider
-	// emptier than it will be: the next cohort waits for it to fill.
+	// emptier than it will be: the next cohort waits for it to fill, or
+	// for the demand to show itself below it (take).
+	l.peak, l.unfilled = l.held[Interactive]+l.held[Batch], 0
 	if l.filling = grew && l.held[Interactive]+l.held[Batch] < l.slots(); !l.filling {
 		l.newCohort()
 	}
@@ -526,6 +562,7 @@ func (l *concLimit) adjust() {
 func (l *concLimit) newCohort() {
 	l.epoch++
 	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
+	l.below = l.held[Interactive]+l.held[Batch] < l.slots()
 	l.short = len(l.line[Interactive])+len(l.line[Batch]) > 0
 }
 

@@ -41,11 +41,14 @@ func (h *inFlightHeap) Pop() any {
 }
 
 // saturation is a limit under unbounded demand, on a virtual clock: every
-// free slot is taken at once.
+// free slot is taken at once. With a demand, it is a closed loop of that
+// many callers: each sends its next attempt as its last one ends, and
+// waits in line while the limit is full.
 type saturation struct {
 	l       *concLimit
 	now     time.Time
 	running inFlightHeap
+	demand  int // the callers; zero: unbounded
 }
 
 func saturate(l *concLimit) *saturation {
@@ -63,6 +66,10 @@ func (s *saturation) run(pv queueingProvider, samples int) []int {
 	for len(limits) < samples {
 		for {
 			l.mu.Lock()
+			if s.demand > 0 && l.held[Interactive] >= s.demand {
+				l.mu.Unlock()
+				break
+			}
 			if !l.free(Interactive) {
 				l.short = true // demand beyond the limit, as a call's admission finds it
 				l.mu.Unlock()
@@ -83,6 +90,13 @@ func (s *saturation) run(pv queueingProvider, samples int) []int {
 		l.mu.Unlock()
 	}
 	return limits
+}
+
+// cohorts is how many cohorts the limit has started.
+func (s *saturation) cohorts() uint64 {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.l.epoch
 }
 
 func adaptive(t *testing.T, p ConcurrencyPolicy) *concLimit {
@@ -273,5 +287,80 @@ func TestConcurrencyLimitWithHeavyTails(t *testing.T) {
 		if lo < 20 || hi > 150 {
 			t.Errorf("seed %d: limits %d to %d after 2,000 attempts, want within [20, 150]", seed, lo, hi)
 		}
+	}
+}
+
+// TestConcurrencyLimitBelowDemandKeepsSampling: 30 callers in a closed
+// loop, against a provider that serves 100 at once in 1 s, under a limit
+// from 12 that may grow to 100. The limit grows while attempts find it
+// full, 12, 18, 27, to 40 (27 × 1.5), and no further: the callers never
+// fill 40, so nothing needs more room. Its cohorts go on all the same,
+// each started once 20 attempts have been sent without filling it, so
+// that when the provider's time to the first byte rises to 5 s, the
+// first cohort sent after the rise cuts the limit, by half (1.5 s
+// allowed / 5 s, at most halved), to 20: at the end of the second cohort
+// to end after the rise, the one under way and the next. A limit that
+// waited for the callers to fill 40 before its next cohort took no more
+// samples, and stayed at 40.
+func TestConcurrencyLimitBelowDemandKeepsSampling(t *testing.T) {
+	l := adaptive(t, ConcurrencyPolicy{Initial: 12, Max: 100})
+	service := time.Second
+	pv := queueingProvider{k: 100, service: func() time.Duration { return service }}
+	s := saturate(l)
+	s.demand = 30
+	limits := s.run(pv, 600)
+	if hi := slices.Max(limits); hi != 40 || limits[len(limits)-1] != 40 {
+		t.Fatalf("limit at most %d, %d at the end, under a demand of 30; want it to stop at 40", hi, limits[len(limits)-1])
+	}
+	steady := s.cohorts()
+	limits = s.run(pv, 600)
+	if lo, hi := slices.Min(limits), slices.Max(limits); lo != 40 || hi != 40 {
+		t.Fatalf("limits %d to %d over 600 more samples, want 40 throughout", lo, hi)
+	}
+	// A cohort about every 53 samples: its 20 sends, and the 30-odd ends
+	// before its last one's, a second after it was sent.
+	if n := s.cohorts() - steady; n != 11 {
+		t.Fatalf("%d cohorts over 600 samples at a steady limit, want 11", n)
+	}
+
+	service = 5 * time.Second
+	slowed, start := s.cohorts(), s.now
+	for i := range 200 {
+		if n := s.run(pv, 1)[0]; n != 40 {
+			ended := s.cohorts() - slowed
+			t.Logf("cut to %d at sample %d, %v after the rise", n, i, s.now.Sub(start))
+			if n != 20 || ended != 2 {
+				t.Fatalf("limit cut to %d as cohort %d since the rise ended, want 20 as the second did", n, ended)
+			}
+			return
+		}
+	}
+	t.Fatalf("limit still 40 after 200 samples at 5 s, want it cut")
+}
+
+// TestConcurrencyLimitSurgeRestartsTheCohort: a cohort begun under a
+// demand below the limit, with answers in, is begun again the moment a
+// surge fills the limit, so that the answers of the quiet time do not
+// stand for the surge's load.
+func TestConcurrencyLimitSurgeRestartsTheCohort(t *testing.T) {
+	l := adaptive(t, ConcurrencyPolicy{Initial: 12, Max: 100})
+	pv := queueingProvider{k: 100, service: func() time.Duration { return time.Second }}
+	s := saturate(l)
+	s.demand = 30
+	s.run(pv, 610)
+	l.mu.Lock()
+	before, ended, below := l.epoch, l.win.ended, l.below
+	l.mu.Unlock()
+	if ended == 0 || !below {
+		t.Fatalf("cohort under way: %d answers in, begun below the limit %v; want some, true", ended, below)
+	}
+	s.demand = 0 // unbounded: the next sends fill the limit of 40
+	s.run(pv, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The fill is followed by the end of an attempt of the quiet time.
+	if l.epoch != before+1 || l.cohort != 1 || l.win.ended != 0 || l.held[Interactive] != 39 {
+		t.Fatalf("after the surge: cohort %d (was %d), %d sent and %d ended, %d held; want the next, begun by the attempt that filled the limit, none ended, 39 held",
+			l.epoch, before, l.cohort, l.win.ended, l.held[Interactive])
 	}
 }
