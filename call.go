@@ -41,6 +41,10 @@ type front struct {
 	// middleware after Damper's, such as a platform's signer).
 	changesRequest bool
 	sink           *Report // the caller's destination of the report, if any
+	// tenant is the configured tenant the client authenticated as (the
+	// proxy's key mode), "" when none: a name from a bounded set, so
+	// that it may label metrics as it is.
+	tenant string
 }
 
 // call is one logical request: the state of Damper's retry loop for it.
@@ -98,7 +102,7 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 	}
 	facts := &c.out.facts
 	c.stream, c.inputTokens, c.maxTokens = facts.stream, facts.inputTokens, facts.maxTokens
-	c.report.begin(providerOf(req), facts.model, c.stream, sink)
+	c.report.begin(providerOf(req), facts.model, f.tenant, c.stream, sink)
 	if d.hedge != nil {
 		c.latencyKey = latencyKey{group: LimitGroup(facts.model), stream: c.stream}
 	}
@@ -128,7 +132,7 @@ func (c *call) run() (*http.Response, error) {
 	}
 	c.trace = &c.traceBuf
 	c.d.tel.startCall(c.trace, c.ctx, callFacts{
-		provider: c.report.Provider, model: c.report.Model, stream: c.stream,
+		provider: c.report.Provider, model: c.report.Model, tenant: c.report.Tenant, stream: c.stream,
 		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
 	}, c.req.URL)
 	var r attemptResult // the last attempt's

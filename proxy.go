@@ -375,7 +375,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep Report
-	status, backend := p.messages(w, rc, r, &rep)
+	status, backend := p.messages(w, rc, r, &rep, tenant)
 	p.logRequest(r, status, start, &rep, backend, tenant)
 }
 
@@ -440,9 +440,10 @@ func (p *Proxy) tooLarge(w http.ResponseWriter) int {
 		fmt.Sprintf("damper proxy: the request body is larger than %d bytes", p.maxBody), nil)
 }
 
-// messages serves a Messages call and returns the status it answered with
-// (0 when the client had gone) and the backend it named, if any.
-func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report) (status int, backend string) {
+// messages serves a Messages call for tenant ("" in pass-through mode) and
+// returns the status it answered with (0 when the client had gone) and
+// the backend it named, if any.
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report, tenant string) (status int, backend string) {
 	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
@@ -481,7 +482,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if p.keys != nil {
 		out.Header = operatorHeader(out.Header, p.upKey)
 	}
-	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep})
+	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep, tenant: tenant})
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}

@@ -40,8 +40,10 @@ const (
 // the damper command's proxy adds the hashes of the keys held in the
 // environment variables its key_env lists.
 type Tenant struct {
-	// Name names the tenant in the request's log line: 1 to 64 ASCII
-	// letters, digits, '-', '_' or '.', unique among the tenants.
+	// Name names the tenant in the request's log line, its call's
+	// [Report].Tenant and its damper.tenant span and metric attribute: 1
+	// to 64 ASCII letters, digits, '-', '_' or '.', unique among the
+	// tenants.
 	Name string `key:"name"`
 	// KeySHA256 are the hashes of the tenant's keys: each the SHA-256 of
 	// the key, 64 hexadecimal digits ([ClientKeyHash]). A hash names one

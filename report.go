@@ -31,6 +31,10 @@ type Report struct {
 	// what it sent.
 	Model  string
 	Stream bool
+	// Tenant is the tenant the call was made for: in [Proxy]'s key mode,
+	// the configured [Tenant] whose key the client presented; "" when
+	// none (pass-through mode, or a call made through the SDK).
+	Tenant string
 	// Backend is the backend the last attempt went to, the one that
 	// answered if any: "primary" for the client's own (see [WithBackends]).
 	Backend string
@@ -152,9 +156,9 @@ type callReport struct {
 // begin starts the report of a call of model, on the primary backend of
 // provider, before anyone else may read it. sink is the caller's
 // destination, if any: it is set now, and never after.
-func (r *callReport) begin(provider, model string, stream bool, sink *Report) {
+func (r *callReport) begin(provider, model, tenant string, stream bool, sink *Report) {
 	r.AttemptLog = r.firstLog[:0]
-	r.Provider, r.Backend, r.Model, r.Stream = provider, PrimaryBackend, model, stream
+	r.Provider, r.Backend, r.Model, r.Tenant, r.Stream = provider, PrimaryBackend, model, tenant, stream
 	r.sink = sink
 }
 

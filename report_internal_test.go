@@ -43,7 +43,7 @@ func TestReportTableForgets(t *testing.T) {
 // of how it ended, and the backoff after it is its own.
 func TestReportFinalSkipsLostAttempts(t *testing.T) {
 	var r callReport
-	r.begin("anthropic", "claude-sonnet-4-6", false, nil)
+	r.begin("anthropic", "claude-sonnet-4-6", "", false, nil)
 	if _, last, n := r.final(); last != (AttemptReport{}) || n != 0 {
 		t.Fatalf("no attempt: final gave attempt %d, %+v", n, last)
 	}

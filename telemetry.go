@@ -36,6 +36,7 @@ const (
 	keyBackoff        = attribute.Key("damper.attempt.backoff_s")
 	keyProvider       = attribute.Key("damper.provider")
 	keyModel          = attribute.Key("damper.model")
+	keyTenant         = attribute.Key("damper.tenant")
 	keyStream         = attribute.Key("damper.stream")
 	keyDenialReason   = attribute.Key("damper.denial.reason")
 	keyName           = attribute.Key("damper.name")
@@ -274,6 +275,7 @@ func (t *telemetry) untraced() bool {
 // callFacts are what telemetry labels a call with, known from its start.
 type callFacts struct {
 	provider, model string
+	tenant          string // a configured name, or "" (front.tenant)
 	stream, priced  bool
 	estimateUSD     float64 // one attempt's estimated cost, when priced
 	start           time.Time
@@ -312,7 +314,7 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 	if !span.IsRecording() {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, keyBudgetRatio.Float64(t.ratio))
 	if t.named {
 		attrs = append(attrs, t.name)
@@ -322,6 +324,9 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 	}
 	if f.model != "" {
 		attrs = append(attrs, keyModel.String(boundedText(f.model)))
+	}
+	if f.tenant != "" {
+		attrs = append(attrs, keyTenant.String(f.tenant))
 	}
 	if f.priced {
 		attrs = append(attrs, keyCostEstimate.Float64(f.estimateUSD))
@@ -368,7 +373,7 @@ func (ct *callTrace) attemptStart(ctx context.Context, now time.Time, n int, pro
 // open until the loop has decided what follows it, or the next attempt
 // starts.
 func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
-	ct.t.m.attempt(ct.ctx, ct.facts.provider, a)
+	ct.t.m.attempt(ct.ctx, &ct.facts, a)
 	if a.Lost && a.Hedge {
 		ct.t.m.hedge(ct.ctx, ct.facts.provider, hedgeCanceled)
 	}

@@ -119,13 +119,25 @@ func (m *metrics) with() []metric.ObserveOption {
 	return []metric.ObserveOption{metric.WithAttributes(m.name)}
 }
 
-// attempt counts one attempt, a, of a call to provider.
-func (m *metrics) attempt(ctx context.Context, provider string, a AttemptReport) {
+// withTenant returns kvs and, for a call made for a tenant, its name. A
+// tenant is one of the proxy's configured names, at most maxTenants of
+// validated characters, so it is a label as it is; a call with none adds
+// no attribute, not a series of its own.
+func withTenant(kvs []attribute.KeyValue, tenant string) []attribute.KeyValue {
+	if tenant == "" {
+		return kvs
+	}
+	return append(kvs, keyTenant.String(tenant))
+}
+
+// attempt counts one attempt, a, of a call whose facts are f.
+func (m *metrics) attempt(ctx context.Context, f *callFacts, a AttemptReport) {
 	if !m.attempts.Enabled(ctx) {
 		return
 	}
-	kvs := make([]attribute.KeyValue, 1, 4)
-	kvs[0] = keyProvider.String(provider)
+	kvs := make([]attribute.KeyValue, 1, 5)
+	kvs[0] = keyProvider.String(f.provider)
+	kvs = withTenant(kvs, f.tenant)
 	if m.backends {
 		kvs = append(kvs, keyBackend.String(a.Backend))
 	}
@@ -153,10 +165,10 @@ func (m *metrics) hedge(ctx context.Context, provider, result string) {
 // estimated cost.
 func (m *metrics) retry(ctx context.Context, f callFacts, cls Classification) {
 	if m.retries.Enabled(ctx) {
-		m.retries.Add(ctx, 1, m.attrs(keyProvider.String(f.provider), keyErrorClass.String(cls.Kind)))
+		m.retries.Add(ctx, 1, m.attrs(withTenant([]attribute.KeyValue{keyProvider.String(f.provider), keyErrorClass.String(cls.Kind)}, f.tenant)...))
 	}
 	if f.priced && m.retryCost.Enabled(ctx) {
-		m.retryCost.Add(ctx, f.estimateUSD, m.attrs(keyProvider.String(f.provider)))
+		m.retryCost.Add(ctx, f.estimateUSD, m.attrs(withTenant([]attribute.KeyValue{keyProvider.String(f.provider)}, f.tenant)...))
 	}
 }
 
@@ -171,11 +183,12 @@ func (m *metrics) backoffWaited(ctx context.Context, provider string, d time.Dur
 // when a gate refused a retry, the denial.
 func (m *metrics) request(ctx context.Context, rep *Report) {
 	if isDenial(rep.Outcome) && m.denials.Enabled(ctx) {
-		m.denials.Add(ctx, 1, m.attrs(keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))))
+		m.denials.Add(ctx, 1, m.attrs(withTenant([]attribute.KeyValue{keyProvider.String(rep.Provider), keyDenialReason.String(string(rep.Outcome))}, rep.Tenant)...))
 	}
 	m.recordGates(ctx, rep)
 	if m.duration.Enabled(ctx) {
 		kvs := []attribute.KeyValue{keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)}
+		kvs = withTenant(kvs, rep.Tenant)
 		if m.backends {
 			kvs = append(kvs, keyBackend.String(rep.Backend))
 		}
