@@ -821,17 +821,7 @@ func writeAPIBody(w http.ResponseWriter, status int, extra http.Header, body []b
 }
 
 // errorBody is an error body of the API's shape.
-func errorBody(typ, msg string) []byte {
-	type apiError struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	b, _ := json.Marshal(struct {
-		Type  string   `json:"type"`
-		Error apiError `json:"error"`
-	}{"error", apiError{typ, msg}}) // strings only: it cannot fail
-	return b
-}
+func errorBody(typ, msg string) []byte { return errorBodyID(typ, msg, "") }
 
 // errorEvent is an SSE error event whose data is data.
 func errorEvent(data []byte) []byte {

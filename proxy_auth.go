@@ -370,11 +370,9 @@ func operatorEvent(backend string, data []byte) []byte {
 	return errorBodyID(typ, fmt.Sprintf("damper proxy: the backend %q sent a stream error event, %s", backend, typ), "")
 }
 
-// errorBodyID is errorBody with the API's request_id, when id is not "".
+// errorBodyID is an error body of the API's shape, with the API's
+// request_id when id is not "".
 func errorBodyID(typ, msg, id string) []byte {
-	if id == "" {
-		return errorBody(typ, msg)
-	}
 	type apiError struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
@@ -382,7 +380,7 @@ func errorBodyID(typ, msg, id string) []byte {
 	b, _ := json.Marshal(struct {
 		Type      string   `json:"type"`
 		Error     apiError `json:"error"`
-		RequestID string   `json:"request_id"`
+		RequestID string   `json:"request_id,omitempty"`
 	}{"error", apiError{typ, msg}, id}) // strings only: it cannot fail
 	return b
 }

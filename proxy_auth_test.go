@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -122,6 +123,23 @@ func overloaded(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
 }
 
+// switchable is a backend that answers with up until fail is called, and
+// is overloaded from then on.
+type switchable struct {
+	up   http.HandlerFunc
+	down atomic.Bool
+}
+
+func (b *switchable) fail() { b.down.Store(true) }
+
+func (b *switchable) serve(w http.ResponseWriter, r *http.Request) {
+	if b.down.Load() {
+		overloaded(w, r)
+		return
+	}
+	b.up(w, r)
+}
+
 // TestProxyKeyModeRefusesUnknownClients: in key mode a request without a
 // tenant's key, on every path, with the primary up or down, is answered
 // 401 authentication_error in the API's shape, and nothing is sent to
@@ -208,27 +226,15 @@ func TestProxyKeyModeSendsTheOperatorsCredentials(t *testing.T) {
 			for k, v := range tc.auth {
 				h[k] = v
 			}
-			var down bool
-			var mu sync.Mutex
-			r := newAuthRig(t, func(w http.ResponseWriter, req *http.Request) {
-				mu.Lock()
-				d := down
-				mu.Unlock()
-				if d {
-					overloaded(w, req)
-					return
-				}
-				answerText("from the primary")(w, req)
-			}, answerText("from the second"))
+			primary := &switchable{up: answerText("from the primary")}
+			r := newAuthRig(t, primary.serve, answerText("from the second"))
 			if res, body := r.do(t, http.MethodPost, "/v1/messages", plainBody, h); res.StatusCode != 200 || !strings.Contains(body, "from the primary") {
 				t.Fatalf("primary up: %d %s", res.StatusCode, body)
 			}
 			if res, body := r.do(t, http.MethodGet, "/v1/models", "", h); res.StatusCode != 200 {
 				t.Fatalf("pass-through: %d %s", res.StatusCode, body)
 			}
-			mu.Lock()
-			down = true
-			mu.Unlock()
+			primary.fail()
 			res, body := r.do(t, http.MethodPost, "/v1/messages", plainBody, h)
 			if res.StatusCode != 200 || !strings.Contains(body, "from the second") || res.Header.Get("Damper-Backend") != "second" {
 				t.Fatalf("primary down: %d %s, want the second's answer", res.StatusCode, body)
@@ -391,18 +397,8 @@ func TestProxyKeyModeReturnsNoAccountHeaders(t *testing.T) {
 			answerText(text)(w, r)
 		}
 	}
-	var down sync.Mutex
-	primaryDown := false
-	r := newAuthRig(t, func(w http.ResponseWriter, req *http.Request) {
-		down.Lock()
-		d := primaryDown
-		down.Unlock()
-		if d {
-			overloaded(w, req)
-			return
-		}
-		withAccount("primary")(w, req)
-	}, withAccount("second"))
+	primary := &switchable{up: withAccount("primary")}
+	r := newAuthRig(t, primary.serve, withAccount("second"))
 	key := http.Header{"X-Api-Key": {authKey}}
 	check := func(what string, res *http.Response, body, want string) {
 		t.Helper()
@@ -425,9 +421,7 @@ func TestProxyKeyModeReturnsNoAccountHeaders(t *testing.T) {
 	check("the primary's answer", res, body, "primary")
 	res, body = r.do(t, http.MethodGet, "/v1/models", "", key)
 	check("a pass-through answer", res, body, "primary")
-	down.Lock()
-	primaryDown = true
-	down.Unlock()
+	primary.fail()
 	res, body = r.do(t, http.MethodPost, "/v1/messages", plainBody, key)
 	check("the fallback's answer", res, body, "second")
 }
