@@ -155,6 +155,7 @@ func (a *attempt) end(ar AttemptReport) {
 // tell tells the attempt's passes (settle) and its backend's observers
 // how it ended.
 func (a *attempt) tell(e attemptEvent) {
+	e.tenant = a.c.tenant
 	a.settle(e)
 	now := a.c.d.clock.Now()
 	for _, o := range a.route.b.observers {

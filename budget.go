@@ -38,7 +38,7 @@ const metricBudgetBalance = "damper.retry_budget.balance"
 
 // budgetGate is a backend's retry budget as a gate.
 type budgetGate struct {
-	b   fleet.Budget
+	b   *backend
 	tel *telemetry
 }
 
@@ -53,12 +53,13 @@ func newBudgetGate(d *Damper, b *backend) (any, error) {
 			return nil, err
 		}
 	}
-	return budgetGate{b: b.budget, tel: d.tel}, nil
+	return budgetGate{b: b, tel: d.tel}, nil
 }
 
-// spend takes a unit for a retry or a hedge.
+// spend takes a unit for a retry or a hedge, from the budget of the
+// call's tenant when it has one.
 func (g budgetGate) spend(c *call, now time.Time) *denial {
-	granted, err := g.b.Acquire(c.ctx, now)
+	granted, err := c.tenant.budget(g.b).Acquire(c.ctx, now)
 	c.storeError(partBudget, "acquire", err)
 	if !granted {
 		return &denial{gate: gateBudget, asIs: c.d.policy.OnBudgetExhausted == PassthroughBudgetExhausted}
@@ -68,7 +69,8 @@ func (g budgetGate) spend(c *call, now time.Time) *denial {
 
 func (g budgetGate) observeAttempt(ctx context.Context, now time.Time, e attemptEvent) {
 	// The budget's books are kept whatever becomes of the caller.
-	if err := g.b.Observe(keepGoing(ctx, g.b), now, e.outcome); err != nil {
+	b := e.tenant.budget(g.b)
+	if err := b.Observe(keepGoing(ctx, b), now, e.outcome); err != nil {
 		g.tel.logStoreError(ctx, partBudget, "observe", err)
 	}
 }

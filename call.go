@@ -42,9 +42,9 @@ type front struct {
 	changesRequest bool
 	sink           *Report // the caller's destination of the report, if any
 	// tenant is the configured tenant the client authenticated as (the
-	// proxy's key mode), "" when none: a name from a bounded set, so
-	// that it may label metrics as it is.
-	tenant string
+	// proxy's key mode), nil when none: its name is one of a bounded
+	// set, so that it may label metrics as it is.
+	tenant *tenant
 }
 
 // call is one logical request: the state of Damper's retry loop for it.
@@ -58,6 +58,7 @@ type call struct {
 	ctx    context.Context
 	req    *http.Request // the caller's, which its errors name
 	out    request       // what the attempts send
+	tenant *tenant       // front.tenant
 	start  time.Time
 
 	stream      bool
@@ -88,7 +89,7 @@ type call struct {
 
 // newCall starts the logical call of req, from the client in front f.
 func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
-	c := &call{d: d, client: f.client, next: f.next, ctx: req.Context(), req: req, start: d.clock.Now()}
+	c := &call{d: d, client: f.client, next: f.next, ctx: req.Context(), req: req, start: d.clock.Now(), tenant: f.tenant}
 	c.out = request{req: req, changes: f.changesRequest}
 	for _, cc := range d.callContexts {
 		c.ctx = cc.CallContext(c.ctx)
@@ -102,7 +103,7 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 	}
 	facts := &c.out.facts
 	c.stream, c.inputTokens, c.maxTokens = facts.stream, facts.inputTokens, facts.maxTokens
-	c.report.begin(providerOf(req), facts.model, f.tenant, c.stream, sink)
+	c.report.begin(providerOf(req), facts.model, f.tenant.nameOf(), c.stream, sink)
 	if d.hedge != nil {
 		c.latencyKey = latencyKey{group: LimitGroup(facts.model), stream: c.stream}
 	}

@@ -391,6 +391,8 @@ type attemptEvent struct {
 	// when timed: its attempt was timed for a latencyPass.
 	latency time.Duration
 	timed   bool
+	// tenant is the call's, for the parts it has of its own.
+	tenant *tenant
 }
 
 // endPass is a pass that, for a stream, also hears the stream's end, with

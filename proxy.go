@@ -191,6 +191,7 @@ type Proxy struct {
 	log      *slog.Logger
 	pass     *httputil.ReverseProxy
 	keys     *clientKeys // nil in pass-through mode
+	tenants  []*tenant   // in key mode, in keys' order
 	upKey    string      // the operator's key for the upstream, in key mode
 }
 
@@ -342,7 +343,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(p.write)) }()
 	tenant, ok := p.authenticate(w, r) // before anything is read or sent
 	if !ok {
-		p.logRequest(r, http.StatusUnauthorized, start, nil, "", "")
+		p.logRequest(r, http.StatusUnauthorized, start, nil, "", nil)
 		return
 	}
 	if r.Method == http.MethodConnect || r.URL.Host != "" || r.URL.Scheme != "" {
@@ -440,10 +441,10 @@ func (p *Proxy) tooLarge(w http.ResponseWriter) int {
 		fmt.Sprintf("damper proxy: the request body is larger than %d bytes", p.maxBody), nil)
 }
 
-// messages serves a Messages call for tenant ("" in pass-through mode) and
+// messages serves a Messages call for tenant (nil in pass-through mode) and
 // returns the status it answered with (0 when the client had gone) and
 // the backend it named, if any.
-func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report, tenant string) (status int, backend string) {
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report, tenant *tenant) (status int, backend string) {
 	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
@@ -460,7 +461,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if err := checkMessagesBody(body); err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
-	ctx := r.Context()
+	ctx := tenant.callContext(r.Context())
 	if whole > 0 {
 		dc := p.withDeadline(ctx, whole)
 		defer dc.cancel()
@@ -990,7 +991,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequest logs one request: no header, body or credential, and what
 // the client chose cut to a bound.
-func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend, tenant string) {
+func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend string, tenant *tenant) {
 	if p.log == nil {
 		return
 	}
@@ -1000,8 +1001,8 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)),
 	}
-	if tenant != "" { // a configured name, authenticated
-		attrs = append(attrs, slog.String("tenant", tenant))
+	if tenant != nil { // a configured name, authenticated
+		attrs = append(attrs, slog.String("tenant", tenant.name))
 	}
 	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,

@@ -49,7 +49,47 @@ type Tenant struct {
 	// the key, 64 hexadecimal digits ([ClientKeyHash]). A hash names one
 	// tenant only.
 	KeySHA256 []string `key:"key_sha256" max:"16" unit:"keys"`
+	// Priority is its calls' place in the rate limiter's and the
+	// concurrency limit's lines; TenantPriorityPolicy (the default)
+	// leaves the Policy's.
+	Priority TenantPriority `key:"priority" enum:"policy:TenantPriorityPolicy,interactive:TenantInteractive,batch:TenantBatch"`
+	// Weight is its share, under contention, of each limit group's rate
+	// limit and of the concurrency slots: each tenant with calls waiting
+	// gets at least its weight over the summed weights of the tenants
+	// active, and what an idle tenant leaves is lent to the others.
+	// Default 1.
+	Weight int `key:"weight" default:"1" min:"1" max:"1000"`
+	// RetryBudget sets the numbers of its retry budget. Every tenant has
+	// a budget of its own on each backend, whose books its calls alone
+	// keep, so that one tenant's retries never spend another's; nil takes
+	// the Policy's RetryBudgetRatio and RetryBudgetMinTokens.
+	RetryBudget *TenantRetryBudget `key:"retry_budget"`
+	// DailyCostUSD is its ceiling on the cost of its calls in one day
+	// (UTC), priced from the answers' usage by the Policy's price table
+	// and counted fleet-wide through the Damper's store: once reached, its
+	// calls get 429 rate_limit_error until the day ends. 0: no ceiling.
+	DailyCostUSD float64 `key:"daily_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
 }
+
+// TenantRetryBudget is a tenant's retry budget: within the Policy's
+// RetryBudgetWindow, the tenant's retries are at most MinTokens + Ratio ×
+// its first attempts that succeeded.
+type TenantRetryBudget struct {
+	Ratio     float64 `key:"ratio" default:"0.1" none:"means 0" min:"0" max:"1000"`
+	MinTokens int     `key:"min_tokens" default:"10" none:"means 0" min:"0" max:"1000000"`
+}
+
+// TenantPriority is a tenant's priority: its calls' own, or the Policy's.
+type TenantPriority uint8
+
+const (
+	// TenantPriorityPolicy leaves the priority the Policy gives.
+	TenantPriorityPolicy TenantPriority = iota
+	// TenantInteractive makes the tenant's calls [Interactive].
+	TenantInteractive
+	// TenantBatch makes the tenant's calls [Batch].
+	TenantBatch
+)
 
 func init() { conf.Register(checkTenant) }
 
@@ -103,9 +143,9 @@ func ClientKeyHash(key string) string {
 // clientKeys are the keys of a Proxy's tenants: every hash, with the
 // tenant it names.
 type clientKeys struct {
-	hashes [][sha256.Size]byte
-	owner  []int32 // owner[i] is the index in names of hashes[i]'s tenant
-	names  []string
+	hashes  [][sha256.Size]byte
+	owner   []int32  // owner[i] is the index in tenants of hashes[i]'s tenant
+	tenants []Tenant // filled in
 }
 
 // newClientKeys checks tenants and reads their hashes.
@@ -118,7 +158,7 @@ func newClientKeys(tenants []Tenant) (*clientKeys, error) {
 	byHash := map[[sha256.Size]byte]int{}
 	for i, t := range tenants {
 		field := fmt.Sprintf("damper: ProxyConfig.Tenants[%d] (%s)", i, excerpt([]byte(t.Name)))
-		if err := checkTenant(&t, t); err != nil {
+		if err := conf.Fill(&t); err != nil { // checkTenant, the bounds and the defaults
 			return nil, fmt.Errorf("%s.%w", field, err)
 		}
 		if j, ok := byName[t.Name]; ok {
@@ -138,9 +178,9 @@ func newClientKeys(tenants []Tenant) (*clientKeys, error) {
 			}
 			byHash[sum] = i
 			k.hashes = append(k.hashes, sum)
-			k.owner = append(k.owner, int32(len(k.names)))
+			k.owner = append(k.owner, int32(len(k.tenants)))
 		}
-		k.names = append(k.names, t.Name)
+		k.tenants = append(k.tenants, t)
 	}
 	return k, nil
 }
@@ -159,18 +199,18 @@ func (k *clientKeys) match(sum [sha256.Size]byte) (tenant, compared int) {
 	return found, compared
 }
 
-// authenticate returns the tenant whose key h presents, or an error that
-// says what is wrong, for the client, never showing the key.
-func (k *clientKeys) authenticate(h http.Header) (string, error) {
+// authenticate returns the index of the tenant whose key h presents, or
+// an error that says what is wrong, for the client, never showing the key.
+func (k *clientKeys) authenticate(h http.Header) (int, error) {
 	key, err := presentedKey(h)
 	if err != nil {
-		return "", err
+		return -1, err
 	}
 	t, _ := k.match(sha256.Sum256([]byte(key)))
 	if t < 0 {
-		return "", errors.New("damper proxy: invalid x-api-key: the key names no tenant of this proxy")
+		return -1, errors.New("damper proxy: invalid x-api-key: the key names no tenant of this proxy")
 	}
-	return k.names[t], nil
+	return t, nil
 }
 
 // presentedKey is the key a client presents in h: x-api-key, or a bearer
@@ -406,22 +446,28 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 		return errors.New("damper: NewProxy: ProxyConfig.UpstreamAPIKey: required with Tenants: clients present the proxy's keys, and the upstream gets the operator's")
 	}
 	p.keys, p.upKey = keys, cfg.UpstreamAPIKey
+	p.tenants = make([]*tenant, len(keys.tenants))
+	for i, t := range keys.tenants {
+		if p.tenants[i], err = p.d.newTenant(t); err != nil {
+			return fmt.Errorf("damper: NewProxy: ProxyConfig.Tenants[%d] (%s): %w", i, t.Name, err)
+		}
+	}
 	return nil
 }
 
-// authenticate returns the tenant of r's key in key mode ("" in
+// authenticate returns the tenant of r's key in key mode (nil in
 // pass-through mode), or answers r with 401 authentication_error and
 // returns false.
-func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*tenant, bool) {
 	if p.keys == nil {
-		return "", true
+		return nil, true
 	}
-	tenant, err := p.keys.authenticate(r.Header)
+	i, err := p.keys.authenticate(r.Header)
 	if err != nil {
 		writeAPIError(w, http.StatusUnauthorized, "authentication_error", err.Error(), nil)
-		return "", false
+		return nil, false
 	}
-	return tenant, true
+	return p.tenants[i], true
 }
 
 // Authenticated returns h served, in key mode, only to a request that

@@ -24,13 +24,18 @@ func TestProxyReportTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tenant := range []string{"alpha", ""} {
+	alpha, err := d.newTenant(Tenant{Name: "alpha", Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ten := range []*tenant{alpha, nil} {
+		tenant := ten.nameOf()
 		req := httptest.NewRequest(http.MethodPost, "/v1/messages",
 			strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		var rep Report
-		if status, _ := p.messages(rec, http.NewResponseController(rec), req, &rep, tenant); status != 200 {
+		if status, _ := p.messages(rec, http.NewResponseController(rec), req, &rep, ten); status != 200 {
 			t.Fatalf("tenant %q: status %d: %s", tenant, status, rec.Body)
 		}
 		if rep.Tenant != tenant || rep.Outcome != OutcomeSuccess {

@@ -15,6 +15,11 @@ type BudgetSettings struct {
 	Ratio     float64
 	Window    time.Duration
 	MinTokens int
+	// Tenant names the tenant whose budget it is, "" for the budget of
+	// every call without one: a store keeps each tenant's books apart
+	// from the others' (a name of at most 64 ASCII letters, digits, '-',
+	// '_' or '.').
+	Tenant string
 }
 
 // Budget returns a [WindowBudget].

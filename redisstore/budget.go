@@ -162,6 +162,9 @@ func newBudget(l *link, s fleet.BudgetSettings, size int, leaseFor time.Duration
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTenant(s.Tenant); err != nil {
+		return nil, err
+	}
 	// A few windows, and at least a second: the books of a window only
 	// matter while it lasts, and a late caller's shortly after.
 	ttl := time.Duration(math.MaxInt64)
@@ -170,7 +173,7 @@ func newBudget(l *link, s fleet.BudgetSettings, size int, leaseFor time.Duration
 	}
 	return &Budget{
 		link:      l,
-		keys:      []string{Key(l.name)},
+		keys:      []string{TenantKey(l.name, s.Tenant)},
 		ratio:     s.Ratio,
 		minTokens: float64(s.MinTokens),
 		window:    s.Window,
@@ -186,6 +189,29 @@ func newBudget(l *link, s fleet.BudgetSettings, size int, leaseFor time.Duration
 // damper:{name}:budget. The braces make name the key's hash tag, so that
 // every key of one Damper lands on one Cluster slot.
 func Key(name string) string { return "damper:{" + name + "}:budget" }
+
+// TenantKey returns the Redis key that holds the books of tenant's budget
+// in the Damper named name: damper:{name}:budget:tenant:<tenant>, or
+// Key(name) for the tenant "".
+func TenantKey(name, tenant string) string {
+	if tenant == "" {
+		return Key(name)
+	}
+	return Key(name) + ":tenant:" + tenant
+}
+
+// checkTenant checks a tenant's name as a key holds it.
+func checkTenant(tenant string) error {
+	ok := len(tenant) <= 64
+	for i := 0; ok && i < len(tenant); i++ {
+		c := tenant[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
+	}
+	if !ok {
+		return fmt.Errorf("redisstore: BudgetSettings.Tenant = %q: want at most 64 ASCII letters, digits, '-', '_' or '.'", tenant)
+	}
+	return nil
+}
 
 // checkOptions checks the options every constructor uses.
 func checkOptions(o Options) error {
