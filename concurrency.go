@@ -86,7 +86,8 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // each tenant with calls waiting thus holds at least its weight's share of
 // the slots held by the tenants active, and a free slot is never left to
 // an idle tenant. Batch calls use at most BatchShare of the limit, and
-// wait behind interactive calls that wait. A hedge never waits: it is sent only when a slot is free at once.
+// wait behind interactive calls that wait. A hedge never waits: it is
+// sent only when a slot is free at once.
 // A slot is held from the attempt's admission to its end: a stream holds
 // it until the stream ends (its caller reads it whole, closes it, or its
 // context ends), since the provider works on the stream until then.
