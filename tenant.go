@@ -67,3 +67,12 @@ func (t *tenant) budget(b *backend) fleet.Budget {
 	}
 	return t.budgets[b]
 }
+
+// shareWeight is t's weight in the shares of the concurrency slots: its
+// Weight, or 1 for calls without a tenant.
+func (t *tenant) shareWeight() int {
+	if t == nil || t.weight < 1 {
+		return 1
+	}
+	return t.weight
+}
