@@ -109,6 +109,7 @@ var exportedNames = []string{
 	"Skip",
 	"Tenant",
 	"ThrottlePolicy",
+	"Usage",
 	"WithBackends",
 	"WithBudget",
 	"WithClock",

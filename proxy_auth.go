@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/damper-ai/damper-go/internal/conf"
 )
@@ -468,6 +469,39 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*tenant, b
 		return nil, false
 	}
 	return p.tenants[i], true
+}
+
+// ceilingReached answers r with 429 rate_limit_error, and reports true,
+// when t, a tenant with a daily cost ceiling, has spent it in the UTC day
+// of the Damper's clock: nothing is sent, on any path. The wait headers
+// say when the day ends. A store that fails answers from what this
+// process knows; its error is logged.
+func (p *Proxy) ceilingReached(w http.ResponseWriter, r *http.Request, t *tenant) bool {
+	now := p.d.clock.Now()
+	spent, reached, err := t.ceilingReached(r.Context(), now)
+	p.d.tel.logStoreError(r.Context(), partSpend, "spent", err)
+	if !reached {
+		return false
+	}
+	reset := nextUTCDay(now)
+	msg := fmt.Sprintf("damper proxy: tenant %q reached its daily cost ceiling of $%s ($%s spent today, UTC): it resets at %s",
+		t.name, dollars(t.ceiling), dollars(spent), reset.Format(time.RFC3339))
+	writeAPIError(w, http.StatusTooManyRequests, "rate_limit_error", msg, retryAfter(reset.Sub(now)))
+	return true
+}
+
+// dollars formats usd exactly, with at least two decimals: "5.00",
+// "5.0213".
+func dollars(usd float64) string {
+	s := strconv.FormatFloat(usd, 'f', -1, 64)
+	dot := strings.IndexByte(s, '.')
+	switch {
+	case dot < 0:
+		return s + ".00"
+	case len(s)-dot == 2:
+		return s + "0"
+	}
+	return s
 }
 
 // Authenticated returns h served, in key mode, only to a request that
