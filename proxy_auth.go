@@ -66,9 +66,16 @@ type Tenant struct {
 	// the Policy's RetryBudgetRatio and RetryBudgetMinTokens.
 	RetryBudget *TenantRetryBudget `key:"retry_budget"`
 	// DailyCostUSD is its ceiling on the cost of its calls in one day
-	// (UTC), priced from the answers' usage by the Policy's price table
-	// and counted fleet-wide through the Damper's store: once reached, its
-	// calls get 429 rate_limit_error until the day ends. 0: no ceiling.
+	// (UTC, on the Damper's clock). Each call is priced once, as it ends,
+	// from its answer's usage ([Report].Usage) by the Policy's price table
+	// (cache writes at 1.25× and cache reads at 0.1× the input price); a
+	// model the table does not price counts nothing. The spend is counted
+	// by the primary backend's store ([fleet.SpendStore]: fleet-wide with
+	// redisstore), else in memory. Once it reaches the ceiling, each of
+	// the tenant's requests, on any path, gets 429 rate_limit_error naming
+	// the ceiling and the reset, with retry-after until 00:00 UTC, and
+	// nothing is sent. Calls under way finish: the spend may pass the
+	// ceiling by what they cost. 0: no ceiling.
 	DailyCostUSD float64 `key:"daily_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
 }
 
