@@ -114,6 +114,7 @@ var exportedNames = []string{
 	"TenantPriorityPolicy",
 	"TenantRetryBudget",
 	"ThrottlePolicy",
+	"Usage",
 	"WithBackends",
 	"WithBudget",
 	"WithClock",
