@@ -15,6 +15,11 @@ type tenant struct {
 	weight   int
 	ceiling  float64                   // DailyCostUSD; 0: none
 	budgets  map[*backend]fleet.Budget // its own, one per backend
+
+	// shares: its calls take its weighted share of each limit group's
+	// rate limit (see takeShare); set when its Proxy has other tenants
+	// to share with.
+	shares bool
 }
 
 // newTenant makes the parts of t, filled in, from d's backends' stores.
