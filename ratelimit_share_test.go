@@ -31,16 +31,17 @@ type shareCounts struct {
 	api429      int
 }
 
-// runShares runs the proxy with tenants of the given weights; betaCalls
-// says whether beta calls at all.
-func runShares(t *testing.T, betaCalls bool) shareCounts {
+// newShareProxy returns a proxy in key mode for alpha (weight 3) and beta
+// (weight 1) on a fake API that enforces the limit of rl, and its clock;
+// the limiter never waits.
+func newShareProxy(t *testing.T, rl damper.RateLimitPolicy) (*damper.Proxy, *dampertest.Clock, *dampertest.Server) {
 	t.Helper()
 	clock := dampertest.NewClock(time.Now().UTC().Truncate(time.Second))
 	api := dampertest.NewServer(dampertest.InMemory(), dampertest.WithClock(clock),
 		dampertest.WithRateLimits(dampertest.RateLimits{RequestsPerMinute: shareRPM, OutputTokensPerMinute: 100_000}))
 	t.Cleanup(api.Close)
-	d, err := damper.New(damper.Policy{MaxAttempts: 1, RateLimit: &damper.RateLimitPolicy{MaxWait: damper.None}},
-		damper.WithClock(clock))
+	rl.MaxWait = damper.None
+	d, err := damper.New(damper.Policy{MaxAttempts: 1, RateLimit: &rl}, damper.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +55,25 @@ func runShares(t *testing.T, betaCalls bool) shareCounts {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return px, clock, api
+}
+
+// shareCall makes one call through px with key and returns the answer.
+func shareCall(px *damper.Proxy, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(shareBody))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	px.ServeHTTP(rec, req)
+	return rec
+}
+
+// runShares runs the proxy with tenants of the given weights; betaCalls
+// says whether beta calls at all.
+func runShares(t *testing.T, betaCalls bool) shareCounts {
+	t.Helper()
+	px, clock, api := newShareProxy(t, damper.RateLimitPolicy{})
 	var c shareCounts
 	start := clock.Now()
 	for n := 0; clock.Now().Sub(start) < 2*time.Minute; n++ {
@@ -65,12 +85,7 @@ func runShares(t *testing.T, betaCalls bool) shareCounts {
 			clock.Advance(shareTick)
 			continue
 		}
-		req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(shareBody))
-		req.Header.Set("X-Api-Key", key)
-		req.Header.Set("Anthropic-Version", "2023-06-01")
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		px.ServeHTTP(rec, req)
+		rec := shareCall(px, key)
 		switch {
 		case rec.Code == http.StatusOK:
 			if clock.Now().Sub(start) >= time.Minute {
@@ -103,4 +118,41 @@ func TestTenantSharesOneProcess(t *testing.T) {
 	if float64(alone.alpha) < 0.95*shareRPM || alone.api429 != 0 {
 		t.Errorf("beta idle: alpha got %d, want at least 95 %% of %d; %d 429s from the API", alone.alpha, shareRPM, alone.api429)
 	}
+}
+
+// TestTenantShareRefusal: under a configured limit of 60 a minute, with
+// alpha active, beta's share is a quarter of a minute: 15 calls, and one
+// more into debt; the next is refused as rate_limited with the wait its
+// share needs (4 s), though the group's buckets hold 43 more. A call its
+// share admits and the group's buckets refuse gives its share back:
+// twenty of them cost alpha nothing.
+func TestTenantShareRefusal(t *testing.T) {
+	px, clock, api := newShareProxy(t, damper.RateLimitPolicy{Limits: map[string]damper.RateLimits{
+		"claude-sonnet-4": {RequestsPerMinute: shareRPM}}})
+	want := func(key string, n, status int, retryAfterMs string) {
+		t.Helper()
+		for i := range n {
+			rec := shareCall(px, key)
+			if rec.Code != status || rec.Header().Get("Retry-After-Ms") != retryAfterMs {
+				t.Fatalf("%s, call %d of %d: status %d, retry-after-ms %q; want %d, %q: %s",
+					key, i+1, n, rec.Code, rec.Header().Get("Retry-After-Ms"), status, retryAfterMs, rec.Body)
+			}
+		}
+	}
+	want("dk-alpha", 1, http.StatusOK, "")
+	want("dk-beta", 16, http.StatusOK, "")
+	want("dk-beta", 1, http.StatusTooManyRequests, "4000") // its share: 1/60 below 0
+	// alpha's share, 3/4 now, holds 45 and one more; the group's buckets
+	// hold 43.
+	want("dk-alpha", 43, http.StatusOK, "")
+	if got := api.RateLimitStats().Admitted; got != shareRPM {
+		t.Fatalf("the API admitted %d, want %d", got, shareRPM)
+	}
+	// Its share takes, the group's buckets refuse for a second, and the
+	// share goes back: else the fourth would wait 4/3 s for the share.
+	want("dk-alpha", 20, http.StatusTooManyRequests, "1000")
+	clock.Advance(time.Second)
+	want("dk-alpha", 1, http.StatusOK, "")
+	clock.Advance(3 * time.Second)
+	want("dk-beta", 1, http.StatusOK, "")
 }
