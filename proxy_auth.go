@@ -396,6 +396,9 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 		if p.tenants[i], err = p.d.newTenant(t); err != nil {
 			return fmt.Errorf("damper: NewProxy: ProxyConfig.Tenants[%d] (%s): %w", i, t.Name, err)
 		}
+		// One tenant has the whole limit: its share would cost a
+		// question of the store per call and change nothing.
+		p.tenants[i].shares = len(keys.tenants) > 1
 	}
 	return nil
 }

@@ -81,6 +81,11 @@ type tenant struct {
 	ceiling  float64                   // DailyCostUSD; 0: none
 	budgets  map[*backend]fleet.Budget // its own, one per backend
 	spend    fleet.Spend               // with a ceiling: from the primary's store
+
+	// shares: its calls take its weighted share of each limit group's
+	// rate limit (see takeShare); set when its Proxy has other tenants
+	// to share with.
+	shares bool
 }
 
 // partSpend is a tenant's spend, a part of the primary backend's store.
