@@ -36,6 +36,9 @@ const fakeMaxBody = 32 << 20
 // maxFakeText bounds the text of the fake's answers.
 const maxFakeText = 4096
 
+// maxFakeModel bounds a request's model, as the proxy does.
+const maxFakeModel = 256
+
 // fakeFaults are the faults a phase names, and what each does; the
 // usage text and the guide say the same.
 var fakeFaults = []struct{ name, does string }{
@@ -486,18 +489,32 @@ func (a *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return // else the client has gone
 	}
+	// What the log keeps of a request is bounded: the model's length,
+	// and of the headers only whether an API key came.
+	var named struct {
+		Model json.RawMessage `json:"model"`
+	}
+	if json.Unmarshal(body, &named) == nil && len(named.Model) > maxFakeModel+2 {
+		a.count("", http.StatusBadRequest)
+		fakeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("damper fake: model: %d bytes: want at most %d", len(named.Model)-2, maxFakeModel))
+		return
+	}
+	hasKey := len(r.Header.Values("X-Api-Key")) > 0
+	r.Header = http.Header{}
+	if hasKey {
+		r.Header.Set("X-Api-Key", dampertest.Redacted)
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	a.mu.Lock()
 	srv, sched := a.srv, a.sched
 	a.mu.Unlock()
-	// The fault is the request's scenario: the client's own header, if
-	// any, is replaced, so that scenarios stay the faults alone.
+	// The fault is the request's scenario (the client's own scenario
+	// header is gone with the others), so that scenarios are the faults
+	// alone.
 	fault := ""
 	if r.Method == http.MethodPost && r.URL.Path == "/v1/messages" {
 		fault = sched.next(a.now())
 		r.Header.Set(dampertest.ScenarioHeader, fault)
-	} else {
-		r.Header.Del(dampertest.ScenarioHeader)
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() { a.count(fault, sw.status) }() // on a cut connection too

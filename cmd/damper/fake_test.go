@@ -252,6 +252,10 @@ func TestFakeFaultsOverHTTP(t *testing.T) {
 	if status != 413 || !strings.Contains(body, "request_too_large") {
 		t.Errorf("a body above 32 MiB: %d %q", status, body)
 	}
+	status, _, body, _ = fakePost(t, url, `{"model":"`+strings.Repeat("m", 257)+`"}`)
+	if status != 400 || !strings.Contains(body, "model: 257 bytes: want at most 256") {
+		t.Errorf("a model of 257 bytes: %d %q", status, body)
+	}
 }
 
 // TestFakeRequests: /_fake/requests counts by fault and by status and

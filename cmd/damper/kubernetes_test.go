@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
