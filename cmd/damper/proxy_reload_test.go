@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
@@ -70,11 +71,17 @@ func startReloading(t *testing.T, config string) *reloadingProxy {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
 	logger := newLogger(&reloadLines{logs: p.logs, lines: p.lines}, slog.LevelDebug)
+	if s.fleet, err = openProxyStore(ctx, s.store, logger); err != nil {
+		t.Fatal(err)
+	}
 	go func() { p.done <- serveProxy(ctx, s, ln, logger) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-p.done; err != nil {
 			t.Errorf("serveProxy: %v", err)
+		}
+		if err := s.fleet.Close(); err != nil {
+			t.Errorf("the store's Close: %v", err)
 		}
 		for _, secret := range []string{testKey, upstreamKey, newTenantKey} {
 			if strings.Contains(p.logs.String(), secret) {
@@ -472,5 +479,33 @@ func TestProxyProcessReloadsOnSIGHUP(t *testing.T) {
 	}
 	if res, _ := callThrough(t, p.url, "overloaded"); res.StatusCode != 529 || api.Count("overloaded") != 4 {
 		t.Errorf("after SIGHUP: %d after %d attempts in all, want 529 after 1+3", res.StatusCode, api.Count("overloaded"))
+	}
+}
+
+// TestProxyReloadWithRedis: with a store, a reload keeps it, and its
+// client, even when the file names another: the breaker opened in Redis
+// before the reload is the one after it.
+func TestProxyReloadWithRedis(t *testing.T) {
+	needRedis(t)
+	rds := redistest.Start(t)
+	api := fakeAPI(t)
+	api.Script("overloaded", dampertest.Status(529))
+	file := func(storeName, maxCost string) string {
+		return proxyYAML(api.URL(), "  max_attempts: 1\n  max_retry_cost_usd: "+maxCost+"\n  breaker: {min_attempts: 2, failure_ratio: 0.5, open_for: 1h, max_open_for: 1h}\n") +
+			"store: {address: '" + rds.Addr + "', name: " + storeName + "}\n"
+	}
+	p := startReloading(t, file("before", "1"))
+	for range 2 {
+		callKey(t, p.url, testKey, "overloaded")
+	}
+	if _, outcome := callKey(t, p.url, testKey, "overloaded"); outcome != "circuit_open" || api.Count("overloaded") != 2 {
+		t.Fatalf("the breaker did not open: %s, %d attempts", outcome, api.Count("overloaded"))
+	}
+	l := p.reload(t, file("after", "2"))
+	if l.Level != "WARN" || strings.Join(l.Restart, ",") != "store" || strings.Join(l.Changed, ",") != "policy" {
+		t.Errorf("reload: %s, want policy applied and store named as needing a restart", l.rawInput)
+	}
+	if _, outcome := callKey(t, p.url, testKey, "overloaded"); outcome != "circuit_open" || api.Count("overloaded") != 2 {
+		t.Errorf("after the reload: %s, %d attempts at the upstream; want the breaker in Redis, under the first name, still open", outcome, api.Count("overloaded"))
 	}
 }
