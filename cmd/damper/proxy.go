@@ -241,6 +241,16 @@ credentials), tls, ca_file, name, timeout, fail_closed, lease and
 lease_for; the proxy does not start when a PING finds Redis unreachable or
 refusing it.
 
+On SIGHUP the proxy reads its file again, the flags still over it, and
+serves new requests with its policy, backends, tenants, upstream and
+upstream key, and the other settings but listen, admin_listen, store,
+name, max_connections, max_header_bytes and the read and idle timeouts,
+which keep their values until a restart (a warning names them). Calls in
+flight finish as they began; the retry budgets, throttle, breakers and
+rate limits learned are kept. A file that does not parse or check, or
+whose backends fail the checks made at start, is refused whole, and the
+configuration in use goes on serving.
+
 Flags:
 `)
 		fs.PrintDefaults()
