@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -709,6 +708,6 @@ func concurrencyInstruments(meter metric.Meter, d *Damper) any {
 		otel.Handle(err)
 		return nil
 	}
-	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	d.tel.keepGauges(d, reg)
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,7 +125,7 @@ func rateGauges(meter metric.Meter, m *metrics, lim *limiter, clock Clock, owner
 		otel.Handle(err)
 		return
 	}
-	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	owner.tel.keepGauges(owner, reg)
 }
 
 // RateLimitPolicy configures the rate limiter: it keeps every goroutine of
