@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/url"
 	"os"
@@ -84,78 +83,87 @@ func TestREADMEProxyFile(t *testing.T) {
 }
 
 // TestREADMEOfflineQuickStart runs the README's offline quick start as
-// written: damper fake, the proxy in front of it and the curl call, with
-// the test's own free ports for 8787 and 8788, which tests running at
-// once on one machine cannot share; the answer is the fake's, on the
-// second attempt.
+// written: two damper fakes (the upstream in an outage, a healthy second
+// API), the proxy from deploy/quickstart.yaml in front of them with the
+// variables the export line sets, and the TypeScript SDK's call, with the
+// test's own free ports for 8787, 8788 and 8789, which tests running at
+// once on one machine cannot share. The call is answered by the fallback
+// backend, after three attempts at the upstream, as the README says.
 func TestREADMEOfflineQuickStart(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl is not installed")
-	}
-	_, blocks := readmeProxySection(t)
+	node := needNode(t)
+	prose, blocks := readmeProxySection(t)
 	var lines []string
 	for _, b := range blocks["sh"] {
 		if strings.Contains(b, "damper fake") {
-			lines = strings.Split(strings.ReplaceAll(b, "\\\n", ""), "\n")
+			lines = strings.Split(b, "\n")
 		}
 	}
 	const (
-		fakeCmd  = "go run ./cmd/damper fake "
-		proxyCmd = "go run ./cmd/damper proxy "
+		fakeCmd   = "go run ./cmd/damper fake "
+		proxyCmd  = "go run ./cmd/damper proxy "
+		nodeCmd   = "node "
+		exportCmd = "export "
 	)
-	var fakeArgs, proxyArgs []string
-	var curlLine string
+	var fakes [][]string
+	var proxyArgs []string
+	var script string
 	for _, l := range lines {
 		l, _, _ = strings.Cut(l, "#")
 		l = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(l), "&"))
 		switch {
 		case strings.HasPrefix(l, fakeCmd):
-			fakeArgs = strings.Fields(strings.TrimPrefix(l, fakeCmd))
+			fakes = append(fakes, strings.Fields(strings.TrimPrefix(l, fakeCmd)))
 		case strings.HasPrefix(l, proxyCmd):
 			proxyArgs = strings.Fields(strings.TrimPrefix(l, proxyCmd))
-		case strings.HasPrefix(l, "curl "):
-			curlLine = l
+		case strings.HasPrefix(l, exportCmd):
+			for _, kv := range strings.Fields(strings.TrimPrefix(l, exportCmd)) {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+		case strings.HasPrefix(l, nodeCmd):
+			script = strings.TrimSpace(strings.TrimPrefix(l, nodeCmd))
 		}
 	}
-	if fakeArgs == nil || proxyArgs == nil || curlLine == "" {
-		t.Fatalf("the README's offline quick start lacks damper fake's line, the proxy's or curl's:\n%s", strings.Join(lines, "\n"))
+	if len(fakes) != 2 || len(proxyArgs) != 2 || proxyArgs[0] != "-config" || script == "" {
+		t.Fatalf("the README's offline quick start lacks its two damper fakes, the proxy's -config line or node's:\n%s", strings.Join(lines, "\n"))
 	}
-	const fakeAddr, proxyAddr = "127.0.0.1:8788", "127.0.0.1:8787"
-	port0 := func(args []string, addr string) []string {
-		out := make([]string, len(args))
-		for i, a := range args {
-			out[i] = strings.ReplaceAll(a, addr, "127.0.0.1:0")
+	// Each fake on a free port: the first where its default would be.
+	addrs := []string{conf.Defaults(fakeFile{}).Listen, ""}
+	urls := make([]string, 2)
+	for i, args := range fakes {
+		if j := slices.Index(args, "-listen"); j >= 0 && j+1 < len(args) {
+			addrs[i] = args[j+1]
+			args = slices.Delete(slices.Clone(args), j, j+2)
 		}
-		return out
+		urls[i] = fakeProcess(t, append(args, "-listen", "127.0.0.1:0")...)
 	}
-	// The fake listens where the proxy's -upstream points: by its
-	// default, unless the line says -listen.
-	args := port0(fakeArgs, fakeAddr)
-	if !slices.Contains(fakeArgs, "-listen") {
-		if d := conf.Defaults(fakeFile{}).Listen; d != fakeAddr {
-			t.Fatalf("damper fake listens on %s by default; the README's proxy expects it on %s", d, fakeAddr)
-		}
-		args = append(args, "-listen", "127.0.0.1:0")
+	// The proxy's file, with those ports and a free one of its own.
+	file, err := os.ReadFile(filepath.Join("..", "..", proxyArgs[1]))
+	if err != nil {
+		t.Fatalf("the README's proxy file: %v", err)
 	}
-	fake := fakeProcess(t, args...)
+	config := strings.ReplaceAll(string(file), "http://"+addrs[0], urls[0])
+	config = strings.ReplaceAll(config, "http://"+addrs[1], urls[1])
+	const proxyAddr = "127.0.0.1:8787"
+	if !strings.Contains(config, "listen: "+proxyAddr) {
+		t.Fatalf("%s does not listen on %s, where the client calls", proxyArgs[1], proxyAddr)
+	}
+	config = strings.Replace(config, "listen: "+proxyAddr, "listen: 127.0.0.1:0", 1)
+	p := startProxyArgs(t, "readme-offline", []string{"-config", writeFile(t, "quickstart.yaml", config)})
 
-	args = port0(proxyArgs, proxyAddr)
-	for i := range args {
-		args[i] = strings.ReplaceAll(args[i], "http://"+fakeAddr, fake)
-	}
-	p := startProxyArgs(t, "readme-offline", args)
-
-	line := strings.ReplaceAll(curlLine, "http://"+proxyAddr, p.url)
 	ctx, cancel := context.WithTimeout(context.Background(), processWait)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "sh", "-c", strings.Replace(line, "curl ", curl+" ", 1)).Output()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("..", "..", script))
+	cmd.Env = append(os.Environ(), "QUICKSTART_PROXY_URL="+p.url)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s: %v", line, err)
+		t.Fatalf("node %s: %v\n%s\nproxy:\n%s", script, err, out, p.logs)
 	}
-	head, body, _ := bytes.Cut(bytes.ReplaceAll(out, []byte("\r\n"), []byte("\n")), []byte("\n\n"))
-	if !bytes.HasPrefix(head, []byte("HTTP/1.1 200 ")) || !regexp.MustCompile(`(?mi)^Damper-Attempts: 2$`).Match(head) ||
-		!bytes.Contains(body, []byte(`"text":"Hello from damper fake."`)) {
-		t.Errorf("the README's call answered:\n%s", out)
+	want := "Hello from damper fake. (answered by second-api after 4 attempts)"
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Errorf("node %s printed %q, want %q", script, got, want)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(prose), " "), "It prints `"+want+"`") {
+		t.Errorf("the README does not say the call prints %q", want)
 	}
 }
