@@ -69,7 +69,3 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-// The examples build against the library in this repository; a copy in
-// your own module takes the released one from go get instead.
-replace github.com/damper-ai/damper-go => ../

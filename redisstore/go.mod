@@ -48,5 +48,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/damper-ai/damper-go => ../

@@ -80,8 +80,3 @@ require (
 	google.golang.org/grpc v1.67.1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace (
-	github.com/damper-ai/damper-go => ../..
-	github.com/damper-ai/damper-go/redisstore => ../../redisstore
-)
