@@ -138,7 +138,7 @@ func TestHoldCutByClose(t *testing.T) {
 }
 
 func TestDelayRealTimeEndsWithRequest(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	srv := NewServer()
 	arrived := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,18 +7,13 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"go.uber.org/goleak"
 
-	"github.com/damper-ai/damper-go/dampertest/vertexclient"
+	_ "github.com/damper-ai/damper-go/dampertest/vertexclient" // the fake Vertex's client
 )
-
-// ignoreVertexInit spares, in every leak check, the one goroutine that the
-// vertex package's dependencies start at init, for good: it is not the
-// tests'.
-var ignoreVertexInit = goleak.IgnoreTopFunction(vertexclient.InitGoroutine)
 
 // TestMain fails the run if the tests leave a goroutine behind: the server,
 // the transport and the SDK clients must all clean up after themselves.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, ignoreVertexInit)
+	goleak.VerifyTestMain(m)
 }
 
 // newClient returns an SDK client for srv with the SDK's retries off, so

@@ -28,7 +28,7 @@ func inMemoryClient(h http.Handler) *anthropic.Client {
 }
 
 func TestTransportPlainAndStreaming(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -110,7 +110,7 @@ func TestTransportFaults(t *testing.T) {
 }
 
 func TestTransportStallEndsWithContext(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -129,7 +129,7 @@ func TestTransportStallEndsWithContext(t *testing.T) {
 }
 
 func TestTransportBodyCloseStopsHandler(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	srv := NewServer()
 	defer srv.Close()
 	client := inMemoryClient(srv.Handler())
@@ -143,7 +143,7 @@ func TestTransportBodyCloseStopsHandler(t *testing.T) {
 }
 
 func TestTransportDelayTimeoutOnFakeClock(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	clock := NewClock(t0)
 	srv := NewServer(WithClock(clock))
 	defer srv.Close()
@@ -169,7 +169,7 @@ func TestTransportDelayTimeoutOnFakeClock(t *testing.T) {
 // its body is read, and the first byte when the headers come, after the
 // step's Delay.
 func TestTransportClientTrace(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	clock := NewClock(t0)
 	srv := NewServer(WithClock(clock))
 	defer srv.Close()
@@ -189,7 +189,7 @@ func TestTransportClientTrace(t *testing.T) {
 }
 
 func TestTransportServesAnyHandler(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	var seen *http.Request
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = r
@@ -228,7 +228,7 @@ func TestTransportServesAnyHandler(t *testing.T) {
 }
 
 func TestTransportContextDoneBeforeCall(t *testing.T) {
-	defer goleak.VerifyNone(t, ignoreVertexInit)
+	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://x.test/v1/messages", strings.NewReader("{}"))

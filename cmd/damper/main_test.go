@@ -17,9 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsDamperEnv) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// The vertex package's Google libraries start opencensus's worker
-	// when imported, once, for the life of the process.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+	goleak.VerifyTestMain(m)
 }
 
 // TestUsage: help asked for goes to stdout with status 0, from damper and

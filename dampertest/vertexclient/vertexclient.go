@@ -13,12 +13,8 @@
 // names it.
 //
 // It is a package of its own because the vertex package's dependencies
-// bring in gRPC and start a goroutine when the program starts, the stats
-// worker of go.opencensus.io, which never ends. A test binary that imports
-// package dampertest alone carries neither; one that imports this package
-// and checks for leaked goroutines must ignore that one:
-//
-//	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(vertexclient.InitGoroutine))
+// bring in gRPC and Google's client libraries, which a test binary that
+// imports package dampertest alone does without.
 package vertexclient
 
 import (
@@ -32,11 +28,6 @@ import (
 
 	"github.com/damper-ai/damper-go/dampertest/internal/vertexhook"
 )
-
-// InitGoroutine is the top function of the goroutine that the vertex
-// package's dependencies start at init and never end, for a leak check to
-// ignore.
-const InitGoroutine = "go.opencensus.io/stats/view.(*worker).start"
 
 func init() {
 	vertexhook.Options = options

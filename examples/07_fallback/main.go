@@ -76,7 +76,7 @@ func run() error {
 	call := func(i int, wantBackend string, show bool) error {
 		var rep damper.Report
 		msg, err := client.Messages.New(ctx, anthropic.MessageNewParams{
-			Model:     anthropic.ModelClaudeSonnet4_5,
+			Model:     anthropic.ModelClaudeOpus4_5,
 			MaxTokens: 256,
 			Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello."))},
 		}, damper.ReportInto(&rep))
@@ -127,7 +127,7 @@ func run() error {
 		if r.AuthError != "" {
 			return fmt.Errorf("the fake Bedrock refused a request: %s", r.AuthError)
 		}
-		if r.Model != "global.anthropic.claude-sonnet-4-5-20250929-v1:0" {
+		if r.Model != "global.anthropic.claude-opus-4-5-20251101-v1:0" {
 			return fmt.Errorf("Bedrock got model %q, want the global inference profile's ID", r.Model)
 		}
 	}

@@ -107,7 +107,7 @@ func runReplica(phase string, calls int, redisAddr, api, name string) (result, e
 	}
 	client := anthropic.NewClient(d.Option(), option.WithBaseURL(api), option.WithAPIKey("test-key"))
 	params := anthropic.MessageNewParams{
-		Model:     anthropic.ModelClaudeSonnet4_5,
+		Model:     anthropic.ModelClaudeSonnet4_6,
 		MaxTokens: 256,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))},
 	}
