@@ -15,7 +15,7 @@
 // [Options.Name]. The parts take their values from the Policy: give every
 // process of the fleet the same Policy and the same Name.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
+//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true, MaxRetries: -1})
 //	store, err := redisstore.New(rdb, redisstore.Options{Name: "checkout"})
 //	if err != nil {
 //		return err
@@ -220,6 +220,20 @@
 //     a fleet of N processes up to N × MinTokens + Ratio × all successes.
 //   - with [Options.FailClosed], every retry is refused (Available is 0).
 //
+// The store is the one layer that handles Redis's failures: give it a
+// client with retries off (MaxRetries: -1, where go-redis's default is 3).
+// go-redis sends a pipeline again when its replies are cut by an EOF or a
+// connection reset, as in a failover, though Redis ran it: a batch of
+// records, or a decision, would then be applied twice, counting successes
+// or taking units and tokens that no call spent. Without retries the cut
+// is one failure, the store's fallback and probes take over, and the books
+// hold each operation once. [New] warns on [Options.Logger] when a
+// *redis.Client or *redis.Ring retries. A *redis.ClusterClient has retries
+// off by default, but sends the commands of a pipeline whose replies were
+// cut again within MaxRedirects, which also follows MOVED and ASK and is
+// kept: on a Cluster, a cut in the middle of a batch's replies may apply
+// the commands not yet answered twice.
+//
 // Successes heard during a fallback are counted locally only. Either way the
 // error is returned too, for Damper to log and count (its damper.store.errors
 // metric, by part and operation); errors of operations decided
@@ -234,7 +248,8 @@
 // operation at a time asks Redis again, the probe, and none sooner than
 // [Options.ProbeInterval] (the timeout, by default) after the last one
 // ended; the others decide at once, and records are not queued. A probe
-// is always a decision. Only a probe that Redis answers
+// is a decision, or a call of [Store.Probe], which a process whose traffic
+// makes few decisions calls on a timer. Only a probe that Redis answers
 // switches back ([StateShared]); an answer to an operation sent before the
 // fallback does not. Each switch logs one line. [Store.State] and
 // [Store.Stats] show the state and count the switches, failures, unasked

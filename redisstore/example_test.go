@@ -19,7 +19,7 @@ import (
 // budget's RetryBudgetRatio, RetryBudgetWindow and RetryBudgetMinTokens
 // among them).
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
 	store, err := redisstore.New(rdb, redisstore.Options{Name: "checkout"})
 	if err != nil {

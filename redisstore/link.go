@@ -94,6 +94,10 @@ func (l *link) amend(q *queued, f func(*queued)) bool {
 
 func newLink(client redis.UniversalClient, o Options, subject, attr string) *link {
 	timeout := orDefault(o.Timeout, DefaultTimeout)
+	if n := clientRetries(client); n > 0 && o.Logger != nil {
+		o.Logger.Warn("redisstore: the Redis client retries a failed command: a batch of records cut by a failover may be applied twice; give the store a client with MaxRetries: -1",
+			slog.String(attr, o.Name), slog.Int("max_retries", n))
+	}
 	return &link{
 		client:     client,
 		name:       o.Name,
@@ -502,6 +506,69 @@ func boundsItself(client redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// clientRetries returns how many times client sends a command again
+// after a failure (its MaxRetries, once the client has read -1 as 0 and 0
+// as its default, 3), or 0 for a client whose options are not known.
+func clientRetries(client redis.UniversalClient) int {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries
+	case *redis.ClusterClient:
+		return c.Options().MaxRetries
+	case *redis.Ring:
+		return c.Options().MaxRetries
+	}
+	return 0
+}
+
+// probe asks Redis now, by a PING bounded by the timeout: while the link
+// is down it is the probe, as a decision's would be, and an answer brings
+// the link back; while it is up, a failure counts as any operation's.
+func (l *link) probe(ctx context.Context) error {
+	probe := l.down.Load()
+	if probe && !l.startProbe() {
+		l.unasked.Add(1)
+		return l.unavailable("Probe")
+	}
+	began := l.now()
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var err error
+	if l.inline {
+		err = l.client.Ping(tctx).Err()
+		if probe {
+			l.endProbe(err)
+		}
+	} else {
+		done := make(chan error, 1)
+		go func() {
+			err := l.client.Ping(tctx).Err()
+			if probe {
+				l.endProbe(err)
+			}
+			done <- err
+		}()
+		select {
+		case err = <-done:
+		case <-tctx.Done():
+			if err = ctx.Err(); err == nil {
+				err = fmt.Errorf("no answer within %v: %w", l.timeout, tctx.Err())
+			}
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			l.failSince("Probe", err, began)
+		}
+		return fmt.Errorf("redisstore: Probe on %q: %w", l.name, err)
+	}
+	l.answer()
+	if probe {
+		l.recover()
+	}
+	return nil
 }
 
 // startProbe reports whether this operation is the probe: no other is in

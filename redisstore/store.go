@@ -36,6 +36,13 @@ type Store struct {
 // down when the process starts is a fallback like any other. It returns an
 // error naming the field and its value when o holds one that cannot be
 // used.
+//
+// Give it a client with retries off (MaxRetries: -1; go-redis's default
+// is 3): the store is the one layer that handles Redis's failures, by its
+// fallback and probes, and go-redis sends a pipeline whose replies a
+// reset or an EOF cut again, so that the records of a batch Redis had run
+// are applied twice. A *redis.Client, *redis.ClusterClient or *redis.Ring
+// with retries gets a warning on [Options.Logger].
 func New(client redis.UniversalClient, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil: a Redis client is required")
@@ -86,6 +93,21 @@ func (s *Store) Flush(ctx context.Context) error {
 	s.leases.giveBack(ctx)
 	return s.link.flush(ctx)
 }
+
+// Probe asks Redis now, by a PING bounded by [Options.Timeout], whatever
+// the traffic. In a fallback it is the probe (one at a time, and none
+// sooner than [Options.ProbeInterval] after the last one ended, as a
+// decision's; otherwise it returns an error matching [ErrUnavailable] at
+// once), and Redis's answer switches the store back to [StateShared].
+// With the store shared, a failure counts against Redis as any
+// operation's does, and may switch it to the fallback.
+//
+// Only decisions probe, and records are not queued in a fallback: a
+// process whose traffic makes few decisions (a Policy with a retry budget
+// alone, whose decisions are retries) calls Probe on a timer to come back
+// to Redis without waiting for one, or to find at start that Redis cannot
+// be reached and decide in memory at once.
+func (s *Store) Probe(ctx context.Context) error { return s.link.probe(ctx) }
 
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }

@@ -95,7 +95,7 @@ func main() {
 // runReplica is one replica: a Damper whose state lives in Redis, and an
 // SDK client that makes calls calls.
 func runReplica(phase string, calls int, redisAddr, api, name string) (result, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
 	store, err := redisstore.New(rdb, redisstore.Options{Name: name})
 	if err != nil {
