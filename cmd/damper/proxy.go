@@ -487,7 +487,7 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	var current atomic.Pointer[proxyRun]
 	current.Store(first)
 	defer func() { _ = current.Load().d.Close() }()
-	admin := adminEndpoints(sh.metrics, &draining)
+	admin := adminEndpoints(sh.metrics, &draining, s.fleet)
 	srv := &http.Server{
 		// Each request is served to its end by the run it started on.
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().serve(w, r) }),

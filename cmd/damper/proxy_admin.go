@@ -44,7 +44,13 @@ func isAdminPath(path string) bool {
 
 // adminEndpoints serves /healthz, /readyz (503 once draining is set) and
 // /metrics to GET and HEAD, and reports whether it answered.
-func adminEndpoints(metrics http.Handler, draining *atomic.Bool) func(http.ResponseWriter, *http.Request) bool {
+//
+// While store's state is decided in memory (Redis not reached since the
+// start, or failing since) /readyz is still 200, and says so: the proxy
+// serves every call, on each part's state in memory, and a fleet whose
+// sidecars all went unready with Redis would stop serving for want of a
+// store it does without.
+func adminEndpoints(metrics http.Handler, draining *atomic.Bool, store *proxyStore) func(http.ResponseWriter, *http.Request) bool {
 	return func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return false
@@ -57,6 +63,10 @@ func adminEndpoints(metrics http.Handler, draining *atomic.Bool) func(http.Respo
 				http.Error(w, "draining", http.StatusServiceUnavailable)
 				return true
 			}
+			if store.inMemory() {
+				fmt.Fprintln(w, readyInMemory)
+				return true
+			}
 			fmt.Fprintln(w, "ready")
 		case "/metrics":
 			metrics.ServeHTTP(w, r)
@@ -66,6 +76,9 @@ func adminEndpoints(metrics http.Handler, draining *atomic.Bool) func(http.Respo
 		return true
 	}
 }
+
+// readyInMemory is /readyz's answer while the store is in its fallback.
+const readyInMemory = "ready (store: state in memory until Redis answers)"
 
 // notOnAPI answers an admin path on the API's listener, when the admin
 // listener serves it: a 404 of the API's shape, never sent upstream, so

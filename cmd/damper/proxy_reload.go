@@ -80,7 +80,7 @@ func newRun(s proxySettings, backends []fallbackBackend, sh *runShared) (*proxyR
 	}
 	// In key mode, /metrics on the API's listener is for the tenants'
 	// keys alone; admin_listen serves it to whoever reaches that.
-	return &proxyRun{s: s, d: d, px: px, backends: backends, apiAdmin: adminEndpoints(px.Authenticated(sh.metrics), sh.draining)}, nil
+	return &proxyRun{s: s, d: d, px: px, backends: backends, apiAdmin: adminEndpoints(px.Authenticated(sh.metrics), sh.draining, sh.stores.fleet)}, nil
 }
 
 // proxyKeepers are the stores of the proxy's backends, the primary's

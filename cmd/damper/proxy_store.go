@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,9 +64,12 @@ const (
 	maxCAFileBytes  = 1 << 20
 	// maxStoreName leaves room for ".<backend>", a backend's name being at
 	// most 32 bytes, within redisstore's 64.
-	maxStoreName      = 31
-	defaultStoreName  = "damper"
-	storePingTimeout  = 5 * time.Second
+	maxStoreName     = 31
+	defaultStoreName = "damper"
+	storePingTimeout = 5 * time.Second
+	// storeJoinEvery is how often a proxy that started without Redis asks
+	// it again, until it answers.
+	storeJoinEvery    = time.Second
 	storeBackendJoint = "."
 )
 
@@ -176,6 +180,9 @@ func (c *storeConfig) parseURL(raw string) error {
 	}
 	if u.Query().Has("skip_verify") {
 		return storeError(path, "%s: skip_verify is not taken: give the server's CA in ca_file", shownRaw)
+	}
+	if u.Query().Has("max_retries") {
+		return storeError(path, "%s: max_retries is not taken: the store's client never retries, the store's fallback and probes handle Redis's failures", shownRaw)
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
@@ -293,19 +300,31 @@ func pathCause(err error) error {
 // proxyStore is the proxy's way to Redis: one client, the primary's
 // store on it, and the fallback backends' stores on the same client.
 type proxyStore struct {
-	client   *redis.Client
-	primary  *redisstore.Store
+	client  *redis.Client
+	primary *redisstore.Store
+	name    string
+	addr    string
+	options redisstore.Options // the primary's; a backend's differs by Name
+
+	mu       sync.Mutex
 	backends []*redisstore.Store // made by backendStore, flushed at Close
 	byName   map[string]*redisstore.Store
-	name     string
-	addr     string
-	options  redisstore.Options // the primary's; a backend's differs by Name
+
+	// While a proxy that started without Redis waits for it: stopJoin
+	// ends the wait, joined is closed when it has ended.
+	stopJoin  context.CancelFunc
+	joined    chan struct{}
+	joinEvery time.Duration
 }
 
 // openProxyStore builds the client and the primary's store, and checks
 // with a PING, bounded by c.pingTimeout, that Redis answers and takes the
-// credentials; nil without a store. Once running, a Redis that fails is
-// the store's fallback, not an exit.
+// credentials; nil without a store. A Redis that cannot be reached stops
+// the start only with fail_closed: otherwise the proxy starts on state in
+// memory and joins Redis when it answers (join). A Redis that refuses the
+// file's credentials, TLS or user always stops it: that proxy could never
+// share its state. Once running, a Redis that fails is the store's
+// fallback, not an exit.
 func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*proxyStore, error) {
 	if c == nil {
 		return nil, nil
@@ -319,21 +338,106 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	o := c.base
 	o.Username, o.Password = user, password
 	o.ContextTimeoutEnabled = true
+	// One retry layer, redisstore's: go-redis sends a pipeline whose
+	// replies a reset cut again, though Redis ran it.
+	o.MaxRetries = -1
 	o.TLSConfig = c.tlsConfig()
 	client := redis.NewClient(&o)
 	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
 	defer cancel()
-	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr,
+	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr, joinEvery: storeJoinEvery,
 		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Lease: c.lease, LeaseFor: c.leaseFor, Logger: logger}}
-	if err := client.Ping(pctx).Err(); err != nil {
+	pingErr := client.Ping(pctx).Err()
+	if pingErr != nil && (c.failClosed || !unreachable(pingErr)) {
 		_ = p.Close()
-		return nil, fmt.Errorf("%s: %s: %w", c.describe(), pingFailure(err), err)
+		hint := ""
+		if c.failClosed && unreachable(pingErr) {
+			hint = " (fail_closed: the proxy starts only once Redis answers)"
+		}
+		return nil, fmt.Errorf("%s: %s%s: %w", c.describe(), pingFailure(pingErr), hint, pingErr)
 	}
 	if p.primary, err = redisstore.New(client, p.options); err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("%s: %w", c.describe(), err)
 	}
+	if pingErr != nil {
+		logger.Warn("damper proxy: Redis cannot be reached: starting on state in memory; the store joins Redis when it answers",
+			"store", p.String(), "error", pingErr.Error())
+		p.join(logger)
+	}
 	return p, nil
+}
+
+// join probes the stores, at once and then every joinEvery, until Redis
+// answers all of them, and says so in one line; Close ends it.
+func (p *proxyStore) join(logger *slog.Logger) {
+	ctx, stop := context.WithCancel(context.Background())
+	p.stopJoin, p.joined = stop, make(chan struct{})
+	began := time.Now()
+	go func() {
+		defer close(p.joined)
+		tick := time.NewTicker(p.joinEvery)
+		defer tick.Stop()
+		for {
+			// The first probe puts the stores in their fallback at once,
+			// so that no call waits on a Redis that is not there.
+			if p.probe(ctx) {
+				logger.Info("damper proxy: Redis answers: the store joined it, state is shared from now on",
+					"store", p.String(), "after", time.Since(began))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// probe probes every store, and reports whether Redis answered each.
+func (p *proxyStore) probe(ctx context.Context) bool {
+	p.mu.Lock()
+	stores := append([]*redisstore.Store{p.primary}, p.backends...)
+	p.mu.Unlock()
+	ok := true
+	for _, s := range stores {
+		if s.Probe(ctx) != nil {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// inMemory reports whether the primary's state is decided in memory now:
+// Redis has not answered since the start, or failed since; nil-safe.
+func (p *proxyStore) inMemory() bool {
+	return p != nil && p.primary != nil && p.primary.State() == redisstore.StateFallback
+}
+
+// unreachable reports whether err, a failed PING, says that Redis could
+// not be reached (nothing listens, no route, a name not found, no answer
+// in time, a connection cut, a server loading its data) rather than that
+// it refused the file's credentials, TLS or user: those never change by
+// waiting.
+func unreachable(err error) bool {
+	if pingFailure(err) != cannotReach {
+		return false
+	}
+	var dns *net.DNSError
+	var op *net.OpError
+	var ne net.Error
+	switch {
+	case errors.As(err, &dns), errors.As(err, &op),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		return true
+	}
+	return strings.HasPrefix(err.Error(), "LOADING")
 }
 
 // redisLog is where the Redis client's own messages go: the proxy's
@@ -362,6 +466,10 @@ func (c *storeConfig) tlsConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, RootCAs: c.roots}
 }
 
+// cannotReach is pingFailure's word for every failure that is not a
+// refusal of the file's settings.
+const cannotReach = "cannot reach it"
+
 // pingFailure says what a failed PING at start means.
 func pingFailure(err error) string {
 	msg := err.Error()
@@ -372,8 +480,10 @@ func pingFailure(err error) string {
 		return "it asks for credentials: name the variables that hold them in username_env and password_env"
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
 		return "it refused the credentials"
+	case strings.HasPrefix(msg, "NOPERM"):
+		return "it refused the user a command the store needs"
 	}
-	return "cannot reach it"
+	return cannotReach
 }
 
 // maxBackendStores bounds the fallback backends' stores one process
@@ -384,6 +494,8 @@ const maxBackendStores = 64
 // client as the primary's, under the store's name, a dot and backend;
 // the same one each time it is asked for the same backend.
 func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if s, ok := p.byName[backend]; ok {
 		return s, nil
 	}
@@ -417,7 +529,10 @@ func (p *proxyStore) storeFor() func(backend string) (fleet.Store, error) {
 // answers, or for ctx's end.
 func (p *proxyStore) flush(ctx context.Context) error {
 	var err error
-	for _, s := range append([]*redisstore.Store{p.primary}, p.backends...) {
+	p.mu.Lock()
+	stores := append([]*redisstore.Store{p.primary}, p.backends...)
+	p.mu.Unlock()
+	for _, s := range stores {
 		if s != nil { // nil: closing after a failed start
 			err = errors.Join(err, s.Flush(ctx))
 		}
@@ -431,6 +546,10 @@ func (p *proxyStore) flush(ctx context.Context) error {
 func (p *proxyStore) Close() error {
 	if p == nil {
 		return nil
+	}
+	if p.stopJoin != nil {
+		p.stopJoin()
+		<-p.joined
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(2*p.options.Timeout, 100*time.Millisecond))
 	err := p.flush(ctx)

@@ -333,10 +333,10 @@ func TestProxyStoreTLS(t *testing.T) {
 }
 
 // TestProxyStoreStartCheck: at start the proxy asks Redis, and stops with
-// an error naming the store when Redis cannot be reached or refuses the
-// credentials, never showing the password; with the right password it
-// serves, and a Redis that goes down afterwards is a fallback, not an
-// exit.
+// an error naming the store when Redis refuses the credentials, never
+// showing the password, or, with fail_closed, cannot be reached; with the
+// right password it serves, and a Redis that goes down afterwards is a
+// fallback, not an exit.
 func TestProxyStoreStartCheck(t *testing.T) {
 	cloudEnv(t, false)
 	// A closed port: nothing to reach.
@@ -347,9 +347,9 @@ func TestProxyStoreStartCheck(t *testing.T) {
 	closed := l.Addr().String()
 	l.Close()
 	var errb bytes.Buffer
-	file := writeFile(t, "closed.yaml", "listen: 127.0.0.1:0\nstore: {address: '"+closed+"'}\n")
+	file := writeFile(t, "closed.yaml", "listen: 127.0.0.1:0\nstore: {address: '"+closed+"', fail_closed: true}\n")
 	if code := run([]string{"proxy", "-config", file}, io.Discard, &errb); code != exitFail ||
-		!strings.Contains(errb.String(), "store (redis at "+closed+"): cannot reach it: ") {
+		!strings.Contains(errb.String(), "store (redis at "+closed+"): cannot reach it (fail_closed: the proxy starts only once Redis answers): dial tcp "+closed+": ") {
 		t.Errorf("a closed port: exit %d, %s", code, errb.String())
 	}
 	if strings.Contains(errb.String(), "damper proxy: serving") {
