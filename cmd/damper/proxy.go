@@ -238,8 +238,9 @@ Damper's state (retry budget, throttle, breaker, rate limits) in Redis,
 shared by every proxy given the same store, with the keys address or url,
 username_env and password_env (the names of the variables that hold the
 credentials), tls, ca_file, name, timeout, fail_closed, lease and
-lease_for; the proxy does not start when a PING finds Redis unreachable or
-refusing it.
+lease_for; the proxy does not start when a PING finds Redis refusing its
+credentials, TLS or user, nor, with fail_closed, unreachable; without
+fail_closed it starts on state in memory and joins Redis when it answers.
 
 On SIGHUP the proxy reads its file again, the flags still over it, and
 serves new requests with its policy, backends, tenants, upstream and
