@@ -55,9 +55,9 @@ func eachClientKind(t *testing.T, test func(t *testing.T, ctxTimeout bool)) {
 // processes of a fleet would have.
 func outagePair(t *testing.T, srv *redistest.Server, ctxTimeout bool, o budgetOptions) (b, peer *redisstore.Budget) {
 	o.Timeout = outageTimeout
-	b = newBudget(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout}), o)
+	b = newBudget(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout, MaxRetries: -1}), o)
 	o.Logger = nil
-	peer = newBudget(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout}), o)
+	peer = newBudget(t, newClientWith(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTimeout, MaxRetries: -1}), o)
 	return b, peer
 }
 

@@ -67,9 +67,9 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // does not try again, so that a round trip the store gave up on ends soon
 // after.
 func recoveryClient(t *testing.T, addr string, ctxTimeout bool, hook redis.Hook) *redis.Client {
-	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeout}
+	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeout, MaxRetries: -1}
 	if !ctxTimeout {
-		o.ReadTimeout, o.WriteTimeout, o.MaxRetries = recoveryTimeout, recoveryTimeout, -1
+		o.ReadTimeout, o.WriteTimeout = recoveryTimeout, recoveryTimeout
 	}
 	return newClientWith(t, o, hook)
 }

@@ -369,27 +369,35 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 }
 
 // join probes the stores, at once and then every joinEvery, until Redis
-// answers all of them, and says so in one line; Close ends it.
+// answers all of them, and says so in one line; Close ends it. The first
+// probe, before join returns, puts the stores in their fallback, so that
+// no call waits on a Redis that is not there.
 func (p *proxyStore) join(logger *slog.Logger) {
 	ctx, stop := context.WithCancel(context.Background())
 	p.stopJoin, p.joined = stop, make(chan struct{})
 	began := time.Now()
+	joined := func() {
+		logger.Info("damper proxy: Redis answers: the store joined it, state is shared from now on",
+			"store", p.String(), "after", time.Since(began))
+	}
+	if p.probe(ctx) {
+		joined()
+		close(p.joined)
+		return
+	}
 	go func() {
 		defer close(p.joined)
 		tick := time.NewTicker(p.joinEvery)
 		defer tick.Stop()
 		for {
-			// The first probe puts the stores in their fallback at once,
-			// so that no call waits on a Redis that is not there.
-			if p.probe(ctx) {
-				logger.Info("damper proxy: Redis answers: the store joined it, state is shared from now on",
-					"store", p.String(), "after", time.Since(began))
-				return
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			}
+			if p.probe(ctx) {
+				joined()
+				return
 			}
 		}
 	}()

@@ -219,3 +219,39 @@ func TestProxyStoreOneRetryLayer(t *testing.T) {
 		t.Errorf("the store after the cut: %v, want the fallback", st)
 	}
 }
+
+// TestProxyStoreOpensWithoutRedis: a fail-open store whose Redis does not
+// listen opens, its state in memory at once, and Close ends its wait for
+// Redis; a fail-closed one does not open.
+func TestProxyStoreOpensWithoutRedis(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	c, err := parseStore(&proxyStoreFile{Address: closed, Timeout: time.Second}, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("fail-open, Redis down: %v", err)
+	}
+	if !p.inMemory() {
+		t.Error("the store is not in its fallback at start")
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case <-p.joined:
+	default:
+		t.Error("the wait for Redis goes on after Close")
+	}
+	c.failClosed = true
+	if _, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler)); err == nil ||
+		!strings.HasPrefix(err.Error(), "store (redis at "+closed+"): cannot reach it (fail_closed: the proxy starts only once Redis answers): ") {
+		t.Errorf("fail-closed, Redis down: %v", err)
+	}
+}
