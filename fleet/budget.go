@@ -22,8 +22,12 @@ type BudgetSettings struct {
 	Tenant string
 }
 
-// Budget returns a [WindowBudget].
+// Budget returns a [WindowBudget]. It refuses a Tenant that is not a
+// tenant's name, as a store that keeps the name in a key does.
 func (MemoryStore) Budget(s BudgetSettings) (Budget, error) {
+	if s.Tenant != "" && !tenantName(s.Tenant) {
+		return nil, fieldError("BudgetSettings.Tenant", quoteName(s.Tenant), "want at most 64 ASCII letters, digits, '-', '_' or '.'")
+	}
 	return NewWindowBudget(s.Ratio, s.Window, s.MinTokens)
 }
 
