@@ -176,8 +176,8 @@ func StartCluster(t testing.TB, masters int) []*Server {
 		if _, err := command(n.Addr, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
 			t.Fatalf("redistest: CLUSTER SET-CONFIG-EPOCH on %s: %v", n.Addr, err)
 		}
-		if _, err := command(n.Addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
-			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d on %s: %v", lo, hi, n.Addr, err)
+		if err := addSlots(n.Addr, lo, hi); err != nil {
+			t.Fatalf("redistest: assigning slots %d to %d to %s: %v", lo, hi, n.Addr, err)
 		}
 	}
 	// Each node meets every other: a handshake that fails is then made
@@ -219,6 +219,22 @@ func StartCluster(t testing.TB, masters int) []*Server {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nodes
+}
+
+// addSlots assigns the slots lo to hi to the node on addr: by CLUSTER
+// ADDSLOTSRANGE, or, on a server older than Redis 7.0 (the redis-server
+// of Debian 11 or Ubuntu 22.04), by CLUSTER ADDSLOTS with every slot.
+func addSlots(addr string, lo, hi int) error {
+	_, err := command(addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi))
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
+		return err
+	}
+	args := []string{"CLUSTER", "ADDSLOTS"}
+	for slot := lo; slot <= hi; slot++ {
+		args = append(args, strconv.Itoa(slot))
+	}
+	_, err = command(addr, args...)
+	return err
 }
 
 // Addrs returns the servers' addresses.
