@@ -29,6 +29,9 @@
 // The settings a Damper gives a store hold its Policy's values with every
 // default filled in; [MemoryStore] refuses a value that cannot be used,
 // naming the field and the value.
+//
+// Package fleettest states the contract a store keeps, part by part, as
+// checks a store's tests run (MemoryStore passes them).
 package fleet
 
 import "context"
