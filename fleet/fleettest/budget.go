@@ -13,6 +13,7 @@ import (
 func (e *env) budget(t *testing.T) {
 	t.Run("Settings", e.budgetSettings)
 	t.Run("Exact", e.budgetExact)
+	t.Run("Interleaved", e.budgetInterleaved)
 	t.Run("RefusalTakesNothing", e.budgetRefusal)
 	t.Run("Windows", e.budgetWindows)
 	t.Run("Tenants", e.budgetTenants)
@@ -131,6 +132,60 @@ func (e *env) budgetExact(t *testing.T) {
 		if got, err := b.Available(ctx, now); err != nil || got != 0 {
 			t.Errorf("store %d: Available after the fleet asked until refused = %v, %v; want 0", i, got, err)
 		}
+	}
+}
+
+// budgetInterleaved: successes arrive while the fleet asks; it is never
+// granted more than the bound of every success heard, and asking until
+// refused once they are all heard, exactly that.
+func (e *env) budgetInterleaved(t *testing.T) {
+	const goroutines, rounds = 4, 10 // per store
+	set := fleet.BudgetSettings{Ratio: 0.2, Window: time.Minute, MinTokens: 3}
+	stores := e.stores(t, fleetSize)
+	budgets := make([]fleet.Budget, len(stores))
+	for i, s := range stores {
+		budgets[i] = newBudget(t, s, set)
+	}
+	ctx := context.Background()
+	now := ms(30 * time.Second)
+	var granted atomic.Int64
+	parallel(len(stores)*goroutines, func(i int) {
+		b := budgets[i%len(stores)]
+		for range rounds {
+			if err := b.Observe(ctx, now, fleet.AttemptOutcome{First: true, Success: true}); err != nil {
+				t.Errorf("Observe: %v", err)
+			}
+			for range 2 {
+				ok, err := b.Acquire(ctx, now)
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+				}
+				if ok {
+					granted.Add(1)
+				}
+			}
+		}
+	})
+	groups := e.groups(len(stores))
+	perGroup := 3 + int(0.2*float64(goroutines*rounds*len(stores)/groups)+1e-9)
+	bound := perGroup * groups
+	got := int(granted.Load())
+	if got > bound {
+		t.Fatalf("the fleet was granted %d retries, more than MinTokens + Ratio × successes = %d", got, bound)
+	}
+	flush(t, stores...)
+	for _, b := range budgets {
+		for {
+			ok, err := b.Acquire(ctx, now)
+			must(t, "Acquire", err)
+			if !ok {
+				break
+			}
+			got++
+		}
+	}
+	if got != bound {
+		t.Errorf("the fleet was granted %d retries, asking until refused once every success was heard; want exactly %d", got, bound)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 func (e *env) limits(t *testing.T) {
 	t.Run("Settings", e.limitSettings)
 	t.Run("Bounds", e.limitBounds)
+	t.Run("Batch", e.limitBatch)
 	t.Run("Settle", e.limitSettle)
 	t.Run("Pause", e.limitPause)
 	t.Run("Learned", e.limitLearned)
@@ -132,6 +133,39 @@ func (e *env) limitBounds(t *testing.T) {
 	must(t, "Reserve", err)
 	if r.Taken() || due.Sub(ms(31*time.Second)).Abs() > time.Millisecond {
 		t.Errorf("Reserve at 30s on an empty bucket = taken %v, due %s; want refused, due 31s", r.Taken(), since(due))
+	}
+	at, err := bs[0].Admits(context.Background(), now, now, oneCall, fleet.Interactive)
+	if err != nil || at.Sub(ms(31*time.Second)).Abs() > time.Millisecond {
+		t.Errorf("Admits at 30s on an empty bucket = %s, %v; want 31s", since(at), err)
+	}
+	if at, err := bs[0].Admits(context.Background(), now, ms(32*time.Second), oneCall, fleet.Interactive); err != nil || !at.Equal(ms(32*time.Second)) {
+		t.Errorf("Admits at 30s of a call at 32s = %s, %v; want 32s: a request refills by then", since(at), err)
+	}
+}
+
+// limitBatch: batch calls take only the BatchShare of each bucket, and
+// leave the rest to interactive calls.
+func (e *env) limitBatch(t *testing.T) {
+	s := e.new(t)
+	b := newBuckets(t, s, limitValues)
+	ctx := context.Background()
+	batch := 0
+	for ; batch < 100; batch++ {
+		var tk fleet.RateTicket
+		r, _, err := b.Reserve(ctx, Base, oneCall, fleet.Batch, Base, &tk)
+		must(t, "Reserve", err)
+		if !r.Taken() {
+			must(t, "Leave", b.Leave(ctx, Base, &tk))
+			if !tk.Slot.IsZero() {
+				t.Errorf("Leave kept the ticket's slot, %s", since(tk.Slot))
+			}
+			break
+		}
+	}
+	flush(t, s)
+	interactive := drain(t, b, Base)
+	if batch != 30 || interactive != 30 {
+		t.Errorf("at one instant, %d batch calls then %d interactive ones took; want 30 each (BatchShare 0.5 of 60)", batch, interactive)
 	}
 }
 
