@@ -14,6 +14,8 @@ import (
 func (e *env) breaker(t *testing.T) {
 	t.Run("Settings", e.breakerSettings)
 	t.Run("Transitions", e.breakerTransitions)
+	t.Run("Window", e.breakerWindow)
+	t.Run("MaxOpenFor", e.breakerMaxOpenFor)
 	t.Run("Shared", e.breakerShared)
 }
 
@@ -174,6 +176,48 @@ func (e *env) breakerTransitions(t *testing.T) {
 	}
 	if !ok {
 		t.Errorf("OnChange heard %+v; want %+v (times from Base)", heard.seen, want)
+	}
+}
+
+// breakerWindow: verdicts older than the window count for nothing.
+func (e *env) breakerWindow(t *testing.T) {
+	s := e.new(t)
+	b := newBreaker(t, s, breakerValues())
+	for range 3 {
+		a := allow(t, b, Base)
+		done(t, s, b, a.Ticket, Base, fleet.CircuitFailure)
+	}
+	wantState(t, b, Base, fleet.CircuitClosed) // 3 verdicts, fewer than MinAttempts
+	a := allow(t, b, ms(11*time.Second))
+	done(t, s, b, a.Ticket, ms(11*time.Second), fleet.CircuitFailure)
+	wantState(t, b, ms(11*time.Second), fleet.CircuitClosed)
+	for range 3 {
+		a := allow(t, b, ms(12*time.Second))
+		done(t, s, b, a.Ticket, ms(12*time.Second), fleet.CircuitFailure)
+	}
+	wantState(t, b, ms(12*time.Second), fleet.CircuitOpen)
+}
+
+// breakerMaxOpenFor: each failed probe doubles the open period, up to
+// MaxOpenFor.
+func (e *env) breakerMaxOpenFor(t *testing.T) {
+	s := e.new(t)
+	b := newBreaker(t, s, breakerValues())
+	for range 4 {
+		a := allow(t, b, Base)
+		done(t, s, b, a.Ticket, Base, fleet.CircuitFailure)
+	}
+	at := Base
+	for i, open := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 20 * time.Second} {
+		if a := allow(t, b, at); a.OK || !a.NextProbe.Equal(at.Add(open)) {
+			t.Fatalf("open period %d: Allow at %s = ok %v, next probe %s; want refused, next probe %s", i+1, since(at), a.OK, since(a.NextProbe), since(at.Add(open)))
+		}
+		at = at.Add(open)
+		p := allow(t, b, at)
+		if !p.OK || !p.Ticket.Probe {
+			t.Fatalf("Allow at %s = %+v; want the probe", since(at), p)
+		}
+		done(t, s, b, p.Ticket, at, fleet.CircuitFailure)
 	}
 }
 

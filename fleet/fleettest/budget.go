@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,9 @@ func (e *env) budget(t *testing.T) {
 	t.Run("Exact", e.budgetExact)
 	t.Run("Interleaved", e.budgetInterleaved)
 	t.Run("RefusalTakesNothing", e.budgetRefusal)
+	t.Run("Arithmetic", e.budgetArithmetic)
 	t.Run("Windows", e.budgetWindows)
+	t.Run("UnalignedWindow", e.budgetUnaligned)
 	t.Run("Tenants", e.budgetTenants)
 }
 
@@ -252,6 +255,51 @@ func (e *env) budgetWindows(t *testing.T) {
 	}
 	if !e.leased() && late != 1 {
 		t.Errorf("a late caller with units left in the newest window: refused, want granted")
+	}
+}
+
+// budgetArithmetic: Ratio × successes is counted without a float's
+// rounding taking a unit away (0.29 × 100 is 28.999999999999996 in a
+// float64).
+func (e *env) budgetArithmetic(t *testing.T) {
+	s := e.new(t)
+	b := newBudget(t, s, fleet.BudgetSettings{Ratio: 0.29, Window: time.Minute, MinTokens: 0})
+	ctx := context.Background()
+	for range 100 {
+		must(t, "Observe", b.Observe(ctx, Base, fleet.AttemptOutcome{First: true, Success: true}))
+	}
+	flush(t, s)
+	if got, err := b.Available(ctx, Base); err != nil || got != 29 {
+		t.Errorf("Available after 100 successes at Ratio 0.29 = %v, %v; want 29", got, err)
+	}
+	granted := 0
+	for range 40 {
+		ok, err := b.Acquire(ctx, Base)
+		must(t, "Acquire", err)
+		if ok {
+			granted++
+		}
+	}
+	if granted != 29 {
+		t.Errorf("%d granted after 100 successes at Ratio 0.29, want 29", granted)
+	}
+}
+
+// budgetUnaligned: a window that does not divide a minute starts at a
+// multiple of itself since the Unix epoch: 7 s windows start 5 s before
+// Base, whose Unix time is 5 past a multiple of 7.
+func (e *env) budgetUnaligned(t *testing.T) {
+	s := e.new(t)
+	b := newBudget(t, s, fleet.BudgetSettings{Ratio: 0, Window: 7 * time.Second, MinTokens: 1})
+	ctx := context.Background()
+	var got []bool
+	for _, at := range []time.Duration{0, 2*time.Second - time.Nanosecond, 2 * time.Second, 9*time.Second - time.Nanosecond, 9 * time.Second} {
+		ok, err := b.Acquire(ctx, ms(at))
+		must(t, "Acquire", err)
+		got = append(got, ok)
+	}
+	if want := []bool{true, false, true, false, true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("grants at 0, 1.999999999s, 2s, 8.999999999s and 9s with MinTokens 1 in 7 s windows = %v; want %v (windows start at 2s and 9s)", got, want)
 	}
 }
 

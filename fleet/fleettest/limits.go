@@ -13,6 +13,7 @@ import (
 func (e *env) limits(t *testing.T) {
 	t.Run("Settings", e.limitSettings)
 	t.Run("Bounds", e.limitBounds)
+	t.Run("Debt", e.limitDebt)
 	t.Run("Batch", e.limitBatch)
 	t.Run("Settle", e.limitSettle)
 	t.Run("Pause", e.limitPause)
@@ -140,6 +141,37 @@ func (e *env) limitBounds(t *testing.T) {
 	}
 	if at, err := bs[0].Admits(context.Background(), now, ms(32*time.Second), oneCall, fleet.Interactive); err != nil || !at.Equal(ms(32*time.Second)) {
 		t.Errorf("Admits at 30s of a call at 32s = %s, %v; want 32s: a request refills by then", since(at), err)
+	}
+}
+
+// limitDebt: an interactive call that can wait takes from an empty bucket
+// and is due when the bucket has refilled what it owes; one that cannot
+// wait that long takes nothing. A call larger than the limit takes the
+// whole bucket, no more.
+func (e *env) limitDebt(t *testing.T) {
+	s := e.new(t)
+	b := newBuckets(t, s, limitValues)
+	ctx := context.Background()
+	large := fleet.RateAmounts{100, 10, 10}
+	r, due, err := b.Reserve(ctx, Base, large, fleet.Interactive, Base, nil)
+	must(t, "Reserve", err)
+	if !r.Taken() || !due.Equal(Base) {
+		t.Fatalf("Reserve of 100 requests from a full bucket of 60 = taken %v, due %s; want taken, due now", r.Taken(), since(due))
+	}
+	latest := ms(3500 * time.Millisecond)
+	for i := 1; i <= 4; i++ {
+		r, due, err := b.Reserve(ctx, Base, oneCall, fleet.Interactive, latest, nil)
+		must(t, "Reserve", err)
+		want := ms(time.Duration(i) * time.Second)
+		if i == 4 {
+			if r.Taken() || due.Sub(want).Abs() > time.Millisecond {
+				t.Errorf("Reserve %d on an empty bucket, latest 3.5s = taken %v, due %s; want refused, due 4s", i, r.Taken(), since(due))
+			}
+			continue
+		}
+		if !r.Taken() || due.Sub(want).Abs() > time.Millisecond {
+			t.Errorf("Reserve %d on an empty bucket, latest 3.5s = taken %v, due %s; want taken, due %ds", i, r.Taken(), since(due), i)
+		}
 	}
 }
 
