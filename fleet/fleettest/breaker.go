@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -229,8 +230,11 @@ func (e *env) breakerShared(t *testing.T) {
 	}
 	stores := e.stores(t, fleetSize)
 	bs := make([]fleet.Breaker, len(stores))
+	heard := make([]changes, len(stores))
 	for i, s := range stores {
-		bs[i] = newBreaker(t, s, breakerValues())
+		set := breakerValues()
+		set.OnChange = heard[i].add
+		bs[i] = newBreaker(t, s, set)
 	}
 	for range 4 {
 		a := allow(t, bs[0], Base)
@@ -266,6 +270,19 @@ func (e *env) breakerShared(t *testing.T) {
 		wantState(t, b, ms(7*time.Second), fleet.CircuitClosed)
 		if a := allow(t, b, ms(7*time.Second)); !a.OK {
 			t.Errorf("store %d: refused at 7s after store %d's probe closed the breaker", i, p)
+		}
+	}
+	// Each store heard the changes it saw, whichever store made them.
+	for i := range heard {
+		heard[i].mu.Lock()
+		var got []fleet.CircuitState
+		for _, c := range heard[i].seen {
+			got = append(got, c.To)
+		}
+		heard[i].mu.Unlock()
+		want := []fleet.CircuitState{fleet.CircuitOpen, fleet.CircuitHalfOpen, fleet.CircuitClosed}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("store %d heard changes to %v; want %v: every store asked after each change", i, got, want)
 		}
 	}
 }
