@@ -112,18 +112,23 @@ func (e *env) faultBreaker(t *testing.T) {
 	e.timed(t, "Breaker.RefusesAt", func() { _, _, _ = b.RefusesAt(ctx, ms(2*time.Second), ms(3*time.Second)) })
 }
 
-// faultThrottle: the count stays within its bounds.
+// faultThrottle: the count is the store's own (a new throttle's: its
+// own Adds from full), or 0 failing closed: no retry.
 func (e *env) faultThrottle(t *testing.T) {
 	s := e.new(t)
 	th := newThrottle(t, s, 10)
 	e.startFault(t)
 	ctx := context.Background()
-	for range 3 {
+	for i := int64(1); i <= 3; i++ {
 		e.timed(t, "Throttle.Add", func() { _ = th.Add(ctx, -1500) })
 		var n int64
 		e.timed(t, "Throttle.Tokens", func() { n, _ = th.Tokens(ctx) })
-		if n < 0 || n > 10000 {
-			t.Errorf("Tokens in a fault = %d, outside [0, 10000]", n)
+		want := 10000 - 1500*i
+		if e.o.FailClosed {
+			want = 0
+		}
+		if n != want {
+			t.Errorf("Tokens in a fault after %d Adds of -1500 = %d, want %d", i, n, want)
 		}
 	}
 }

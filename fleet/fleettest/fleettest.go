@@ -35,29 +35,37 @@
 //     name, in any case) and the value.
 //   - Budget: within a window a fleet never grants more than MinTokens +
 //     Ratio × the first attempts that succeeded in it, whatever the
-//     goroutines and stores asking at once; a fleet that asks until it is
-//     refused is granted exactly that (with leases, once the stores are
-//     flushed); only a successful first attempt counts; a refusal takes
-//     nothing; windows are aligned on multiples of the window since the
-//     Unix epoch, unused units do not carry over, and a late caller (now
-//     in an older window) is counted in the newest window; each tenant's
-//     books are apart.
-//   - Throttle: starts full at MaxTokens × 1000, every Add counts exactly,
-//     within [0, MaxTokens × 1000].
-//   - Breaker: opens when FailureRatio of at least MinAttempts verdicts
-//     failed, refuses until OpenFor has passed (RefusesAt and NextProbe
-//     say when), admits one probe at a time across the fleet, doubles the
-//     open period after a failed probe and closes after a good one; a
-//     shared breaker open in one store is open in the others.
+//     goroutines and stores asking at once, successes arriving meanwhile
+//     included; a fleet that asks until it is refused is granted exactly
+//     that (with leases, once the stores are flushed), Ratio × successes
+//     counted without a float's rounding losing a unit; only a successful
+//     first attempt counts; a refusal takes nothing; windows are aligned
+//     on multiples of the window since the Unix epoch, unused units do
+//     not carry over, and a late caller (now in an older window) is
+//     counted in the newest window; each tenant's books are apart.
+//   - Throttle: starts full at MaxTokens × 1000, every Add of every store
+//     counts exactly, within [0, MaxTokens × 1000].
+//   - Breaker: opens when FailureRatio of at least MinAttempts verdicts in
+//     the last Window failed, refuses until OpenFor has passed (RefusesAt
+//     and NextProbe say when), admits one probe at a time across the
+//     fleet, doubles the open period after a failed probe up to
+//     MaxOpenFor, and closes after a good one; an attempt admitted before
+//     a change of state counts for nothing; OnChange hears each change in
+//     order; a shared breaker open in one store is open in the others, and
+//     each store hears the changes it sees, whichever store made them.
 //   - Rate-limit buckets: at one instant a fleet admits at most each
 //     bucket's content (exactly that when it asks until refused), and the
-//     refill over a time is limit × time / minute; a refusal is due when
-//     the bucket has refilled; a settling gives back what was not used and
-//     takes what was used beyond, once; a pause is seen by every store of
-//     the fleet and refuses until it ends; a learned limit is taken from a
-//     response and a bucket is lowered to the remaining count it reports.
-//     A store that leases tokens admits, after a response lowers a bucket,
-//     at most Lease-1 calls per store beyond what the bucket holds.
+//     refill over a time is limit × time / minute; an interactive call
+//     that can wait takes from an empty bucket and is due when the bucket
+//     has refilled what it owes, one that cannot takes nothing (Reserve's
+//     and Admits's due times agree); a call larger than the limit takes
+//     the whole bucket, no more; batch calls take only BatchShare of each
+//     bucket; a settling gives back what was not used and takes what was
+//     used beyond, for the buckets known, once; a pause is seen by every
+//     store of the fleet and refuses until it ends; a learned limit is
+//     taken from a response and a bucket is lowered to the remaining count
+//     it reports. A store that leases tokens admits, after a response
+//     lowers a bucket to nothing, at most Lease-1 calls per store.
 //   - Shares: the arithmetic of [fleet.MemoryStore]'s, step by step, to
 //     the microsecond, across the stores of a fleet; an ask that cannot
 //     be used is an error naming its field, and takes nothing.
@@ -68,9 +76,11 @@
 //   - In a fault ([Options.Fault]): every method of every part returns
 //     within [Options.MaxWait] and still decides; the budget grants no
 //     more than each store's own MinTokens + Ratio × its successes (none
-//     with [Options.FailClosed]); each store's buckets admit at most the
-//     limit (a fleet of N at most N times it); a breaker opens on the
-//     failures its store sees.
+//     with [Options.FailClosed]); a new throttle counts its own store's
+//     Adds (0 with FailClosed: no retry); each store's buckets admit at
+//     most the limit at one instant (a fleet of N at most N times it); a
+//     breaker still admits, and opens on the failures its store sees; a
+//     new tenant takes its share; a spend still answers.
 package fleettest
 
 import (
