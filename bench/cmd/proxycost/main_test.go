@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain runs a role (the fake API, the bare proxy) instead of the tests
+// when run starts the test binary again as one.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-role" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// TestParseFlags: the defaults, -quick, and each bad value named.
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Requests != 20_000 || cfg.Rounds != 3 || len(cfg.Clients) != 2 || cfg.Clients[0] != 8 || cfg.Clients[1] != 32 || len(cfg.Kinds) != 2 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = parseFlags([]string{"-quick", "-contenders", "bare"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Requests != quick.Requests || cfg.Rounds != 1 || !cfg.runs("direct") || !cfg.runs("bare") || cfg.runs("nginx") || cfg.runs("damper-zero") {
+		t.Errorf("-quick -contenders bare: %+v", cfg)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"-requests 0", "-requests 0: want 1 to 10000000"},
+		{"-rounds 101", "-rounds 101: want 1 to 100"},
+		{"-clients 8,x", `-clients "8,x": want numbers from 1 to 1024`},
+		{"-clients 2000", `-clients "2000"`},
+		{"-kinds plain,tcp", `-kinds "plain,tcp"`},
+		{"-contenders envoy", `"envoy" is none of direct, nginx, bare, damper-zero, damper-recommended`},
+		{"-role web -listen :0", `-role "web": want api or bare`},
+		{"-role bare -listen :0", "-role bare needs -upstream"},
+		{"extra", `takes no arguments, got ["extra"]`},
+	} {
+		_, err := parseFlags(strings.Fields(c.args))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestQuickRun runs the fake API and the bare proxy as processes of their
+// own, measures them, and checks the table: the machinery damper's rows
+// use, without the minutes a build of damper takes.
+func TestQuickRun(t *testing.T) {
+	cfg, err := parseFlags([]string{"-quick", "-requests", "1000", "-contenders", "bare", "-kinds", "plain,stream"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	if err := run(cfg, &out, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	table := out.String()
+	for _, want := range []string{"plain calls: 1000 measured per cell", "stream calls: 1000 measured per cell",
+		"| direct | 4 |", "| bare Go proxy | 4 |", "| contender | clients | calls/s | vs direct | vs bare | CPU µs/call |"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the tables lack %q:\n%s", want, table)
+		}
+	}
+	for line := range strings.Lines(table) {
+		if strings.HasPrefix(line, "| bare Go proxy |") && (strings.Contains(line, "| – |") || strings.Contains(line, "| 0.0 |")) {
+			t.Errorf("the bare proxy's CPU or RSS was not read: %s", line)
+		}
+	}
+}
+
+// TestStatFields reads /proc/<pid>/stat past a name holding spaces and
+// parentheses.
+func TestStatFields(t *testing.T) {
+	f := statFields([]byte("1234 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14"))
+	if len(f) != 15 || f[0] != "S" || f[1] != "1" || f[11] != "11" || f[12] != "12" {
+		t.Errorf("fields %q", f)
+	}
+	if statFields([]byte("no name")) != nil {
+		t.Error("a line with no name gave fields")
+	}
+}

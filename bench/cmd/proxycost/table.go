@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// printTables prints, per call kind, one row per contender: the medians
+// over the rounds of its CPU per call, RSS, throughput as a share of the
+// direct calls' and of the bare proxy's, and the p50 and p99 it adds to a
+// direct call, for each client count.
+func printTables(w io.Writer, cfg config, names []string, results map[key][]result) {
+	for _, kind := range cfg.Kinds {
+		fmt.Fprintf(w, "\n%s calls: %d measured per cell, median of %d rounds\n\n", kind, cfg.Requests, cfg.Rounds)
+		fmt.Fprintf(w, "| contender | clients | calls/s | vs direct | vs bare | CPU µs/call | CPU vs bare | RSS MB | added p50 | added p99 |\n")
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, n := range cfg.Clients {
+			direct := summarize(results[key{"direct", kind, n}])
+			bare := summarize(results[key{"bare Go proxy", kind, n}])
+			for _, name := range names {
+				s := summarize(results[key{name, kind, n}])
+				cpu, cpuVsBare, rss := "–", "–", "–"
+				if name != "direct" {
+					cpu, rss = fmt.Sprintf("%.1f", s.cpu), fmt.Sprintf("%.1f", s.rss)
+					if bare.cpu > 0 {
+						cpuVsBare = fmt.Sprintf("%.2f", s.cpu/bare.cpu)
+					}
+				}
+				fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n",
+					label(name), n, s.rps, s.rps/direct.rps, ratio(s.rps, bare.rps), cpu, cpuVsBare, rss,
+					added(s.p50, direct.p50), added(s.p99, direct.p99))
+			}
+		}
+	}
+}
+
+// summary is the medians of one cell's rounds.
+type summary struct {
+	rps, cpu, rss float64
+	p50, p99      float64 // µs
+}
+
+func summarize(rs []result) summary {
+	var rps, cpu, rss, p50, p99 []float64
+	for _, r := range rs {
+		rps, cpu, rss = append(rps, r.rps), append(cpu, r.cpuPerCall), append(rss, r.rss)
+		p50, p99 = append(p50, us(r.p50)), append(p99, us(r.p99))
+	}
+	return summary{median(rps), median(cpu), median(rss), median(p50), median(p99)}
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func added(x, direct float64) string {
+	return fmt.Sprintf("%.0f µs", x-direct)
+}
