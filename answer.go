@@ -84,7 +84,7 @@ func (a *attempt) readWhole(res *http.Response) attemptResult {
 	answer.r.Reset(body)
 	res.Body = answer
 	r := attemptResult{res: res, firstAt: firstAt}
-	if c.d.policy.RateLimit != nil || c.trace.tokensOn() {
+	if c.wantsUsage() {
 		r.usage = answerUsage(body)
 	}
 	c.trace.plainAnswer(body, r.usage)

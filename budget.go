@@ -3,7 +3,6 @@ package damper
 import (
 	"context"
 	"errors"
-	"runtime"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -78,7 +77,7 @@ func (g budgetGate) observeAttempt(ctx context.Context, now time.Time, e attempt
 // budgetGauge registers the gauge of the primary backend's budget. Its
 // callback holds the budget and the clock, not the Damper, so that a
 // Damper nobody uses any more can be collected; its cleanup then
-// unregisters the callback.
+// unregisters the callback, unless Damper.Close did first.
 func budgetGauge(meter metric.Meter, d *Damper) any {
 	gauge, err := meter.Float64ObservableGauge(metricBudgetBalance, metric.WithUnit("{retry}"),
 		metric.WithDescription("Retries the retry budget can still authorize in its current window."))
@@ -104,6 +103,6 @@ func budgetGauge(meter metric.Meter, d *Damper) any {
 		otel.Handle(err)
 		return nil
 	}
-	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	d.tel.keepGauges(d, reg)
 	return nil
 }

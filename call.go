@@ -177,6 +177,9 @@ func (c *call) run() (*http.Response, error) {
 				e.latency, e.timed = a.timing.latency(c.stream), true
 			}
 			a.tell(e)
+			if !c.stream {
+				c.report.usage(r.usage) // a stream's, at its end
+			}
 			if c.report.hasSink() {
 				c.report.settle("", c.d.clock.Now().Sub(c.start), 0)
 				c.report.publish()
@@ -332,7 +335,31 @@ func (c *call) close(outcome Outcome) {
 	}
 	c.report.settle(outcome, now.Sub(c.start), balance)
 	rep, last, n := c.report.final()
+	c.spend(rep.Usage, now)
 	c.trace.end(&rep, last, n, now)
+}
+
+// wantsUsage reports whether the call reads its answer's usage: for the
+// rate limiter, the token metrics, its tenant's daily cost ceiling, or a
+// report someone reads.
+func (c *call) wantsUsage() bool {
+	return c.d.policy.RateLimit != nil || c.trace.tokensOn() || c.tenant.hasCeiling() || c.report.hasSink()
+}
+
+// spend counts the cost of the answer's usage u, priced as the route the
+// call ended on, in the day of its tenant's daily cost ceiling holding
+// now: once, as the call ends, whatever its outcome (a canceled plain
+// answer was paid for all the same). A model with no price counts nothing.
+func (c *call) spend(u Usage, now time.Time) {
+	t := c.tenant
+	if !t.hasCeiling() || !u.Known || !c.route.priced {
+		return
+	}
+	cost := usageCost(c.route.price, usage{input: u.InputTokens, cacheCreation: u.CacheCreationInputTokens,
+		cacheRead: u.CacheReadInputTokens, output: u.OutputTokens})
+	if cost > 0 {
+		c.storeError(partSpend, "add", t.spend.Add(keepGoing(c.ctx, t.spend), now, cost))
+	}
 }
 
 // endOnce is a sync.Once in two halves, so that a stream can run its own

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -76,11 +75,18 @@ func init() { conf.Register((*ConcurrencyPolicy).check) }
 // Against a provider that serves 100 attempts at once, 1 s each, the
 // limit goes from 20 to between 100 and 150 within 300 attempts.
 //
-// An attempt that finds no slot waits in line, first come, first served
-// within its priority, for at most MaxWait and not past the caller's
-// deadline, then fails with [ErrConcurrencyLimited]. Batch calls use at
-// most BatchShare of the limit, and wait behind interactive calls that
-// wait. A hedge never waits: it is sent only when a slot is free at once.
+// An attempt that finds no slot waits in line, within its priority, for
+// at most MaxWait and not past the caller's deadline, then fails with
+// [ErrConcurrencyLimited]. A slot given back goes to the tenant (of a
+// [Proxy] in key mode) that holds the fewest slots per unit of its
+// [Tenant].Weight among those waiting, first come, first served within a
+// tenant; calls without a tenant wait as one tenant of weight 1, so
+// without tenants the line is first come, first served. Under contention
+// each tenant with calls waiting thus holds at least its weight's share of
+// the slots held by the tenants active, and a free slot is never left to
+// an idle tenant. Batch calls use at most BatchShare of the limit, and
+// wait behind interactive calls that wait. A hedge never waits: it is
+// sent only when a slot is free at once.
 // A slot is held from the attempt's admission to its end: a stream holds
 // it until the stream ends (its caller reads it whole, closes it, or its
 // context ends), since the provider works on the stream until then.
@@ -188,10 +194,12 @@ type concLimit struct {
 	clock   Clock
 	backend string
 
-	mu    sync.Mutex
-	limit float64
-	held  [2]int           // slots held, by priority
-	line  [2][]*slotWaiter // attempts waiting for a slot, by priority, oldest first
+	mu     sync.Mutex
+	limit  float64
+	held   [2]int          // slots held, by priority
+	line   [2]slotLine     // attempts waiting for a slot, by priority
+	heldBy map[*tenant]int // slots held, by tenant (nil: calls without one); none at zero
+	seq    uint64          // numbers the waiters in order of arrival
 	// The adaptive limit's samples come from a cohort: the first
 	// concWindow attempts sent once the limit last changed and, when it
 	// grew, filled up or met a demand below it. Waiting for all of them
@@ -252,6 +260,73 @@ const (
 type slotWaiter struct {
 	granted bool
 	cancel  context.CancelFunc
+	tenant  *tenant // the call's; nil: none
+	seq     uint64  // its place in the order of arrival
+}
+
+// slotLine is the line of one priority: a line per tenant with attempts
+// waiting, each first come, first served. It holds at most one line per
+// tenant of the Proxy, and one for calls without a tenant.
+type slotLine struct {
+	n       int // waiters, in all the tenants' lines
+	tenants []*tenantLine
+}
+
+type tenantLine struct {
+	t       *tenant
+	waiters []*slotWaiter // oldest first
+}
+
+// push puts w at the end of its tenant's line.
+func (q *slotLine) push(w *slotWaiter) {
+	q.n++
+	for _, tl := range q.tenants {
+		if tl.t == w.tenant {
+			tl.waiters = append(tl.waiters, w)
+			return
+		}
+	}
+	q.tenants = append(q.tenants, &tenantLine{t: w.tenant, waiters: []*slotWaiter{w}})
+}
+
+// remove takes w out of the line, if it is in it.
+func (q *slotLine) remove(w *slotWaiter) {
+	for i, tl := range q.tenants {
+		if tl.t != w.tenant {
+			continue
+		}
+		if j := slices.Index(tl.waiters, w); j >= 0 {
+			tl.waiters = slices.Delete(tl.waiters, j, j+1)
+			q.n--
+		}
+		if len(tl.waiters) == 0 {
+			q.tenants = slices.Delete(q.tenants, i, i+1)
+		}
+		return
+	}
+}
+
+// pop takes out the next waiter: the oldest of the tenant that holds the
+// fewest slots per unit of weight (held(t) / weight(t)), the one whose
+// oldest came first among equals. The line must not be empty.
+func (q *slotLine) pop(held func(*tenant) int) *slotWaiter {
+	best := 0
+	for i := 1; i < len(q.tenants); i++ {
+		a, b := q.tenants[i], q.tenants[best]
+		// held(a)/w(a) < held(b)/w(b), without division.
+		x, y := held(a.t)*b.t.shareWeight(), held(b.t)*a.t.shareWeight()
+		if x < y || x == y && a.waiters[0].seq < b.waiters[0].seq {
+			best = i
+		}
+	}
+	tl := q.tenants[best]
+	w := tl.waiters[0]
+	tl.waiters[0] = nil
+	if tl.waiters = tl.waiters[1:]; len(tl.waiters) == 0 {
+		q.tenants = slices.Delete(q.tenants, best, best+1)
+	}
+	q.n--
+	return w
 }
 
 func newConcLimit(p *ConcurrencyPolicy, clock Clock, backend string) *concLimit {
@@ -268,7 +343,7 @@ func (l *concLimit) slots() int { return max(1, int(l.limit)) }
 // free reports whether an attempt of priority p may take a slot now,
 // ahead of none that waits before it. The caller holds l.mu.
 func (l *concLimit) free(p Priority) bool {
-	if len(l.line[Interactive]) > 0 || (p == Batch && len(l.line[Batch]) > 0) {
+	if l.line[Interactive].n > 0 || (p == Batch && l.line[Batch].n > 0) {
 		return false
 	}
 	return l.room(p)
@@ -316,20 +391,32 @@ func (l *concLimit) take(p Priority) {
 	}
 }
 
-// grant takes slots for the attempts waiting in line, in order, while
-// there is room. The caller holds l.mu.
+// grant takes slots for the attempts waiting in line while there is
+// room: each to the tenant with the fewest slots per unit of weight
+// (slotLine.pop). The caller holds l.mu.
 func (l *concLimit) grant() {
 	for _, p := range [...]Priority{Interactive, Batch} {
-		// The first in line goes first: batch calls wait behind every
-		// interactive one.
-		for len(l.line[p]) > 0 && l.room(p) && (p == Interactive || len(l.line[Interactive]) == 0) {
-			w := l.line[p][0]
-			l.line[p] = l.line[p][1:]
-			l.take(p)
+		// Batch calls wait behind every interactive one.
+		for l.line[p].n > 0 && l.room(p) && (p == Interactive || l.line[Interactive].n == 0) {
+			w := l.line[p].pop(l.heldOf)
+			l.takeFor(p, w.tenant)
 			w.granted = true
 			w.cancel()
 		}
 	}
+}
+
+// heldOf is the slots t holds. The caller holds l.mu.
+func (l *concLimit) heldOf(t *tenant) int { return l.heldBy[t] }
+
+// takeFor takes a slot of priority p for a call of tenant t. The caller
+// holds l.mu.
+func (l *concLimit) takeFor(p Priority, t *tenant) {
+	if l.heldBy == nil {
+		l.heldBy = make(map[*tenant]int)
+	}
+	l.heldBy[t]++
+	l.take(p)
 }
 
 // priorityOf is the priority of c's attempts.
@@ -343,11 +430,11 @@ func (l *concLimit) priorityOf(c *call) Priority {
 // admitAttempt takes a slot for a, waiting in line for one until MaxWait
 // or the caller's deadline; a hedge takes one only if it is free at once.
 func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
-	p := l.priorityOf(c)
+	p, t := l.priorityOf(c), c.tenant
 	l.mu.Lock()
 	if l.free(p) {
-		l.take(p)
-		pass := l.newPass(p, now, 0)
+		l.takeFor(p, t)
+		pass := l.newPass(p, t, now, 0)
 		l.mu.Unlock()
 		return admission{pass: pass}
 	}
@@ -363,16 +450,18 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	if refused := laterRefusal(c, l, now, latest); refused != nil {
 		return admission{refused: refused}
 	}
-	w := new(slotWaiter)
+	w := &slotWaiter{tenant: t}
 	ctx, cancel := context.WithCancel(c.ctx)
 	w.cancel = cancel
 	l.mu.Lock()
 	freed := l.free(p) // a slot came back since
 	if freed {
-		l.take(p)
+		l.takeFor(p, t)
 		w.granted = true
 	} else {
-		l.line[p] = append(l.line[p], w)
+		l.seq++
+		w.seq = l.seq
+		l.line[p].push(w)
 	}
 	l.mu.Unlock()
 	if !freed {
@@ -382,14 +471,14 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 	l.mu.Lock()
 	granted := w.granted
 	if !granted {
-		l.line[p] = slices.DeleteFunc(l.line[p], func(x *slotWaiter) bool { return x == w })
+		l.line[p].remove(w)
 	}
 	at := l.clock.Now()
 	var pass *concPass
 	if granted && c.ctx.Err() == nil {
-		pass = l.newPass(p, at, at.Sub(now))
+		pass = l.newPass(p, t, at, at.Sub(now))
 	} else if granted {
-		l.release(p)
+		l.release(p, t)
 	}
 	l.mu.Unlock()
 	switch err := c.ctx.Err(); {
@@ -407,17 +496,22 @@ func (l *concLimit) admitAttempt(c *call, a *attempt, now time.Time) admission {
 // attempts yet to end.
 func (l *concLimit) refusesAt(*call, time.Time, time.Time) *denial { return nil }
 
-// release gives back a slot of priority p and hands the free room to the
-// line. The caller holds l.mu.
-func (l *concLimit) release(p Priority) {
+// release gives back a slot of priority p that tenant t held, and hands
+// the free room to the line. The caller holds l.mu.
+func (l *concLimit) release(p Priority, t *tenant) {
 	l.held[p]--
+	if n := l.heldBy[t] - 1; n > 0 {
+		l.heldBy[t] = n
+	} else {
+		delete(l.heldBy, t)
+	}
 	l.grant()
 }
 
 // newPass is the pass of an attempt that took a slot at now after waiting
 // waited. The caller holds l.mu.
-func (l *concLimit) newPass(p Priority, now time.Time, waited time.Duration) *concPass {
-	pass := &concPass{l: l, prio: p, sent: now, waited: waited, limit: l.slots()}
+func (l *concLimit) newPass(p Priority, t *tenant, now time.Time, waited time.Duration) *concPass {
+	pass := &concPass{l: l, prio: p, tenant: t, sent: now, waited: waited, limit: l.slots()}
 	if l.p.Adaptive && !l.filling && l.cohort < concWindow {
 		l.cohort++
 		pass.epoch, pass.inCohort = l.epoch, true
@@ -429,7 +523,8 @@ func (l *concLimit) newPass(p Priority, now time.Time, waited time.Duration) *co
 type concPass struct {
 	l        *concLimit
 	prio     Priority
-	epoch    uint64 // the cohort's, when inCohort
+	tenant   *tenant // whose slot it is; nil: a call without a tenant
+	epoch    uint64  // the cohort's, when inCohort
 	inCohort bool
 	sent     time.Time
 	waited   time.Duration
@@ -472,7 +567,7 @@ func (p *concPass) settleEnd(time.Time, usage) {
 func (p *concPass) free() {
 	if !p.released {
 		p.released = true
-		p.l.release(p.prio)
+		p.l.release(p.prio, p.tenant)
 	}
 }
 
@@ -563,7 +658,7 @@ func (l *concLimit) newCohort() {
 	l.epoch++
 	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
 	l.below = l.held[Interactive]+l.held[Batch] < l.slots()
-	l.short = len(l.line[Interactive])+len(l.line[Batch]) > 0
+	l.short = l.line[Interactive].n+l.line[Batch].n > 0
 }
 
 // The concurrency limit's metrics.
@@ -613,6 +708,6 @@ func concurrencyInstruments(meter metric.Meter, d *Damper) any {
 		otel.Handle(err)
 		return nil
 	}
-	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	d.tel.keepGauges(d, reg)
 	return nil
 }

@@ -66,7 +66,7 @@ func (r *concRig) held() (held, waiting int) {
 	l := r.limit()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held[Interactive] + l.held[Batch], len(l.line[Interactive]) + len(l.line[Batch])
+	return l.held[Interactive] + l.held[Batch], l.line[Interactive].n + l.line[Batch].n
 }
 
 func concParams() anthropic.MessageNewParams {

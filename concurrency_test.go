@@ -75,8 +75,8 @@ func (s *saturation) run(pv queueingProvider, samples int) []int {
 				l.mu.Unlock()
 				break
 			}
-			l.take(Interactive)
-			p := l.newPass(Interactive, now, 0)
+			l.takeFor(Interactive, nil)
+			p := l.newPass(Interactive, nil, now, 0)
 			n := l.held[Interactive]
 			l.mu.Unlock()
 			took := time.Duration(float64(pv.service()) * max(1, float64(n)/float64(pv.k)))
@@ -226,8 +226,8 @@ func TestConcurrencyOverloadCuts(t *testing.T) {
 		passes := make([]*concPass, concWindow)
 		l.mu.Lock()
 		for i := range passes {
-			l.take(Interactive)
-			passes[i] = l.newPass(Interactive, now, 0)
+			l.takeFor(Interactive, nil)
+			passes[i] = l.newPass(Interactive, nil, now, 0)
 		}
 		l.mu.Unlock()
 		for _, p := range passes[:concWindow-1] {
@@ -246,15 +246,15 @@ func TestConcurrencyLineDrainsInOrder(t *testing.T) {
 	l := newConcLimit(&ConcurrencyPolicy{Max: 1, BatchShare: 0.8}, realClock{}, PrimaryBackend)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.take(Interactive)
+	l.takeFor(Interactive, nil)
 	var waiters []*slotWaiter
 	for range 3 {
 		w := &slotWaiter{cancel: func() {}}
 		waiters = append(waiters, w)
-		l.line[Interactive] = append(l.line[Interactive], w)
+		l.line[Interactive].push(w)
 	}
 	for i := range waiters {
-		l.release(Interactive)
+		l.release(Interactive, nil)
 		for j, w := range waiters {
 			if want := j <= i; w.granted != want {
 				t.Fatalf("after %d slots given back: waiter %d granted %v, want %v", i+1, j, w.granted, want)
@@ -362,5 +362,63 @@ func TestConcurrencyLimitSurgeRestartsTheCohort(t *testing.T) {
 	if l.epoch != before+1 || l.cohort != 1 || l.win.ended != 0 || l.held[Interactive] != 39 {
 		t.Fatalf("after the surge: cohort %d (was %d), %d sent and %d ended, %d held; want the next, begun by the attempt that filled the limit, none ended, 39 held",
 			l.epoch, before, l.cohort, l.win.ended, l.held[Interactive])
+	}
+}
+
+// A slot given back goes to the tenant waiting that holds the fewest
+// slots per unit of weight, the oldest of its waiters first; among
+// tenants with equal shares, to the one whose oldest came first. The
+// count of slots held by tenant keeps no tenant that holds none.
+func TestConcurrencyLineByTenantShare(t *testing.T) {
+	a, b, c := &tenant{name: "a", weight: 3}, &tenant{name: "b", weight: 1}, &tenant{name: "c", weight: 1}
+	l := newConcLimit(&ConcurrencyPolicy{Max: 4, BatchShare: 0.8}, realClock{}, PrimaryBackend)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for range 4 {
+		l.takeFor(Interactive, a)
+	}
+	waiters := map[string]*slotWaiter{}
+	for _, w := range []struct {
+		name string
+		t    *tenant
+	}{{"a1", a}, {"c1", c}, {"b1", b}, {"a2", a}, {"b2", b}, {"none", nil}} {
+		l.seq++
+		waiters[w.name] = &slotWaiter{cancel: func() {}, tenant: w.t, seq: l.seq}
+		l.line[Interactive].push(waiters[w.name])
+	}
+	granted := func() []string {
+		var names []string
+		for name, w := range waiters {
+			if w.granted {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	for i, want := range [][]string{
+		{"c1"},                     // a 3/3, c 0, b 0, none 0: c's came first
+		{"b1", "c1"},               // a 2/3, b 0, none 0
+		{"b1", "c1", "none"},       // a 1/3, b 1, none 0
+		{"a1", "b1", "c1", "none"}, // a 0, b 1
+	} {
+		l.release(Interactive, a)
+		if got := granted(); !slices.Equal(got, want) {
+			t.Fatalf("after %d of a's slots given back: granted %v, want %v", i+1, got, want)
+		}
+	}
+	if l.heldBy[a] != 1 || len(l.heldBy) != 4 || l.line[Interactive].n != 2 {
+		t.Fatalf("held by tenant %v, %d waiting; want a, b, c and none 1 each, 2 waiting", l.heldBy, l.line[Interactive].n)
+	}
+	l.release(Interactive, c) // a 1/3, b 1: a's second
+	if !waiters["a2"].granted || waiters["b2"].granted {
+		t.Fatalf("granted %v, want a2 before b2", granted())
+	}
+	for _, ten := range []*tenant{a, a, b, nil} {
+		l.release(Interactive, ten)
+	}
+	l.release(Interactive, b)
+	if l.held[Interactive] != 0 || len(l.heldBy) != 0 || l.line[Interactive].n != 0 || len(l.line[Interactive].tenants) != 0 {
+		t.Errorf("%d held, by tenant %v, %d waiting in %d lines; want none", l.held[Interactive], l.heldBy, l.line[Interactive].n, len(l.line[Interactive].tenants))
 	}
 }

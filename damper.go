@@ -210,3 +210,17 @@ func fromStore[P, S, T any](part string, store fleet.Store, made func(P, S) (T, 
 
 // Budget returns the Damper's retry budget.
 func (d *Damper) Budget() fleet.Budget { return d.primary.budget }
+
+// Close unregisters the callbacks of the Damper's gauges
+// (damper.retry_budget.balance, damper.ratelimit.limit and
+// damper.ratelimit.remaining, damper.concurrency.limit and
+// damper.concurrency.in_flight) from its MeterProvider, so that a Damper
+// made to replace it on the same provider, such as one built from a
+// configuration read again, is the only one to report them. Without
+// Close they go when the Damper is garbage collected. Close neither waits
+// for nor ends calls: those in flight, and any made later, run as
+// before, and their counters and histograms are still recorded. It
+// returns the provider's errors; a second Close does nothing.
+func (d *Damper) Close() error {
+	return d.tel.unregisterGauges()
+}

@@ -368,6 +368,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.logRequest(r, p.tooLarge(w), start, nil, "", tenant) // before a byte of it is read or sent
 		return
 	}
+	if tenant.hasCeiling() && p.ceilingReached(w, r, tenant) {
+		p.logRequest(r, http.StatusTooManyRequests, start, nil, "", tenant)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
 	if r.Method != http.MethodPost || !isMessagesRoute(r.URL.Path) {
 		sw := &statusWriter{ResponseWriter: w, rc: rc, d: p.write}

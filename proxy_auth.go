@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/damper-ai/damper-go/internal/conf"
 )
@@ -33,62 +34,6 @@ const (
 	// MaxClientKeyBytes bounds a key a client presents: a longer one is
 	// refused before it is hashed.
 	MaxClientKeyBytes = 256
-)
-
-// Tenant is a client of a [Proxy] in key mode: a name, and the keys its
-// clients present, as SHA-256 hashes. A file never holds a key itself:
-// the damper command's proxy adds the hashes of the keys held in the
-// environment variables its key_env lists.
-type Tenant struct {
-	// Name names the tenant in the request's log line, its call's
-	// [Report].Tenant and its damper.tenant span and metric attribute: 1
-	// to 64 ASCII letters, digits, '-', '_' or '.', unique among the
-	// tenants.
-	Name string `key:"name"`
-	// KeySHA256 are the hashes of the tenant's keys: each the SHA-256 of
-	// the key, 64 hexadecimal digits ([ClientKeyHash]). A hash names one
-	// tenant only.
-	KeySHA256 []string `key:"key_sha256" max:"16" unit:"keys"`
-	// Priority is its calls' place in the rate limiter's and the
-	// concurrency limit's lines; TenantPriorityPolicy (the default)
-	// leaves the Policy's.
-	Priority TenantPriority `key:"priority" enum:"policy:TenantPriorityPolicy,interactive:TenantInteractive,batch:TenantBatch"`
-	// Weight is its share, under contention, of each limit group's rate
-	// limit and of the concurrency slots: each tenant with calls waiting
-	// gets at least its weight over the summed weights of the tenants
-	// active, and what an idle tenant leaves is lent to the others.
-	// Default 1.
-	Weight int `key:"weight" default:"1" min:"1" max:"1000"`
-	// RetryBudget sets the numbers of its retry budget. Every tenant has
-	// a budget of its own on each backend, whose books its calls alone
-	// keep, so that one tenant's retries never spend another's; nil takes
-	// the Policy's RetryBudgetRatio and RetryBudgetMinTokens.
-	RetryBudget *TenantRetryBudget `key:"retry_budget"`
-	// DailyCostUSD is its ceiling on the cost of its calls in one day
-	// (UTC), priced from the answers' usage by the Policy's price table
-	// and counted fleet-wide through the Damper's store: once reached, its
-	// calls get 429 rate_limit_error until the day ends. 0: no ceiling.
-	DailyCostUSD float64 `key:"daily_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
-}
-
-// TenantRetryBudget is a tenant's retry budget: within the Policy's
-// RetryBudgetWindow, the tenant's retries are at most MinTokens + Ratio ×
-// its first attempts that succeeded.
-type TenantRetryBudget struct {
-	Ratio     float64 `key:"ratio" default:"0.1" none:"means 0" min:"0" max:"1000"`
-	MinTokens int     `key:"min_tokens" default:"10" none:"means 0" min:"0" max:"1000000"`
-}
-
-// TenantPriority is a tenant's priority: its calls' own, or the Policy's.
-type TenantPriority uint8
-
-const (
-	// TenantPriorityPolicy leaves the priority the Policy gives.
-	TenantPriorityPolicy TenantPriority = iota
-	// TenantInteractive makes the tenant's calls [Interactive].
-	TenantInteractive
-	// TenantBatch makes the tenant's calls [Batch].
-	TenantBatch
 )
 
 func init() { conf.Register(checkTenant) }
@@ -451,6 +396,9 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 		if p.tenants[i], err = p.d.newTenant(t); err != nil {
 			return fmt.Errorf("damper: NewProxy: ProxyConfig.Tenants[%d] (%s): %w", i, t.Name, err)
 		}
+		// One tenant has the whole limit: its share would cost a
+		// question of the store per call and change nothing.
+		p.tenants[i].shares = len(keys.tenants) > 1
 	}
 	return nil
 }
@@ -468,6 +416,39 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*tenant, b
 		return nil, false
 	}
 	return p.tenants[i], true
+}
+
+// ceilingReached answers r with 429 rate_limit_error, and reports true,
+// when t, a tenant with a daily cost ceiling, has spent it in the UTC day
+// of the Damper's clock: nothing is sent, on any path. The wait headers
+// say when the day ends. A store that fails answers from what this
+// process knows; its error is logged.
+func (p *Proxy) ceilingReached(w http.ResponseWriter, r *http.Request, t *tenant) bool {
+	now := p.d.clock.Now()
+	spent, reached, err := t.ceilingReached(r.Context(), now)
+	p.d.tel.logStoreError(r.Context(), partSpend, "spent", err)
+	if !reached {
+		return false
+	}
+	reset := nextUTCDay(now)
+	msg := fmt.Sprintf("damper proxy: tenant %q reached its daily cost ceiling of $%s ($%s spent today, UTC): it resets at %s",
+		t.name, dollars(t.ceiling), dollars(spent), reset.Format(time.RFC3339))
+	writeAPIError(w, http.StatusTooManyRequests, "rate_limit_error", msg, retryAfter(reset.Sub(now)))
+	return true
+}
+
+// dollars formats usd exactly, with at least two decimals: "5.00",
+// "5.0213".
+func dollars(usd float64) string {
+	s := strconv.FormatFloat(usd, 'f', -1, 64)
+	dot := strings.IndexByte(s, '.')
+	switch {
+	case dot < 0:
+		return s + ".00"
+	case len(s)-dot == 2:
+		return s + "0"
+	}
+	return s
 }
 
 // Authenticated returns h served, in key mode, only to a request that

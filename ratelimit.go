@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,7 +125,7 @@ func rateGauges(meter metric.Meter, m *metrics, lim *limiter, clock Clock, owner
 		otel.Handle(err)
 		return
 	}
-	runtime.AddCleanup(owner, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	owner.tel.keepGauges(owner, reg)
 }
 
 // RateLimitPolicy configures the rate limiter: it keeps every goroutine of
@@ -355,6 +354,13 @@ type limitGroup struct {
 	cacheAware bool
 	took       attemptTimes
 
+	// shares are its tenants' shares of its limits; limits are the
+	// limits known to this process, as float64 bits: the configured ones
+	// and those its responses teach (see learn).
+	shares     fleet.LimitShares
+	limits     [3]atomic.Uint64
+	configured [3]bool
+
 	// users counts the attempts between their admission (a wait in line
 	// included) and their settling; -1 once the group is dropped, after
 	// which no attempt may use it.
@@ -454,8 +460,13 @@ func (l *limiter) group(model string) *limitGroup {
 			}
 		}
 		if !ok {
-			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel}
+			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel, shares: l.shares(name)}
 			g.kept = !fleet.InMemory(g.g)
+			lim := l.p.Limits[name]
+			for k, v := range [3]int{lim.RequestsPerMinute, lim.InputTokensPerMinute, lim.OutputTokensPerMinute} {
+				g.configured[k] = v > 0
+				g.limits[k].Store(math.Float64bits(float64(v)))
+			}
 			g.lastUse.Store(now.UnixNano())
 			l.groups[name] = g
 		}
@@ -592,6 +603,13 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 		latest = l.latest(c, cr, now)
 	}
 	start := now
+	// A tenant's share first: what it takes waits in the group's line
+	// with it, and goes back with the reservation.
+	share, adm, now := l.takeShare(c, cr, now, latest)
+	if adm.refused != nil || adm.canceled {
+		g.release(now)
+		return adm
+	}
 	var ticket *fleet.RateTicket
 	if cr.priority == Batch {
 		ticket = new(fleet.RateTicket)
@@ -610,17 +628,17 @@ func (l *limiter) admitAttempt(c *call, a *attempt, now time.Time) admission {
 			c.storeError(partLimiter, "paused_until", err)
 		}
 		if r.Taken() && !due.After(now) {
-			return admission{pass: &limitPass{group: g, r: r, ticket: ticket, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
+			return admission{pass: &limitPass{group: g, r: r, ticket: ticket, share: share, cost: cr.cost, sent: now, ctx: g.ctx(c.ctx)}, queued: now.Sub(start)}
 		}
 		if due.After(latest) {
-			g.cancel(c, r, ticket, now)
+			g.cancel(c, r, ticket, share, now)
 			g.release(now)
 			return admission{refused: rateDenial(now, due), queued: now.Sub(start)}
 		}
 		refused, canceled := waitUntil(c, l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
-			g.cancel(c, r, ticket, now)
+			g.cancel(c, r, ticket, share, now)
 			g.release(now)
 			return admission{refused: refused, canceled: canceled, queued: now.Sub(start)}
 		}
@@ -636,12 +654,13 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// cancel gives back all that r took, and t's place in the batch line: its
-// attempt was never sent.
-func (g *limitGroup) cancel(c *call, r fleet.RateReservation, t *fleet.RateTicket, now time.Time) {
+// cancel gives back all that r and share took, and t's place in the
+// batch line: its attempt was never sent.
+func (g *limitGroup) cancel(c *call, r fleet.RateReservation, t *fleet.RateTicket, share *shareHold, now time.Time) {
 	if r.Taken() {
 		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, fleet.RateAmounts{}, [3]bool{true, true, true}))
 	}
+	c.storeError(partShares, "settle", share.settle(g.ctx(c.ctx), now, fleet.RateAmounts{}, [3]bool{true, true, true}))
 	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
 }
 
@@ -699,6 +718,7 @@ type limitPass struct {
 	group  *limitGroup
 	r      fleet.RateReservation
 	ticket *fleet.RateTicket // a batch attempt's place in the batch line
+	share  *shareHold        // what it took from its tenant's share, if any
 	cost   fleet.RateAmounts // what it asked for
 	sent   time.Time         // when the line let it go
 	ctx    context.Context   // the call's, without its cancellation when the store outlives the call
@@ -726,6 +746,7 @@ func (p *limitPass) settle(now time.Time, e attemptEvent) {
 	}
 	if o, ok := rateHeaders(e.header); ok {
 		p.storeError("observe", p.group.g.Observe(p.ctx, now, p.r, o))
+		p.group.learn(o)
 	}
 	if e.outcome.Success {
 		p.group.took.add(now.Sub(p.sent))
@@ -766,6 +787,9 @@ func (p *limitPass) settleUsage(now time.Time, u usage) {
 
 func (p *limitPass) settleBy(now time.Time, used fleet.RateAmounts, known [3]bool) {
 	p.storeError("settle", p.group.g.Settle(p.ctx, now, p.r, used, known))
+	if err := p.share.settle(p.ctx, now, used, known); err != nil {
+		p.group.tel.logStoreError(p.ctx, partShares, "settle", err)
+	}
 }
 
 func (p *limitPass) storeError(op string, err error) {

@@ -94,14 +94,17 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 	h.Set("anthropic-ratelimit-output-tokens-remaining", "99999999000")
 	ev := attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}, header: h,
 		usage: usage{input: 1, output: 1, known: true}}
+	// The largest limits a policy accepts.
+	configured := &RateLimitPolicy{Limits: map[string]RateLimits{"claude-sonnet-4": {
+		RequestsPerMinute: 1e9, InputTokensPerMinute: 1e9, OutputTokensPerMinute: 1e9}}}
 	for _, bc := range []struct {
 		name   string
 		policy *RateLimitPolicy
+		tenant bool // each call for a tenant, taking its share
 	}{
-		{"learned", &RateLimitPolicy{}},
-		// The largest limits a policy accepts.
-		{"configured", &RateLimitPolicy{Limits: map[string]RateLimits{"claude-sonnet-4": {
-			RequestsPerMinute: 1e9, InputTokensPerMinute: 1e9, OutputTokensPerMinute: 1e9}}}},
+		{"learned", &RateLimitPolicy{}, false},
+		{"configured", configured, false},
+		{"configured/tenant_share", configured, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			d, err := New(Policy{RateLimit: bc.policy})
@@ -109,9 +112,17 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
+			var ten *tenant
+			if bc.tenant {
+				if ten, err = d.newTenant(Tenant{Name: "alpha", Weight: 1}); err != nil {
+					b.Fatal(err)
+				}
+				ten.shares = true
+			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				c := limiterCall(d, ctx)
+				c.tenant = ten
 				for pb.Next() {
 					c.route.rate = nil // each call finds its group and cost
 					adm := d.primary.limiter.admitAttempt(c, c.newAttempt(1, false), d.clock.Now())

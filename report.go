@@ -70,6 +70,17 @@ type Report struct {
 	// RateLimitWait is the time the call's attempts waited in the rate
 	// limiter's line, in all.
 	RateLimitWait time.Duration
+	// Usage is the token usage of the answer the caller got, as the
+	// provider reported it (a plain answer's body; a stream's
+	// message_start and message_delta events, as far as the stream was
+	// read): a plain answer's from its hand-over, a stream's from its end.
+	// Attempts that failed or lost a race are not in it. Damper reads it
+	// when the call's report has a destination ([ReportInto],
+	// [ContextWithReport], the [Proxy]'s), when the Policy has a rate
+	// limiter or the token metrics record, and for a [Tenant] with a
+	// daily cost ceiling; otherwise, and when the answer reported none,
+	// Known is false.
+	Usage Usage
 	// Hedges is the number of hedges sent (see [HedgePolicy]); HedgeWon is
 	// whether one of them gave the answer the caller got.
 	Hedges   int
@@ -85,6 +96,18 @@ type Report struct {
 	// stream's last attempt ends with the stream, so while a stream is
 	// open its report counts one more attempt than it logs.
 	AttemptLog []AttemptReport
+}
+
+// Usage is an answer's token usage: the input tokens, those written to
+// and read from the prompt cache (apart from InputTokens, as the API
+// counts them), and the output tokens.
+type Usage struct {
+	InputTokens              int64
+	CacheCreationInputTokens int64
+	CacheReadInputTokens     int64
+	OutputTokens             int64
+	// Known is whether the answer's usage was read (see [Report].Usage).
+	Known bool
 }
 
 // AttemptReport describes one provider attempt.
@@ -235,6 +258,14 @@ func (r *callReport) backoff(wait time.Duration) AttemptReport {
 	last := &r.AttemptLog[r.decided-1]
 	last.Backoff = wait
 	return *last
+}
+
+// usage notes the usage of the answer the caller got.
+func (r *callReport) usage(u usage) {
+	r.mu.Lock()
+	r.Usage = Usage{InputTokens: u.input, CacheCreationInputTokens: u.cacheCreation,
+		CacheReadInputTokens: u.cacheRead, OutputTokens: u.output, Known: u.known}
+	r.mu.Unlock()
 }
 
 // firstContent notes when a stream's first content came, from the start

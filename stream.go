@@ -27,7 +27,7 @@ func (a *attempt) holdBack(res *http.Response) attemptResult {
 	c := a.c
 	p := &c.d.policy
 	b := &streamBody{c: c, att: a, res: res, rc: res.Body, idle: p.StreamIdleTimeout}
-	b.sc.TrackUsage = c.d.policy.RateLimit != nil || c.trace.tokensOn()
+	b.sc.TrackUsage = c.wantsUsage()
 	b.sc.MaxEvent = p.MaxEventBytes
 	fail := func(err error, f Failure) attemptResult {
 		a.over()
@@ -483,6 +483,7 @@ func (b *streamBody) finish(outcome Outcome, err error, f *Failure) {
 	b.usageMu.Unlock()
 	b.att.settleEnd(u)
 	c.trace.streamUsage(u, b.complete.Load())
+	c.report.usage(u)
 	if f == nil {
 		b.att.end(succeeded(b.res))
 	} else {

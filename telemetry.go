@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -189,6 +190,11 @@ type telemetry struct {
 	// A failing store fails every operation: the errors of each part are
 	// logged once per storeLogEvery, with the count of those left out.
 	storeErrs []storeErrors // by storePart
+
+	// gauges are the callbacks of the Damper's gauges, registered as New
+	// makes it, which Damper.Close unregisters (keepGauges).
+	gauges     []metric.Registration
+	gaugesGone sync.Once
 }
 
 // storeErrors paces the log lines of one part's store errors.

@@ -2,6 +2,8 @@ package damper
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -213,4 +215,23 @@ func instrument[T any](inst T, err error) func(fallback T, _ error) T {
 		}
 		return inst
 	}
+}
+
+// keepGauges keeps reg, the callback of a gauge of d, for Damper.Close,
+// and unregisters it once d is collected: the callback holds d's parts,
+// never d itself.
+func (t *telemetry) keepGauges(d *Damper, reg metric.Registration) {
+	t.gauges = append(t.gauges, reg)
+	runtime.AddCleanup(d, func(r metric.Registration) { _ = r.Unregister() }, reg)
+}
+
+// unregisterGauges unregisters the callbacks keepGauges kept, once.
+func (t *telemetry) unregisterGauges() error {
+	var err error
+	t.gaugesGone.Do(func() {
+		for _, r := range t.gauges {
+			err = errors.Join(err, r.Unregister())
+		}
+	})
+	return err
 }

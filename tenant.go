@@ -2,20 +2,94 @@ package damper
 
 import (
 	"context"
+	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
 )
 
+// Tenant is a client of a [Proxy] in key mode: a name, and the keys its
+// clients present, as SHA-256 hashes. A file never holds a key itself:
+// the damper command's proxy adds the hashes of the keys held in the
+// environment variables its key_env lists.
+type Tenant struct {
+	// Name names the tenant in the request's log line, its call's
+	// [Report].Tenant and its damper.tenant span and metric attribute: 1
+	// to 64 ASCII letters, digits, '-', '_' or '.', unique among the
+	// tenants.
+	Name string `key:"name"`
+	// KeySHA256 are the hashes of the tenant's keys: each the SHA-256 of
+	// the key, 64 hexadecimal digits ([ClientKeyHash]). A hash names one
+	// tenant only.
+	KeySHA256 []string `key:"key_sha256" max:"16" unit:"keys"`
+	// Priority is its calls' place in the rate limiter's and the
+	// concurrency limit's lines; TenantPriorityPolicy (the default)
+	// leaves the Policy's.
+	Priority TenantPriority `key:"priority" enum:"policy:TenantPriorityPolicy,interactive:TenantInteractive,batch:TenantBatch"`
+	// Weight is its share, under contention, of each limit group's rate
+	// limit and of the concurrency slots: each tenant with calls waiting
+	// gets at least its weight over the summed weights of the tenants
+	// active, and what an idle tenant leaves is lent to the others.
+	// Default 1.
+	Weight int `key:"weight" default:"1" min:"1" max:"1000"`
+	// RetryBudget sets the numbers of its retry budget. Every tenant has
+	// a budget of its own on each backend, whose books its calls alone
+	// keep, so that one tenant's retries never spend another's; nil takes
+	// the Policy's RetryBudgetRatio and RetryBudgetMinTokens.
+	RetryBudget *TenantRetryBudget `key:"retry_budget"`
+	// DailyCostUSD is its ceiling on the cost of its calls in one day
+	// (UTC, on the Damper's clock). Each call is priced once, as it ends,
+	// from its answer's usage ([Report].Usage) by the Policy's price table
+	// (cache writes at 1.25× and cache reads at 0.1× the input price); a
+	// model the table does not price counts nothing. The spend is counted
+	// by the primary backend's store ([fleet.SpendStore]: fleet-wide with
+	// redisstore), else in memory. Once it reaches the ceiling, each of
+	// the tenant's requests, on any path, gets 429 rate_limit_error naming
+	// the ceiling and the reset, with retry-after until 00:00 UTC, and
+	// nothing is sent. Calls under way finish: the spend may pass the
+	// ceiling by what they cost. 0: no ceiling.
+	DailyCostUSD float64 `key:"daily_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
+}
+
+// TenantRetryBudget is a tenant's retry budget: within the Policy's
+// RetryBudgetWindow, the tenant's retries are at most MinTokens + Ratio ×
+// its first attempts that succeeded.
+type TenantRetryBudget struct {
+	Ratio     float64 `key:"ratio" default:"0.1" none:"means 0" min:"0" max:"1000"`
+	MinTokens int     `key:"min_tokens" default:"10" none:"means 0" min:"0" max:"1000000"`
+}
+
+// TenantPriority is a tenant's priority: its calls' own, or the Policy's.
+type TenantPriority uint8
+
+const (
+	// TenantPriorityPolicy leaves the priority the Policy gives.
+	TenantPriorityPolicy TenantPriority = iota
+	// TenantInteractive makes the tenant's calls [Interactive].
+	TenantInteractive
+	// TenantBatch makes the tenant's calls [Batch].
+	TenantBatch
+)
+
 // tenant is what a Proxy keeps of one of its tenants for the calls made
-// for it: its name, its priority and weight, and its own retry budget on
-// each of the Damper's backends.
+// for it: its name, its priority and weight, its own retry budget on
+// each of the Damper's backends, and its spend of the day when it has a
+// daily cost ceiling.
 type tenant struct {
 	name     string
 	priority TenantPriority
 	weight   int
 	ceiling  float64                   // DailyCostUSD; 0: none
 	budgets  map[*backend]fleet.Budget // its own, one per backend
+	spend    fleet.Spend               // with a ceiling: from the primary's store
+
+	// shares: its calls take its weighted share of each limit group's
+	// rate limit (see takeShare); set when its Proxy has other tenants
+	// to share with.
+	shares bool
 }
+
+// partSpend is a tenant's spend, a part of the primary backend's store.
+var partSpend = newStorePart("spend", "damper: tenant spend store error")
 
 // newTenant makes the parts of t, filled in, from d's backends' stores.
 func (d *Damper) newTenant(t Tenant) (*tenant, error) {
@@ -33,7 +107,32 @@ func (d *Damper) newTenant(t Tenant) (*tenant, error) {
 		}
 		ten.budgets[b] = budget
 	}
+	if ten.ceiling > 0 {
+		spend, err := fromStore("Spend", d.primary.store, fleet.SpendStore.Spend, fleet.MemoryStore.Spend, fleet.SpendSettings{Tenant: t.Name})
+		if err != nil {
+			return nil, err
+		}
+		ten.spend = spend
+	}
 	return ten, nil
+}
+
+// hasCeiling reports whether t has a daily cost ceiling.
+func (t *tenant) hasCeiling() bool { return t != nil && t.spend != nil }
+
+// ceilingReached returns, for t with a ceiling, the dollars t has spent
+// in the UTC day holding now, whether they reach its ceiling, and the
+// store's error, if any (the spend still answered).
+func (t *tenant) ceilingReached(ctx context.Context, now time.Time) (spent float64, reached bool, err error) {
+	spent, err = t.spend.Spent(ctx, now)
+	return spent, spent >= t.ceiling, err
+}
+
+// nextUTCDay is the start of the UTC day after the one holding now: when
+// a daily cost ceiling resets.
+func nextUTCDay(now time.Time) time.Time {
+	y, m, d := now.UTC().Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
 }
 
 // nameOf is t's name, or "" for no tenant.
@@ -66,4 +165,13 @@ func (t *tenant) budget(b *backend) fleet.Budget {
 		return b.budget
 	}
 	return t.budgets[b]
+}
+
+// shareWeight is t's weight in the shares of the concurrency slots: its
+// Weight, or 1 for calls without a tenant.
+func (t *tenant) shareWeight() int {
+	if t == nil || t.weight < 1 {
+		return 1
+	}
+	return t.weight
 }

@@ -1,6 +1,7 @@
 package dampertest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"io"
@@ -59,6 +60,8 @@ type Server struct {
 	stepFor  func(Request) Step                         // nil: the default answer
 	grace    time.Duration
 	limits   *limiter      // nil: no rate limits
+	logMax   int           // entries the log keeps; 0: every one
+	logBody  int           // bytes of a body the log keeps, with logMax
 	platform platform      // what the server fakes
 	closing  chan struct{} // closed by Close, to release held responses
 	once     sync.Once
@@ -108,6 +111,17 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) ServerOpt
 // and should not block: a step's Delay is the way to make a request wait.
 func WithStepFunc(f func(r Request) Step) ServerOption {
 	return func(s *Server) { s.stepFor = f }
+}
+
+// WithLogLimit makes the server keep, in its log (see [Server.Requests]),
+// only the last entries requests (at least 1), and of each request's body
+// only its first bodyBytes bytes (none for 0 or less), so that a server
+// that runs for long, such as a fake API serving other processes, holds a
+// bounded log. [Server.Count], the scripts and the rate limits still see
+// every request, and the answers are those of the whole body. Without it
+// the log keeps every request whole.
+func WithLogLimit(entries, bodyBytes int) ServerOption {
+	return func(s *Server) { s.logMax, s.logBody = max(entries, 1), max(bodyBytes, 0) }
 }
 
 // InMemory makes a server that listens on no address: a client reaches it
@@ -234,12 +248,17 @@ func (s *Server) Script(scenario string, steps ...Step) {
 	s.scripts[scenario] = sc
 }
 
-// Requests returns a copy of the request log, in arrival order.
+// Requests returns a copy of the request log, in arrival order: the
+// last requests alone on a server made with [WithLogLimit].
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Request, len(s.log))
-	for i, r := range s.log {
+	log := s.log
+	if s.logMax > 0 && len(log) > s.logMax {
+		log = log[len(log)-s.logMax:]
+	}
+	out := make([]Request, len(log))
+	for i, r := range log {
 		out[i] = r.clone()
 	}
 	return out
@@ -306,7 +325,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.log = append(s.log, entry)
+	s.appendLog(entry)
 	s.mu.Unlock()
 
 	c.requestID = "req_dampertest_" + scenario + "_" + strconv.Itoa(entry.N)
@@ -337,6 +356,24 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		c.header = nil // the API's rate-limit headers: the platforms send none
 	}
 	s.respond(w, r, step, c)
+}
+
+// appendLog adds entry to the log, within WithLogLimit's bounds; s.mu is
+// held.
+func (s *Server) appendLog(entry Request) {
+	if s.logMax == 0 {
+		s.log = append(s.log, entry)
+		return
+	}
+	entry.Body = bytes.Clone(entry.Body[:min(len(entry.Body), s.logBody)])
+	s.log = append(s.log, entry)
+	// Compacted at twice the bound, so that a request moves O(1) entries
+	// on average.
+	if len(s.log) >= 2*s.logMax {
+		n := copy(s.log, s.log[len(s.log)-s.logMax:])
+		clear(s.log[n:])
+		s.log = s.log[:n]
+	}
 }
 
 func (s *Server) now() time.Time {

@@ -597,3 +597,39 @@ func TestInMemoryInABubble(t *testing.T) {
 		synctest.Wait() // the handlers have returned: the bubble checks none is left
 	})
 }
+
+// TestLogLimit: a server made with WithLogLimit keeps the last requests
+// alone, each body cut to its bound, while Count and the answers see
+// every request whole; the log's backing array stays within twice the
+// bound.
+func TestLogLimit(t *testing.T) {
+	srv := NewServer(InMemory(), WithLogLimit(3, 8))
+	defer srv.Close()
+	client := newClient(srv)
+	for i := range 10 {
+		p := params()
+		p.Model = anthropic.Model("model-" + strconv.Itoa(i))
+		msg, err := client.Messages.New(context.Background(), p)
+		if err != nil || string(msg.Model) != "model-"+strconv.Itoa(i) {
+			t.Fatalf("call %d: %v, model %q", i, err, msg.Model)
+		}
+	}
+	if n := srv.Count(""); n != 10 {
+		t.Errorf("Count = %d, want 10", n)
+	}
+	log := srv.Requests()
+	if len(log) != 3 {
+		t.Fatalf("the log holds %d requests, want the last 3", len(log))
+	}
+	for i, r := range log {
+		if r.N != 8+i || r.Model != "model-"+strconv.Itoa(7+i) || len(r.Body) != 8 || string(r.Body) != `{"max_to` {
+			t.Errorf("log[%d]: N %d, model %q, body %q; want request %d, its body's first 8 bytes", i, r.N, r.Model, r.Body, 8+i)
+		}
+	}
+	srv.mu.Lock()
+	held := cap(srv.log)
+	srv.mu.Unlock()
+	if held > 8 {
+		t.Errorf("the log's array holds %d entries for a bound of 3", held)
+	}
+}

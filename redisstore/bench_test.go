@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -126,4 +127,42 @@ func BenchmarkAcquireFleet(b *testing.B) {
 		}
 		b.ReportMetric(float64(total.Asked)/elapsed.Seconds(), "admissions/s")
 	})
+}
+
+// BenchmarkShareTake is the cost of a tenant's share on a loopback Redis:
+// each iteration takes for one of two tenants, in turn (one round trip),
+// and settles what the call used (a record, queued); a PING on the same
+// server, timed in the same iterations, is the floor of a round trip.
+func BenchmarkShareTake(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	client := newClientWith(b, &redis.Options{Addr: srv.Addr})
+	store := newStore(b, client, "bench")
+	s, err := store.LimitShares(fleet.ShareSettings{Group: "claude-sonnet-4"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pinger := newClientWith(b, &redis.Options{Addr: srv.Addr})
+	asks := []fleet.ShareAsk{{Tenant: "alpha", Weight: 3, Fraction: 1e-9}, {Tenant: "beta", Weight: 1, Fraction: 1e-9}}
+	var take, ping time.Duration
+	now := base
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		start := time.Now()
+		r, _, err := s.Take(ctx, now, asks[i%2], now)
+		if err != nil || !r.Taken() {
+			b.Fatalf("Take: %v, %v", r.Taken(), err)
+		}
+		mustNil(b, s.Settle(ctx, now, r, 0.5e-9))
+		take += time.Since(start)
+		start = time.Now()
+		mustNil(b, pinger.Ping(ctx).Err())
+		ping += time.Since(start)
+		i++
+	}
+	mustNil(b, store.Flush(ctx))
+	b.ReportMetric(float64(take.Nanoseconds())/float64(i), "share-ns/op")
+	b.ReportMetric(float64(ping.Nanoseconds())/float64(i), "ping-ns/op")
 }

@@ -52,14 +52,20 @@
 // nobody uses disappears. An outcome other than a successful first attempt
 // costs nothing.
 //
+// A tenant's spend of one UTC day, for its daily cost ceiling, is one
+// string, damper:{<Name>}:spend:<tenant>:<yyyy-mm-dd> (see [SpendKey]):
+// an integer of nanodollars, added to by INCRBY in a script that sets it
+// to expire after [SpendTTL] (see [Store.Spend]).
+//
 // # Decisions and records
 //
 // The parts' operations are of two kinds. A decision is one whose answer
 // the caller waits for: the limiter's Reserve, the breaker's Allow, the
-// throttle's Tokens, the budget's Acquire (the gates' admissions), and
-// the reads. A record is one whose result no decision of the call waits
-// on: the budget's Observe, the throttle's Add, the breaker's Done, the
-// limiter's Observe, Settle, Leave and Pause. A record goes into the
+// throttle's Tokens, the budget's Acquire (the gates' admissions), a
+// tenant's spend's Spent, and the reads. A record is one whose result no
+// decision of the call waits on: the budget's Observe, the throttle's
+// Add, the breaker's Done, the limiter's Observe, Settle, Leave and
+// Pause, and a spend's Add. A record goes into the
 // store's queue and returns at once; the local state that decides during a
 // fallback hears it at once, as before. The queue goes to Redis in
 // batches, one pipeline each (one round trip, each operation still its

@@ -54,6 +54,10 @@ func ScriptOps(args []any) (ops []string, record bool) {
 		return []string{"ratelimit:paused_until"}, false
 	case bkStateScript.Hash():
 		return []string{"ratelimit:state"}, false
+	case shTakeScript.Hash():
+		return []string{"share:take"}, false
+	case shSettleScript.Hash():
+		return []string{"share:settle"}, true
 	}
 	return []string{"unknown"}, false
 }

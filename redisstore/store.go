@@ -13,7 +13,8 @@ import (
 // Store keeps every part of a Damper's state in Redis: a [fleet.Store],
 // given with [damper.WithStore]. Every process that gives the same
 // [Options.Name] shares one retry budget, one retry throttle, one circuit
-// breaker and one set of rate-limit buckets per limit group.
+// breaker, one set of rate-limit buckets per limit group, and each
+// tenant's spend of the day.
 //
 // The parts take their values from the Damper's Policy: give every process
 // of the fleet the same Policy. The parts share one way to Redis and one
@@ -98,5 +99,6 @@ var (
 	_ fleet.ThrottleStore = (*Store)(nil)
 	_ fleet.BreakerStore  = (*Store)(nil)
 	_ fleet.LimitStore    = (*Store)(nil)
+	_ fleet.SpendStore    = (*Store)(nil)
 	_ fleet.CallContexter = (*Store)(nil)
 )

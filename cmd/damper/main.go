@@ -7,6 +7,8 @@
 //	damper scenarios [flags]   the SDK failure catalogue, bare SDK vs Damper
 //	damper proxy [flags]       the Messages API served through Damper, for other languages
 //	damper key                 a new client key for the proxy, and its hash
+//	damper fake [flags]        a fake Messages API with scripted faults, on loopback
+//	damper version             the versions and the commit the binary was built from
 //	damper help [command]      help for a command
 //
 // demo runs in memory on a virtual clock and finishes in about a second;
@@ -47,6 +49,8 @@ func commands() []command {
 		{"scenarios", "the SDK failure catalogue, bare SDK vs Damper, side by side (loopback, real time)", runScenarios},
 		{"proxy", "serve the Messages API through Damper, for services not written in Go", runProxy},
 		{"key", "make a client key for the proxy, and the hash its file names it by", runKey},
+		{"fake", "serve a fake Messages API with scripted faults, for testing a service and the proxy offline", runFake},
+		{"version", "the versions of the command, the commit it was built from, and its key dependencies", runVersion},
 	}
 }
 

@@ -46,6 +46,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"scenarios", "--frobnicate"}, exitUsage, "", "flag provided but not defined: -frobnicate\nUsage: damper scenarios"},
 		{[]string{"proxy", "--frobnicate"}, exitUsage, "", "flag provided but not defined: -frobnicate\nUsage: damper proxy"},
 		{[]string{"demo", "extra"}, exitUsage, "", "Usage: damper demo"},
+		{[]string{"help", "fake"}, exitOK, "Usage: damper fake", ""},
+		{[]string{"fake", "--frobnicate"}, exitUsage, "", "flag provided but not defined: -frobnicate\nUsage: damper fake"},
+		{[]string{"version", "-h"}, exitOK, "Usage: damper version", ""},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer

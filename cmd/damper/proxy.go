@@ -103,6 +103,17 @@ type proxySettings struct {
 
 	tenants     []damper.Tenant // with key_env's keys hashed; none: pass-through mode
 	upstreamKey string          // the operator's key for the upstream, in key mode
+
+	// What runProxy gives a reload (proxy_reload.go): each signal on
+	// reloads has reread read the settings again, as at start; checks, when
+	// set, are made on the backends and the upstream the reload would use;
+	// logLevel, when set, is the logger's, which a reload sets. stores are
+	// the backends' stores, kept across reloads (proxy_keep.go).
+	reloads  <-chan os.Signal
+	reread   func() (proxySettings, error)
+	checks   *startChecks
+	logLevel *slog.LevelVar
+	stores   *proxyKeepers
 }
 
 const defaultProxyUpstream = "https://api.anthropic.com"
@@ -230,6 +241,16 @@ credentials), tls, ca_file, name, timeout, fail_closed, lease and
 lease_for; the proxy does not start when a PING finds Redis unreachable or
 refusing it.
 
+On SIGHUP the proxy reads its file again, the flags still over it, and
+serves new requests with its policy, backends, tenants, upstream and
+upstream key, and the other settings but listen, admin_listen, store,
+name, max_connections, max_header_bytes and the read and idle timeouts,
+which keep their values until a restart (a warning names them). Calls in
+flight finish as they began; the retry budgets, throttle, breakers and
+rate limits learned are kept. A file that does not parse or check, or
+whose backends fail the checks made at start, is refused whole, and the
+configuration in use goes on serving.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -356,7 +377,11 @@ func (s *proxySettings) loadFile(name string) error {
 }
 
 // newLogger is the proxy's logger: JSON lines to w, from level on.
-func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+func newLogger(w io.Writer, level slog.Level) *slog.Logger { return leveledLogger(w, level) }
+
+// leveledLogger is newLogger with a level that may change, such as a
+// slog.LevelVar.
+func leveledLogger(w io.Writer, level slog.Leveler) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
 }
 
@@ -374,7 +399,18 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if code, stop := badFlags("proxy", err, stderr); stop {
 		return code
 	}
-	logger := newLogger(stderr, s.level)
+	// Asked for before anything else: SIGHUP's default would end the
+	// process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	s.reloads = hup
+	s.reread = func() (proxySettings, error) { return parseProxy(args, io.Discard, io.Discard) }
+	checks := defaultStartChecks()
+	s.checks = &checks
+	s.logLevel = new(slog.LevelVar)
+	s.logLevel.Set(s.level)
+	logger := leveledLogger(stderr, s.logLevel)
 	defer routeLibraryLogs(logger)()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -387,7 +423,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			logger.Warn("damper proxy: the store's last records did not all reach Redis", "error", err.Error())
 		}
 	}()
-	if s.built, err = startBackends(ctx, s, defaultStartChecks(), logger); err != nil {
+	s.stores = newProxyKeepers(s.fleet)
+	if s.built, err = startBackends(ctx, s, checks, logger); err != nil {
 		logger.Error("damper proxy: cannot start", "error", err.Error())
 		return exitFail
 	}
@@ -411,6 +448,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 // serveProxy serves on ln until ctx ends, then, after s.shutdownDelay of
 // serving with /readyz unready, drains: it stops accepting, lets the
 // requests in flight finish within s.drain, cuts those left, and returns.
+// Each signal on s.reloads reads the configuration again (s.reread) and
+// serves new requests with it (reload).
 func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -420,54 +459,38 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	settings := []damper.Setting{damper.WithMeterProvider(mp), damper.WithLogger(logger)}
-	if s.name != "" {
-		settings = append(settings, damper.WithName(s.name))
+	if s.stores == nil {
+		s.stores = newProxyKeepers(s.fleet)
 	}
-	if s.fleet != nil {
-		settings = append(settings, damper.WithStore(s.fleet.primary))
-	}
+	// One transport for every run: a reload keeps the connections to the
+	// upstream. Damper's default for a Proxy: 256 idle connections kept.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConns, transport.MaxIdleConnsPerHost = 256, 256
+	defer transport.CloseIdleConnections()
+	var draining atomic.Bool
+	sh := &runShared{mp: mp, metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), draining: &draining,
+		transport: transport, stores: s.stores, logger: logger}
 	backends := s.built
 	if backends == nil {
-		if backends, err = buildBackends(ctx, s.backends, s.fleet.storeFor(), logger); err != nil {
+		if backends, err = buildBackends(ctx, s.backends, s.stores.storeFor, logger); err != nil {
 			return err
 		}
 	}
-	if len(backends) > 0 {
-		settings = append(settings, damper.WithBackends(damperBackends(backends)...))
-	}
-	d, err := damper.New(s.policy, settings...)
-	if err != nil {
-		return err
-	}
+	s.built = nil
 	if ln, err = limitConns(mp, &s, ln, logger); err != nil {
 		return err
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, MaxRequestBytes: s.maxRequestBytes, WriteTimeout: s.write, Logger: logger,
-		Tenants: s.tenants, UpstreamAPIKey: s.upstreamKey})
+	first, err := newRun(s, backends, sh)
 	if err != nil {
 		return err
 	}
-	var draining atomic.Bool
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	admin := adminEndpoints(metrics, &draining)
-	// In key mode, /metrics on the API's listener is for the tenants'
-	// keys alone; admin_listen serves it to whoever reaches that.
-	apiAdmin := adminEndpoints(px.Authenticated(metrics), &draining)
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Host == "" && isAdminPath(r.URL.Path) {
-			if s.adminLn != nil {
-				notOnAPI(w, r)
-				return
-			}
-			if apiAdmin(w, r) {
-				return
-			}
-		}
-		px.ServeHTTP(w, r)
-	})
+	var current atomic.Pointer[proxyRun]
+	current.Store(first)
+	defer func() { _ = current.Load().d.Close() }()
+	admin := adminEndpoints(sh.metrics, &draining)
 	srv := &http.Server{
-		Handler:           handler,
+		// Each request is served to its end by the run it started on.
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().serve(w, r) }),
 		ReadHeaderTimeout: s.readHeader,
 		ReadTimeout:       s.read,
 		IdleTimeout:       s.idle,
@@ -510,14 +533,28 @@ func serveProxy(ctx context.Context, s proxySettings, ln net.Listener, logger *s
 	defer adm.close() // after the drain: it answers through it
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case err := <-adm.failed:
-		srv.Close()
-		<-served
-		return err
-	case <-ctx.Done():
+serving:
+	for {
+		select {
+		case err := <-served:
+			return err
+		case err := <-adm.failed:
+			srv.Close()
+			<-served
+			return err
+		case <-s.reloads:
+			old := current.Load()
+			reload(ctx, old, sh, func(run *proxyRun) {
+				current.Store(run)
+				s.stores.retain(run.backends)
+				// Its calls in flight finish on it; its gauges are the
+				// new run's now.
+				_ = old.d.Close()
+				s.drain, s.shutdownDelay = run.s.drain, run.s.shutdownDelay
+			})
+		case <-ctx.Done():
+			break serving
+		}
 	}
 	draining.Store(true)
 	if s.shutdownDelay > 0 {

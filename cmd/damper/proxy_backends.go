@@ -454,7 +454,11 @@ func hostPort(u *url.URL) string {
 // for runProxy: an error names each backend, or the upstream, that
 // cannot be used.
 func startBackends(ctx context.Context, s proxySettings, c startChecks, logger *slog.Logger) ([]fallbackBackend, error) {
-	built, err := buildBackends(ctx, s.backends, s.fleet.storeFor(), logger)
+	storeFor := s.fleet.storeFor()
+	if s.stores != nil {
+		storeFor = s.stores.storeFor
+	}
+	built, err := buildBackends(ctx, s.backends, storeFor, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -296,6 +296,7 @@ type proxyStore struct {
 	client   *redis.Client
 	primary  *redisstore.Store
 	backends []*redisstore.Store // made by backendStore, flushed at Close
+	byName   map[string]*redisstore.Store
 	name     string
 	addr     string
 	options  redisstore.Options // the primary's; a backend's differs by Name
@@ -375,9 +376,20 @@ func pingFailure(err error) string {
 	return "cannot reach it"
 }
 
+// maxBackendStores bounds the fallback backends' stores one process
+// makes: a backend's is made once, and kept through reloads.
+const maxBackendStores = 64
+
 // backendStore returns the store of a fallback backend: on the same
-// client as the primary's, under the store's name, a dot and backend.
+// client as the primary's, under the store's name, a dot and backend;
+// the same one each time it is asked for the same backend.
 func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
+	if s, ok := p.byName[backend]; ok {
+		return s, nil
+	}
+	if len(p.backends) >= maxBackendStores {
+		return nil, fmt.Errorf("the store of backend %q: the proxy has made the stores of %d backends, the most it keeps: restart it to use another", backend, maxBackendStores)
+	}
 	o := p.options
 	o.Name = p.name + storeBackendJoint + backend
 	s, err := redisstore.New(p.client, o)
@@ -385,6 +397,10 @@ func (p *proxyStore) backendStore(backend string) (fleet.Store, error) {
 		return nil, fmt.Errorf("the store of backend %q: %w", backend, err)
 	}
 	p.backends = append(p.backends, s)
+	if p.byName == nil {
+		p.byName = map[string]*redisstore.Store{}
+	}
+	p.byName[backend] = s
 	return s, nil
 }
 

@@ -141,8 +141,8 @@ in the file; or put the key in a secret and name its environment variable
 under key_env.
 
 To rotate a key: add the new key's hash to the tenant's key_sha256 (a
-tenant holds up to 16), restart the proxies, move the clients to the new
-key, then remove the old hash and restart again.
+tenant holds up to 16), reload the proxies (SIGHUP), move the clients to
+the new key, then remove the old hash and reload again.
 `)
 	}
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {

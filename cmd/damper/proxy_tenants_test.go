@@ -200,8 +200,8 @@ func TestProxyKeyModeMetrics(t *testing.T) {
 
 // TestProxyTenantsFileErrors: a file whose backends spend the operator's
 // credentials with no tenants does not start, and neither does one whose
-// tenants the proxy cannot use; each error names the key, and none shows
-// a key.
+// tenants the proxy cannot use (their keys, or their settings out of
+// bounds); each error names the key and its value, and none shows a key.
 func TestProxyTenantsFileErrors(t *testing.T) {
 	cloudEnv(t, false)
 	t.Setenv("DAMPER_TEST_BACKEND_KEY", backendSecret)
@@ -228,7 +228,13 @@ func TestProxyTenantsFileErrors(t *testing.T) {
 		{up + "tenants: [{name: a, key_env: [DAMPER_TEST_LONG_KEY]}]\n", `tenants[0].key_env: "DAMPER_TEST_LONG_KEY": entry 0: the variable holds 257 bytes: a client key has at most 256`},
 		{up + "tenants: [{name: a, key_sha256: ['" + hash + "']}, {name: a, key_sha256: ['" + damper.ClientKeyHash("x") + "']}]\n", `tenants[1].name: "a": tenants[0] has this name already`},
 		{up + "tenants: [{name: a, key_sha256: ['" + hash + "']}, {name: b, key_env: [DAMPER_TEST_TENANT_KEY]}]\n", `tenants[1]: key 0: tenants[0] ("a") has this key already`},
-		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], key: x}]\n", `tenants[0].key: unknown key (known: name, key_sha256, key_env)`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], key: x}]\n", `tenants[0].key: unknown key (known: name, key_sha256, priority, weight, retry_budget, daily_cost_usd, key_env)`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], weight: 0}]\n", `tenants[0].weight: 0: must be at least 1`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], weight: 1001}]\n", `tenants[0].weight: 1001: must be at most 1000`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], retry_budget: {ratio: -1}}]\n", `tenants[0].retry_budget.ratio: -1: must be a finite number, at least 0`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], retry_budget: {min_tokens: -1}}]\n", `tenants[0].retry_budget.min_tokens: -1: must be at least 0`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], daily_cost_usd: -1}]\n", `tenants[0].daily_cost_usd: -1: must be a finite number of dollars, at least 0`},
+		{up + "tenants: [{name: a, key_sha256: ['" + hash + "'], priority: urgent}]\n", `tenants[0].priority: "urgent": want "policy", "interactive" or "batch"`},
 	} {
 		_, err := parseProxyFile(t, "listen: 127.0.0.1:0\n"+tc.doc)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -282,5 +288,56 @@ func TestDamperKeyRoundTrip(t *testing.T) {
 	}
 	if strings.Contains(p.logs.String(), key) || strings.Contains(p.logs.String(), "dk-from-the-environment") {
 		t.Errorf("a key is in the log:\n%s", p.logs)
+	}
+}
+
+// TestProxyTenantRetryBudgetFromFile: a tenant's retry_budget in the
+// file sets its own budget: "small", with ratio 0.5 and min_tokens 2,
+// earns 0.5 of a retry by each of its 2 answered first attempts, and so
+// has 3 retries in the outage that follows; "whole", without one, has the
+// Policy's 10, of which its call of 5 attempts takes 4.
+func TestProxyTenantRetryBudgetFromFile(t *testing.T) {
+	api := dampertest.NewServer()
+	t.Cleanup(api.Close)
+	api.Script("", dampertest.OK(), dampertest.OK(), dampertest.Status(529))
+	setUpstreamKey(t)
+	s, err := parseProxyFile(t, "upstream: "+api.URL()+"\nupstream_api_key_env: "+upstreamKeyEnv+`
+tenants:
+  - {name: small, key_sha256: ['`+damper.ClientKeyHash(testKey)+`'], retry_budget: {ratio: 0.5, min_tokens: 2}}
+  - {name: whole, key_sha256: ['`+damper.ClientKeyHash("dk-whole")+`']}
+policy:
+  max_attempts: 5
+  backoff_base: 0
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb := s.tenants[0].RetryBudget; rb == nil || *rb != (damper.TenantRetryBudget{Ratio: 0.5, MinTokens: 2}) || s.tenants[1].RetryBudget != nil {
+		t.Fatalf("the tenants' retry budgets: %+v and %+v, want {0.5 2} and none", rb, s.tenants[1].RetryBudget)
+	}
+	p := startProxy(t, s.upstream, func(ps *proxySettings) {
+		ps.policy, ps.tenants, ps.upstreamKey = s.policy, s.tenants, s.upstreamKey
+	})
+	for i, tc := range []struct {
+		key               string
+		status            int
+		attempts, outcome string
+	}{
+		{testKey, 200, "1", "success"},
+		{testKey, 200, "1", "success"},
+		{testKey, 529, "4", "budget_exhausted"}, // 2 + 2 × 0.5 retries
+		{testKey, 529, "1", "budget_exhausted"},
+		{"dk-whole", 529, "5", "attempts_exhausted"},
+	} {
+		h := http.Header{}
+		h.Set("X-Api-Key", tc.key)
+		res, body := clientCall(t, p.url, "/v1/messages", h)
+		if res.StatusCode != tc.status || res.Header.Get("Damper-Attempts") != tc.attempts || res.Header.Get("Damper-Outcome") != tc.outcome {
+			t.Errorf("call %d: %d after %s attempts, outcome %s: %s; want %d after %s, %s", i+1, res.StatusCode,
+				res.Header.Get("Damper-Attempts"), res.Header.Get("Damper-Outcome"), body, tc.status, tc.attempts, tc.outcome)
+		}
+	}
+	if n := api.Count(""); n != 1+1+4+1+5 {
+		t.Errorf("the API got %d requests, want 12", n)
 	}
 }

@@ -1,17 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // readmeProxySection is the README's section on damper proxy: its prose,
@@ -83,7 +84,7 @@ func TestREADMEProxyFile(t *testing.T) {
 }
 
 // TestREADMEOfflineQuickStart runs the README's offline quick start as
-// written: the fake API, the proxy in front of it and the curl call, with
+// written: damper fake, the proxy in front of it and the curl call, with
 // the test's own free ports for 8787 and 8788, which tests running at
 // once on one machine cannot share; the answer is the fake's, on the
 // second attempt.
@@ -95,17 +96,18 @@ func TestREADMEOfflineQuickStart(t *testing.T) {
 	_, blocks := readmeProxySection(t)
 	var lines []string
 	for _, b := range blocks["sh"] {
-		if strings.Contains(b, "internal/fakeapi") {
+		if strings.Contains(b, "damper fake") {
 			lines = strings.Split(strings.ReplaceAll(b, "\\\n", ""), "\n")
 		}
 	}
 	const (
-		fakeCmd  = "go run ./cmd/damper/internal/fakeapi "
+		fakeCmd  = "go run ./cmd/damper fake "
 		proxyCmd = "go run ./cmd/damper proxy "
 	)
 	var fakeArgs, proxyArgs []string
 	var curlLine string
 	for _, l := range lines {
+		l, _, _ = strings.Cut(l, "#")
 		l = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(l), "&"))
 		switch {
 		case strings.HasPrefix(l, fakeCmd):
@@ -117,7 +119,7 @@ func TestREADMEOfflineQuickStart(t *testing.T) {
 		}
 	}
 	if fakeArgs == nil || proxyArgs == nil || curlLine == "" {
-		t.Fatalf("the README's offline quick start lacks the fake API's line, the proxy's or curl's:\n%s", strings.Join(lines, "\n"))
+		t.Fatalf("the README's offline quick start lacks damper fake's line, the proxy's or curl's:\n%s", strings.Join(lines, "\n"))
 	}
 	const fakeAddr, proxyAddr = "127.0.0.1:8788", "127.0.0.1:8787"
 	port0 := func(args []string, addr string) []string {
@@ -127,34 +129,20 @@ func TestREADMEOfflineQuickStart(t *testing.T) {
 		}
 		return out
 	}
+	// The fake listens where the proxy's -upstream points: by its
+	// default, unless the line says -listen.
+	args := port0(fakeArgs, fakeAddr)
+	if !slices.Contains(fakeArgs, "-listen") {
+		if d := conf.Defaults(fakeFile{}).Listen; d != fakeAddr {
+			t.Fatalf("damper fake listens on %s by default; the README's proxy expects it on %s", d, fakeAddr)
+		}
+		args = append(args, "-listen", "127.0.0.1:0")
+	}
+	fake := fakeProcess(t, args...)
 
-	// The fake API, built from its package and started as written.
-	bin := filepath.Join(t.TempDir(), "fakeapi")
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/fakeapi").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./internal/fakeapi: %v\n%s", err, out)
-	}
-	fake := exec.Command(bin, port0(fakeArgs, fakeAddr)...)
-	stderr, err := fake.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fake.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		fake.Process.Kill()
-		fake.Wait()
-	})
-	first, err := bufio.NewReader(stderr).ReadString('\n')
-	addr := regexp.MustCompile(`on http://(127\.0\.0\.1:\d+)`).FindStringSubmatch(first)
-	if err != nil || addr == nil {
-		t.Fatalf("the fake API's first line: %q, %v", first, err)
-	}
-	go io.Copy(io.Discard, stderr)
-
-	args := port0(proxyArgs, proxyAddr)
+	args = port0(proxyArgs, proxyAddr)
 	for i := range args {
-		args[i] = strings.ReplaceAll(args[i], fakeAddr, addr[1])
+		args[i] = strings.ReplaceAll(args[i], "http://"+fakeAddr, fake)
 	}
 	p := startProxyArgs(t, "readme-offline", args)
 
@@ -167,7 +155,7 @@ func TestREADMEOfflineQuickStart(t *testing.T) {
 	}
 	head, body, _ := bytes.Cut(bytes.ReplaceAll(out, []byte("\r\n"), []byte("\n")), []byte("\n\n"))
 	if !bytes.HasPrefix(head, []byte("HTTP/1.1 200 ")) || !regexp.MustCompile(`(?mi)^Damper-Attempts: 2$`).Match(head) ||
-		!bytes.Contains(body, []byte(`"text":"Hello from the fake API."`)) {
+		!bytes.Contains(body, []byte(`"text":"Hello from damper fake."`)) {
 		t.Errorf("the README's call answered:\n%s", out)
 	}
 }
