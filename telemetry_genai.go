@@ -126,6 +126,8 @@ type genAIMetrics struct {
 	// bases and errs admit the series that name a model (see
 	// maxModelSeries).
 	bases, errs *seriesSet[genAISeries]
+	// opts keeps the options of each combination recorded.
+	opts *optionCache[genAISeries, *genAIOptions]
 }
 
 func newGenAIMetrics(meter metric.Meter) genAIMetrics {
@@ -133,6 +135,7 @@ func newGenAIMetrics(meter metric.Meter) genAIMetrics {
 	return genAIMetrics{
 		bases: newSeriesSet[genAISeries](maxModelSeries),
 		errs:  newSeriesSet[genAISeries](maxErrorSeries),
+		opts:  &optionCache[genAISeries, *genAIOptions]{},
 		duration: instrument(meter.Float64Histogram(metricGenAIDuration, metric.WithUnit("s"),
 			metric.WithDescription("GenAI operation duration."),
 			metric.WithExplicitBucketBoundaries(genAIDurationBuckets...)))(none.Float64Histogram(metricGenAIDuration)),
@@ -267,33 +270,12 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 			response = otherLabel
 		}
 	}
-	var buf [10]attribute.KeyValue
-	common := append(buf[:0], genAIChat, keyGenAIProvider.String(provider))
-	if gc.server != "" {
-		common = append(common, keyServerAddress.String(gc.server), keyServerPort.Int(gc.port))
-	}
-	if m.named {
-		common = append(common, m.name)
-	}
-	// The cache's breakdown is Damper's own metric, and as every damper.*
-	// metric it leaves the model out.
-	nc := len(common)
-	base := common
-	if request != "" {
-		base = append(base, keyGenAIRequestModel.String(request))
-	}
-	if response != "" {
-		base = append(base, keyGenAIResponseModel.String(response))
-	}
+	o := g.options(m, genAISeries{provider: provider, request: request, response: response, server: gc.server, port: gc.port, errType: typ})
 	if g.duration.Enabled(ctx) {
-		if typ != "" {
-			g.duration.Record(ctx, rep.Duration.Seconds(), withOne(base, keyErrorType.String(typ)))
-		} else {
-			g.duration.Record(ctx, rep.Duration.Seconds(), withBase(base))
-		}
+		g.duration.Record(ctx, rep.Duration.Seconds(), o.duration)
 	}
 	if gc.released && g.firstChunk.Enabled(ctx) {
-		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), withBase(base))
+		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), o.base)
 	}
 	u := gc.usage
 	if !u.known {
@@ -302,15 +284,64 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 	if g.tokens.Enabled(ctx) {
 		// The conventions count every input token, those of the prompt
 		// cache included, as the SDK's gen_ai.usage.input_tokens does.
-		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, withOne(base, genAIInput))
+		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, o.input)
 		if gc.final {
-			g.tokens.Record(ctx, u.output, withOne(base, genAIOutput))
+			g.tokens.Record(ctx, u.output, o.output)
 		}
 	}
 	if g.cached.Enabled(ctx) {
-		g.cached.Record(ctx, u.cacheRead, withOne(common[:nc], cacheRead))
-		g.cached.Record(ctx, u.cacheCreation, withOne(common[:nc], cacheCreation))
+		g.cached.Record(ctx, u.cacheRead, o.cacheRead)
+		g.cached.Record(ctx, u.cacheCreation, o.cacheCreation)
 	}
+}
+
+// genAIOptions are the options a call's GenAI values are recorded with,
+// for one combination of their attributes.
+type genAIOptions struct {
+	duration                 metric.MeasurementOption // base, and error.type if any
+	base                     metric.MeasurementOption
+	input, output            metric.MeasurementOption // base and gen_ai.token.type
+	cacheRead, cacheCreation metric.MeasurementOption // the common attributes and damper.token.cache
+}
+
+// options returns the options of the combination k, labels as recorded
+// (each model a label, or otherLabel once k's series is not admitted; an
+// empty one left out), built once per combination (optionCache).
+func (g *genAIMetrics) options(m *metrics, k genAISeries) *genAIOptions {
+	if o, ok := g.opts.load(k); ok {
+		return o
+	}
+	var buf [10]attribute.KeyValue
+	common := append(buf[:0], genAIChat, keyGenAIProvider.String(k.provider))
+	if k.server != "" {
+		common = append(common, keyServerAddress.String(k.server), keyServerPort.Int(k.port))
+	}
+	if m.named {
+		common = append(common, m.name)
+	}
+	// The cache's breakdown is Damper's own metric, and as every damper.*
+	// metric it leaves the model out.
+	nc := len(common)
+	base := common
+	if k.request != "" {
+		base = append(base, keyGenAIRequestModel.String(k.request))
+	}
+	if k.response != "" {
+		base = append(base, keyGenAIResponseModel.String(k.response))
+	}
+	o := &genAIOptions{
+		base:          withBase(base),
+		input:         withOne(base, genAIInput),
+		output:        withOne(base, genAIOutput),
+		cacheRead:     withOne(common[:nc], cacheRead),
+		cacheCreation: withOne(common[:nc], cacheCreation),
+	}
+	o.duration = o.base
+	if k.errType != "" {
+		o.duration = withOne(base, keyErrorType.String(k.errType))
+	}
+	g.opts.store(k, o)
+	return o
 }
 
 // withOne returns the option recording base and kv. The set is built in a
