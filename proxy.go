@@ -730,9 +730,12 @@ func answeredBy(err error, rep *Report) string {
 	if rep.Provider == "" {
 		return ""
 	}
+	if err == nil {
+		return rep.Backend // before the targets of errors.As, which go to the heap
+	}
 	var up *upstreamStatus
 	var ev *upstreamEvent
-	if err != nil && (errors.As(err, &up) || errors.As(err, &ev)) {
+	if errors.As(err, &up) || errors.As(err, &ev) {
 		for _, a := range slices.Backward(rep.AttemptLog) {
 			if !a.Lost {
 				return a.Backend

@@ -73,7 +73,7 @@ func costCall(t testing.TB, px *Proxy) {
 // no copy buffer (32 KiB a call), and the metrics record with attribute
 // sets built once per series.
 const (
-	maxProxyCallAllocs = 90
+	maxProxyCallAllocs = 80
 	maxProxyCallBytes  = 20 << 10
 )
 

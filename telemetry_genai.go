@@ -2,6 +2,7 @@ package damper
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -181,11 +182,16 @@ func (g *genAIMetrics) start(ctx context.Context, u *url.URL) *genAICall {
 	return gc
 }
 
+var errNoPort = errors.New("no port")
+
 // serverOf returns the server.address and server.port of a request to u:
 // its host, and its port or else the scheme's, as the SDK sets them on its
 // spans.
 func serverOf(u *url.URL) (string, int) {
-	port, err := strconv.Atoi(u.Port())
+	port, err := 0, errNoPort
+	if p := u.Port(); p != "" { // Atoi's error for "" would allocate, on every call to a URL without a port
+		port, err = strconv.Atoi(p)
+	}
 	if err != nil {
 		port = 443
 		if u.Scheme == "http" {
@@ -272,10 +278,10 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 	}
 	o := g.options(m, genAISeries{provider: provider, request: request, response: response, server: gc.server, port: gc.port, errType: typ})
 	if g.duration.Enabled(ctx) {
-		g.duration.Record(ctx, rep.Duration.Seconds(), o.duration)
+		g.duration.Record(ctx, rep.Duration.Seconds(), o.duration...)
 	}
 	if gc.released && g.firstChunk.Enabled(ctx) {
-		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), o.base)
+		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), o.base...)
 	}
 	u := gc.usage
 	if !u.known {
@@ -284,24 +290,26 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 	if g.tokens.Enabled(ctx) {
 		// The conventions count every input token, those of the prompt
 		// cache included, as the SDK's gen_ai.usage.input_tokens does.
-		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, o.input)
+		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, o.input...)
 		if gc.final {
-			g.tokens.Record(ctx, u.output, o.output)
+			g.tokens.Record(ctx, u.output, o.output...)
 		}
 	}
 	if g.cached.Enabled(ctx) {
-		g.cached.Record(ctx, u.cacheRead, o.cacheRead)
-		g.cached.Record(ctx, u.cacheCreation, o.cacheCreation)
+		g.cached.Record(ctx, u.cacheRead, o.cacheRead...)
+		g.cached.Record(ctx, u.cacheCreation, o.cacheCreation...)
 	}
 }
 
 // genAIOptions are the options a call's GenAI values are recorded with,
 // for one combination of their attributes.
+// Each is a slice of one option, passed to Record as it is: a slice made
+// for the call would escape to the heap, as Record is an interface's.
 type genAIOptions struct {
-	duration                 metric.MeasurementOption // base, and error.type if any
-	base                     metric.MeasurementOption
-	input, output            metric.MeasurementOption // base and gen_ai.token.type
-	cacheRead, cacheCreation metric.MeasurementOption // the common attributes and damper.token.cache
+	duration                 []metric.RecordOption // base, and error.type if any
+	base                     []metric.RecordOption
+	input, output            []metric.RecordOption // base and gen_ai.token.type
+	cacheRead, cacheCreation []metric.RecordOption // the common attributes and damper.token.cache
 }
 
 // options returns the options of the combination k, labels as recorded
@@ -330,15 +338,15 @@ func (g *genAIMetrics) options(m *metrics, k genAISeries) *genAIOptions {
 		base = append(base, keyGenAIResponseModel.String(k.response))
 	}
 	o := &genAIOptions{
-		base:          withBase(base),
-		input:         withOne(base, genAIInput),
-		output:        withOne(base, genAIOutput),
-		cacheRead:     withOne(common[:nc], cacheRead),
-		cacheCreation: withOne(common[:nc], cacheCreation),
+		base:          []metric.RecordOption{withBase(base)},
+		input:         []metric.RecordOption{withOne(base, genAIInput)},
+		output:        []metric.RecordOption{withOne(base, genAIOutput)},
+		cacheRead:     []metric.RecordOption{withOne(common[:nc], cacheRead)},
+		cacheCreation: []metric.RecordOption{withOne(common[:nc], cacheCreation)},
 	}
 	o.duration = o.base
 	if k.errType != "" {
-		o.duration = withOne(base, keyErrorType.String(k.errType))
+		o.duration = []metric.RecordOption{withOne(base, keyErrorType.String(k.errType))}
 	}
 	g.opts.store(k, o)
 	return o

@@ -65,8 +65,10 @@ type metrics struct {
 	gen   genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
 	// The options of the values every call records, per combination of
 	// their attributes (optionCache).
-	attemptOpts *optionCache[attemptSeries, metric.MeasurementOption]
-	requestOpts *optionCache[requestSeries, metric.MeasurementOption]
+	// Each is a slice of one option, passed to Add or Record as it is: a
+	// slice made for the call would escape to the heap.
+	attemptOpts *optionCache[attemptSeries, []metric.AddOption]
+	requestOpts *optionCache[requestSeries, []metric.RecordOption]
 }
 
 // newMetrics creates a Damper's instruments on meter, but the gates' own
@@ -77,8 +79,8 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models,
 	var none noop.Meter
 	m := metrics{
 		meter:       meter,
-		attemptOpts: &optionCache[attemptSeries, metric.MeasurementOption]{},
-		requestOpts: &optionCache[requestSeries, metric.MeasurementOption]{},
+		attemptOpts: &optionCache[attemptSeries, []metric.AddOption]{},
+		requestOpts: &optionCache[requestSeries, []metric.RecordOption]{},
 		name:        name,
 		named:       named,
 		models:      models,
@@ -161,10 +163,10 @@ func (m *metrics) attempt(ctx context.Context, f *callFacts, a AttemptReport) {
 		if k.failed {
 			kvs = append(kvs, keyErrorClass.String(k.kind))
 		}
-		o = m.attrs(kvs...)
+		o = []metric.AddOption{m.attrs(kvs...)}
 		m.attemptOpts.store(k, o)
 	}
-	m.attempts.Add(ctx, 1, o)
+	m.attempts.Add(ctx, 1, o...)
 }
 
 // attemptSeries is the combination of attributes an attempt is counted
@@ -232,10 +234,10 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 			if m.backends {
 				kvs = append(kvs, keyBackend.String(k.backend))
 			}
-			o = m.attrs(kvs...)
+			o = []metric.RecordOption{m.attrs(kvs...)}
 			m.requestOpts.store(k, o)
 		}
-		m.duration.Record(ctx, rep.Duration.Seconds(), o)
+		m.duration.Record(ctx, rep.Duration.Seconds(), o...)
 	}
 }
 
