@@ -51,6 +51,7 @@ func measure(c contender, kind string, clients, warmup, requests int) (result, e
 			return result{}, err
 		}
 		r.cpuPerCall = (after.cpu - before.cpu).Seconds() * 1e6 / float64(requests)
+		r.cpuTicks = int64((after.cpu - before.cpu) / clockTick)
 		r.rss = after.rssMB
 	}
 	slices.Sort(lat)

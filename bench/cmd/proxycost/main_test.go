@@ -64,6 +64,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	table := out.String()
 	for _, want := range []string{"plain calls: 1000 measured per cell", "stream calls: 1000 measured per cell",
+		"CPU is read from /proc in ticks of 10 ms; the smallest measurement read ",
 		"| direct | 4 |", "| bare Go proxy | 4 |", "| contender | clients | calls/s | vs direct | vs bare | CPU µs/call |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the tables lack %q:\n%s", want, table)

@@ -37,6 +37,7 @@ type damperRun struct {
 type result struct {
 	rps        float64 // calls per second
 	cpuPerCall float64 // µs of the contender's CPU per call
+	cpuTicks   int64   // the CPU measured, in /proc's ticks (clockTick)
 	rss        float64 // MB, at the end
 	p50, p99   time.Duration
 	failed     int
@@ -153,6 +154,10 @@ func run(cfg config, out, log io.Writer) error {
 					}
 					results[key{c.name, kind, n}] = append(results[key{c.name, kind, n}], r)
 					fmt.Fprintf(log, "round %d: %-28s %-6s %3d clients: %8.0f calls/s, %6.1f µs CPU/call\n", round+1, c.name, kind, n, r.rps, r.cpuPerCall)
+					if c.pids != nil && r.cpuTicks < minTicks {
+						fmt.Fprintf(log, "proxycost: %s measured %d ticks of CPU (10 ms each): its CPU per call is within ±%.0f %% at best; ask more -requests\n",
+							c.name, r.cpuTicks, 100/float64(max(r.cpuTicks, 1)))
+					}
 				}
 			}
 		}
