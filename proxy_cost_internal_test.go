@@ -11,26 +11,41 @@ import (
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/damper-ai/damper-go/dampertest"
 )
 
 const costAnswer = `{"id":"msg_cost","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[{"type":"text","text":"ok"}],` +
 	`"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_read_input_tokens":3,"cache_creation_input_tokens":0,"output_tokens":5}}`
 
-type answerTransport string
+// costStream is a short answer's whole stream, as the API sends it.
+var costStream = func() string {
+	var b strings.Builder
+	for _, e := range (dampertest.Stream{Text: "a short streamed answer"}).Events() {
+		b.WriteString(e.String())
+	}
+	return b.String()
+}()
 
-func (a answerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-		_ = req.Body.Close()
+// answerTransport answers every call at once: with costAnswer, or with
+// costStream for a call that asks for a stream.
+type answerTransport struct{}
+
+func (answerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	answer, typ := costAnswer, "application/json"
+	if strings.Contains(string(body), `"stream":true`) {
+		answer, typ = costStream, "text/event-stream; charset=utf-8"
 	}
 	return &http.Response{
 		StatusCode:    http.StatusOK,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
-		Header:        http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_cost"}},
-		Body:          io.NopCloser(strings.NewReader(string(a))),
-		ContentLength: int64(len(a)),
+		Header:        http.Header{"Content-Type": {typ}, "Request-Id": {"req_cost"}},
+		Body:          io.NopCloser(strings.NewReader(answer)),
+		ContentLength: int64(len(answer)),
 		Request:       req,
 	}, nil
 }
@@ -46,24 +61,32 @@ func costProxy(t testing.TB) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := NewProxy(d, ProxyConfig{Upstream: "http://api.test", Transport: answerTransport(costAnswer), Logger: log})
+	px, err := NewProxy(d, ProxyConfig{Upstream: "http://api.test", Transport: answerTransport{}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return px
 }
 
-const costRequest = `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+const (
+	costRequest       = `{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+	costStreamRequest = `{"model":"claude-sonnet-4-6","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+)
 
 // costCall makes one plain call through px, as a client of the proxy.
 func costCall(t testing.TB, px *Proxy) {
-	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(costRequest))
+	costCallOf(t, px, costRequest, costAnswer)
+}
+
+// costCallOf makes one call with body through px, and checks its answer.
+func costCallOf(t testing.TB, px *Proxy, body, want string) {
+	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
 	req.Header.Set("X-Api-Key", "sk-ant-api03-cost")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	px.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK || rec.Body.String() != costAnswer {
+	if rec.Code != http.StatusOK || rec.Body.String() != want {
 		t.Fatalf("status %d, body %q", rec.Code, rec.Body)
 	}
 }
@@ -109,5 +132,14 @@ func BenchmarkProxyPlainCall(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		costCall(b, px)
+	}
+}
+
+// BenchmarkProxyStreamCall is BenchmarkProxyPlainCall for a short stream.
+func BenchmarkProxyStreamCall(b *testing.B) {
+	px := costProxy(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		costCallOf(b, px, costStreamRequest, costStream)
 	}
 }
