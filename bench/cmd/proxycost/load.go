@@ -19,7 +19,11 @@ const (
 
 // measure makes warmup calls, then requests calls from clients goroutines
 // in a closed loop, to c, and reads what c's processes spent meanwhile.
-func measure(c contender, kind string, clients, warmup, requests int) (result, error) {
+// A contender whose processes spent fewer than minTicks of CPU meanwhile
+// gets more batches of requests calls, up to batches in all, so that a
+// cheap one (nginx) is measured as exactly as the others: its throughput,
+// CPU and latencies are then those of every batch.
+func measure(c contender, kind string, clients, warmup, requests, batches int) (result, error) {
 	body := plainBody
 	if kind == "stream" {
 		body = streamBody
@@ -31,27 +35,39 @@ func measure(c contender, kind string, clients, warmup, requests int) (result, e
 	if _, _, err := load(client, c.base, body, clients, warmup); err != nil {
 		return result{}, fmt.Errorf("warm-up: %w", err)
 	}
-	var before cpuMem
+	var before, after cpuMem
 	if c.pids != nil {
 		var err error
 		if before, err = readProcs(c.pids()); err != nil {
 			return result{}, err
 		}
 	}
-	t0 := time.Now()
-	lat, failed, err := load(client, c.base, body, clients, requests)
-	elapsed := time.Since(t0)
-	if err != nil {
-		return result{}, err
-	}
-	r := result{rps: float64(requests) / elapsed.Seconds(), failed: failed}
-	if c.pids != nil {
-		after, err := readProcs(c.pids())
+	var r result
+	var lat []time.Duration
+	var elapsed time.Duration
+	for batch := 1; ; batch++ {
+		t0 := time.Now()
+		l, failed, err := load(client, c.base, body, clients, requests)
+		elapsed += time.Since(t0)
 		if err != nil {
 			return result{}, err
 		}
-		r.cpuPerCall = (after.cpu - before.cpu).Seconds() * 1e6 / float64(requests)
+		lat, r.failed = append(lat, l...), r.failed+failed
+		if c.pids == nil {
+			break
+		}
+		if after, err = readProcs(c.pids()); err != nil {
+			return result{}, err
+		}
 		r.cpuTicks = int64((after.cpu - before.cpu) / clockTick)
+		if r.cpuTicks >= minTicks || batch >= batches {
+			break
+		}
+	}
+	r.calls = len(lat)
+	r.rps = float64(r.calls) / elapsed.Seconds()
+	if c.pids != nil {
+		r.cpuPerCall = (after.cpu - before.cpu).Seconds() * 1e6 / float64(len(lat))
 		r.rss = after.rssMB
 	}
 	slices.Sort(lat)

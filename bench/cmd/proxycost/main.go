@@ -23,9 +23,11 @@
 // /proc counts CPU time in ticks of 10 ms, so a measurement's CPU per call
 // is as exact as the ticks it spans are many: each of its two readings is
 // off by up to one. The default run's 20,000 calls a measurement, at some
-// 100 µs of a proxy's CPU a call, span about 200 ticks (within 1 %); the
-// tables say the fewest any measurement spanned, and a measurement of
-// fewer than 100 is flagged in the log as it runs. -quick's few calls are
+// 100 µs of a proxy's CPU a call, span about 200 ticks (within 1 %); a
+// measurement that spans fewer than 100 makes more batches of -requests
+// calls until it does, up to -batches (10; nginx, at some 25 µs a call,
+// takes three). The tables say the fewest ticks any measurement spanned,
+// and one still under 100 is flagged in the log. -quick's few calls are
 // for a check that everything runs, not for figures.
 //
 // The figures are only as steady as the machine: run it on a machine
@@ -64,6 +66,7 @@ type config struct {
 	Requests int      // measured calls per contender, call kind and client count
 	Warmup   int      // unmeasured calls before each measurement
 	Rounds   int      // rounds, each contender once per round
+	Batches  int      // at most this many batches of Requests a measurement, until minTicks
 	Clients  []int    // client goroutines of each measurement
 	Kinds    []string // "plain", "stream"
 	Only     []string // the contenders to run (contenderKeys); none: all
@@ -86,7 +89,7 @@ func (cfg config) runs(k string) bool {
 }
 
 // quick is the -quick run: small, for a test.
-var quick = config{Requests: 300, Warmup: 50, Rounds: 1, Clients: []int{4}, Kinds: []string{"plain", "stream"}}
+var quick = config{Requests: 300, Warmup: 50, Rounds: 1, Batches: 1, Clients: []int{4}, Kinds: []string{"plain", "stream"}}
 
 // Bounds on what the flags may ask.
 const (
@@ -102,6 +105,7 @@ func parseFlags(args []string) (config, error) {
 	requests := fs.Int("requests", 20_000, "measured calls per contender, call kind and client count")
 	warmup := fs.Int("warmup", 1_000, "unmeasured calls before each measurement")
 	rounds := fs.Int("rounds", 3, "rounds; the contenders' order rotates each round")
+	batches := fs.Int("batches", 10, "at most this many batches of -requests calls a measurement, until the proxy has spent 100 ticks of CPU")
 	clients := fs.String("clients", "8,32", "client goroutines of each measurement, comma-separated")
 	kinds := fs.String("kinds", "plain,stream", "call kinds: plain, stream")
 	only := fs.String("contenders", "", "the contenders to run, comma-separated, of "+strings.Join(contenderKeys, ", ")+" (direct always runs); default all")
@@ -111,11 +115,11 @@ func parseFlags(args []string) (config, error) {
 	role := fs.String("role", "", "internal: run as the fake API (api) or the bare proxy (bare)")
 	listen := fs.String("listen", "", "internal: a role's address")
 	upstream := fs.String("upstream", "", "internal: the bare proxy's upstream URL")
-	q := fs.Bool("quick", false, "a short run: 300 calls, 1 round, 4 clients")
+	q := fs.Bool("quick", false, "a short run: 300 calls, 1 round, 1 batch, 4 clients")
 	if len(args) > 0 && args[0] == "-quick" {
 		args = args[1:]
 		*q = true
-		*requests, *warmup, *rounds, *clients = quick.Requests, quick.Warmup, quick.Rounds, "4"
+		*requests, *warmup, *rounds, *batches, *clients = quick.Requests, quick.Warmup, quick.Rounds, quick.Batches, "4"
 	}
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -123,7 +127,7 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("takes no arguments, got %q", fs.Args())
 	}
-	cfg := config{Requests: *requests, Warmup: *warmup, Rounds: *rounds, Nginx: *nginx, Damper: *damper, Repo: *repo,
+	cfg := config{Requests: *requests, Warmup: *warmup, Rounds: *rounds, Batches: *batches, Nginx: *nginx, Damper: *damper, Repo: *repo,
 		Role: *role, Listen: *listen, Upstream: *upstream}
 	switch {
 	case cfg.Role != "" && cfg.Role != "api" && cfg.Role != "bare":
@@ -138,6 +142,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-warmup %d: want 0 to %d", cfg.Warmup, maxRequests)
 	case cfg.Rounds < 1 || cfg.Rounds > maxRounds:
 		return cfg, fmt.Errorf("-rounds %d: want 1 to %d", cfg.Rounds, maxRounds)
+	case cfg.Batches < 1 || cfg.Batches > maxBatches:
+		return cfg, fmt.Errorf("-batches %d: want 1 to %d", cfg.Batches, maxBatches)
 	}
 	for _, f := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -22,19 +23,20 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Requests != 20_000 || cfg.Rounds != 3 || len(cfg.Clients) != 2 || cfg.Clients[0] != 8 || cfg.Clients[1] != 32 || len(cfg.Kinds) != 2 {
+	if cfg.Requests != 20_000 || cfg.Rounds != 3 || cfg.Batches != 10 || len(cfg.Clients) != 2 || cfg.Clients[0] != 8 || cfg.Clients[1] != 32 || len(cfg.Kinds) != 2 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"-quick", "-contenders", "bare"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Requests != quick.Requests || cfg.Rounds != 1 || !cfg.runs("direct") || !cfg.runs("bare") || cfg.runs("nginx") || cfg.runs("damper-zero") {
+	if cfg.Requests != quick.Requests || cfg.Rounds != 1 || cfg.Batches != 1 || !cfg.runs("direct") || !cfg.runs("bare") || cfg.runs("nginx") || cfg.runs("damper-zero") {
 		t.Errorf("-quick -contenders bare: %+v", cfg)
 	}
 	for _, c := range []struct{ args, want string }{
 		{"-requests 0", "-requests 0: want 1 to 10000000"},
 		{"-rounds 101", "-rounds 101: want 1 to 100"},
+		{"-batches 0", "-batches 0: want 1 to 100"},
 		{"-clients 8,x", `-clients "8,x": want numbers from 1 to 1024`},
 		{"-clients 2000", `-clients "2000"`},
 		{"-kinds plain,tcp", `-kinds "plain,tcp"`},
@@ -86,5 +88,28 @@ func TestStatFields(t *testing.T) {
 	}
 	if statFields([]byte("no name")) != nil {
 		t.Error("a line with no name gave fields")
+	}
+}
+
+// TestMeasureBatches: a measurement whose processes spend fewer than
+// minTicks of CPU makes more batches, up to the bound; one that is not
+// read (direct) makes one.
+func TestMeasureBatches(t *testing.T) {
+	srv := httptest.NewServer(apiHandler())
+	defer srv.Close()
+	idle := []int{os.Getppid()} // a process that spends next to nothing meanwhile
+	r, err := measure(contender{name: "idle", base: srv.URL, pids: func() []int { return idle }}, "plain", 2, 10, 50, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.calls != 150 || r.cpuTicks >= minTicks {
+		t.Errorf("%d calls measured, %d ticks; want 3 batches of 50", r.calls, r.cpuTicks)
+	}
+	r, err = measure(contender{name: "direct", base: srv.URL}, "plain", 2, 10, 50, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.calls != 50 {
+		t.Errorf("direct: %d calls measured, want one batch of 50", r.calls)
 	}
 }

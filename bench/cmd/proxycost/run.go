@@ -36,6 +36,7 @@ type damperRun struct {
 // result is one measurement of one contender.
 type result struct {
 	rps        float64 // calls per second
+	calls      int     // calls measured, over every batch
 	cpuPerCall float64 // µs of the contender's CPU per call
 	cpuTicks   int64   // the CPU measured, in /proc's ticks (clockTick)
 	rss        float64 // MB, at the end
@@ -148,7 +149,7 @@ func run(cfg config, out, log io.Writer) error {
 			c := contenders[(i+round)%len(contenders)]
 			for _, kind := range cfg.Kinds {
 				for _, n := range cfg.Clients {
-					r, err := measure(c, kind, n, cfg.Warmup, cfg.Requests)
+					r, err := measure(c, kind, n, cfg.Warmup, cfg.Requests, cfg.Batches)
 					if err != nil {
 						return fmt.Errorf("%s, %s, %d clients: %w", c.name, kind, n, err)
 					}

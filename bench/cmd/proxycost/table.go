@@ -24,7 +24,8 @@ func printTables(w io.Writer, cfg config, names []string, results map[key][]resu
 			least, 100/float64(max(least, 1)))
 	}
 	for _, kind := range cfg.Kinds {
-		fmt.Fprintf(w, "\n%s calls: %d measured per cell, median of %d rounds\n\n", kind, cfg.Requests, cfg.Rounds)
+		fmt.Fprintf(w, "\n%s calls: %d measured per cell (more, in batches of as many, for a proxy that spent under %d ticks of CPU on them), median of %d rounds\n\n",
+			kind, cfg.Requests, minTicks, cfg.Rounds)
 		fmt.Fprintf(w, "| contender | clients | calls/s | vs direct | vs bare | CPU µs/call | CPU vs bare | RSS MB | added p50 | added p99 |\n")
 		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, n := range cfg.Clients {
