@@ -18,7 +18,10 @@
 // /proc, its children's included for nginx's workers), its RSS at the
 // end, the throughput as a share of calling the API directly and of the
 // bare proxy's, and the p50 and p99 a call gains over a direct one:
-// medians over the rounds.
+// medians over the rounds. The ratios are medians of each round's own
+// ratio, the contenders of a round measured within seconds of each other:
+// on a machine whose load changes, they hold where each one's figure
+// moves.
 //
 // /proc counts CPU time in ticks of 10 ms, so a measurement's CPU per call
 // is as exact as the ticks it spans are many: each of its two readings is

@@ -113,3 +113,21 @@ func TestMeasureBatches(t *testing.T) {
 		t.Errorf("direct: %d calls measured, want one batch of 50", r.calls)
 	}
 }
+
+// TestPairedRatio: the median of each round's ratio, not the ratio of
+// the medians; "–" without a base.
+func TestPairedRatio(t *testing.T) {
+	cpu := func(r result) float64 { return r.cpuPerCall }
+	rs := []result{{cpuPerCall: 110}, {cpuPerCall: 150}, {cpuPerCall: 80}}
+	base := []result{{cpuPerCall: 100}, {cpuPerCall: 150}, {cpuPerCall: 50}}
+	if got := pairedRatio(rs, base, cpu); got != "1.10" { // rounds 1.1, 1.0, 1.6
+		t.Errorf("pairedRatio = %s, want 1.10", got)
+	}
+	base[1].cpuPerCall = 75 // rounds 1.1, 2.0, 1.6: median 1.6; medians' ratio 110/75 = 1.47
+	if got := pairedRatio(rs, base, cpu); got != "1.60" {
+		t.Errorf("pairedRatio = %s, want 1.60", got)
+	}
+	if got := pairedRatio(rs, nil, cpu); got != "–" {
+		t.Errorf("pairedRatio without a base = %s, want –", got)
+	}
+}

@@ -7,9 +7,11 @@ import (
 )
 
 // printTables prints, per call kind, one row per contender: the medians
-// over the rounds of its CPU per call, RSS, throughput as a share of the
-// direct calls' and of the bare proxy's, and the p50 and p99 it adds to a
-// direct call, for each client count.
+// over the rounds of its throughput, CPU per call and RSS, of its
+// throughput as a share of the direct calls' and of the bare proxy's and
+// its CPU as a share of the bare proxy's, each taken in its round
+// (pairedRatio), and the p50 and p99 it adds to a direct call, for each
+// client count.
 func printTables(w io.Writer, cfg config, names []string, results map[key][]result) {
 	least := int64(-1) // the fewest ticks of CPU a measurement read
 	for k, rs := range results {
@@ -29,19 +31,20 @@ func printTables(w io.Writer, cfg config, names []string, results map[key][]resu
 		fmt.Fprintf(w, "| contender | clients | calls/s | vs direct | vs bare | CPU µs/call | CPU vs bare | RSS MB | added p50 | added p99 |\n")
 		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, n := range cfg.Clients {
-			direct := summarize(results[key{"direct", kind, n}])
-			bare := summarize(results[key{"bare Go proxy", kind, n}])
+			directRs, bareRs := results[key{"direct", kind, n}], results[key{"bare Go proxy", kind, n}]
+			direct := summarize(directRs)
+			rps := func(r result) float64 { return r.rps }
+			cpuOf := func(r result) float64 { return r.cpuPerCall }
 			for _, name := range names {
-				s := summarize(results[key{name, kind, n}])
+				rs := results[key{name, kind, n}]
+				s := summarize(rs)
 				cpu, cpuVsBare, rss := "–", "–", "–"
 				if name != "direct" {
 					cpu, rss = fmt.Sprintf("%.1f", s.cpu), fmt.Sprintf("%.1f", s.rss)
-					if bare.cpu > 0 {
-						cpuVsBare = fmt.Sprintf("%.2f", s.cpu/bare.cpu)
-					}
+					cpuVsBare = pairedRatio(rs, bareRs, cpuOf)
 				}
-				fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n",
-					label(name), n, s.rps, s.rps/direct.rps, ratio(s.rps, bare.rps), cpu, cpuVsBare, rss,
+				fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
+					label(name), n, s.rps, pairedRatio(rs, directRs, rps), pairedRatio(rs, bareRs, rps), cpu, cpuVsBare, rss,
 					added(s.p50, direct.p50), added(s.p99, direct.p99))
 			}
 		}
@@ -65,11 +68,22 @@ func summarize(rs []result) summary {
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
+// pairedRatio is the median over the rounds of f of rs's measurement
+// over f of base's in the same round: the contenders of a round run one
+// after the other, within seconds, so a ratio of one round is little
+// moved by the machine's load, where each one's own median is. "–" when
+// base has none.
+func pairedRatio(rs, base []result, f func(result) float64) string {
+	var ratios []float64
+	for i := range min(len(rs), len(base)) {
+		if b := f(base[i]); b > 0 {
+			ratios = append(ratios, f(rs[i])/b)
+		}
+	}
+	if len(ratios) == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f", a/b)
+	return fmt.Sprintf("%.2f", median(ratios))
 }
 
 func added(x, direct float64) string {
