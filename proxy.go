@@ -528,7 +528,8 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case stream:
 		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
-		passStream(dw, res.Body, p.d.policy.MaxEventBytes, p.eventShaper(backend))
+		sb := res.Body.(*streamBody)
+		passStream(dw, sb, p.d.policy.MaxEventBytes, p.eventShaper(backend), sb.delivered.Load)
 		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode, backend
 	case rep.Outcome == "":
@@ -852,8 +853,12 @@ type flushWriter interface {
 // of an event read so far is dropped and an error event takes its place.
 // The stream fails once an event passes maxEvent bytes, so the buffer
 // never grows beyond that and one read. It returns when the stream ends or
-// a write fails (the client has gone, or stopped reading).
-func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) []byte) {
+// a write fails (the client has gone, or stopped reading). Once delivered
+// reports that the stream's message_stop has been handed on, nothing but
+// the stream's end follows at once: the last write is not flushed, so
+// that the server sends it with the end and the trailer in one write, not
+// two.
+func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) []byte, delivered func() bool) {
 	flush := w.Flush
 	pooled := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(pooled)
@@ -871,7 +876,9 @@ func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) 
 			if _, werr := w.Write(buf[:cut]); werr != nil {
 				return // the client has gone; the call ends with its context
 			}
-			_ = flush()
+			if !delivered() {
+				_ = flush()
+			}
 		}
 		held = copy(buf, buf[cut:held+n])
 		switch {

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,13 +81,17 @@ func costCall(t testing.TB, px *Proxy) {
 }
 
 // costCallOf makes one call with body through px, and checks its answer.
-func costCallOf(t testing.TB, px *Proxy, body, want string) {
+func costCallOf(t testing.TB, px *Proxy, body, want string) { costCallThrough(t, px, body, want) }
+
+// costCallThrough makes one call with body through h, and checks its
+// answer.
+func costCallThrough(t testing.TB, h http.Handler, body, want string) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
 	req.Header.Set("X-Api-Key", "sk-ant-api03-cost")
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
-	px.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK || rec.Body.String() != want {
 		t.Fatalf("status %d, body %q", rec.Code, rec.Body)
 	}
@@ -147,11 +154,78 @@ func BenchmarkProxyPlainCall(b *testing.B) {
 	}
 }
 
+// BenchmarkBareProxyCall is BenchmarkProxyPlainCall and
+// BenchmarkProxyStreamCall through a bare httputil.ReverseProxy to the same
+// in-memory upstream: the floor Damper's proxy is set against.
+func BenchmarkBareProxyCall(b *testing.B) {
+	up, _ := url.Parse("http://api.test")
+	bare := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }, FlushInterval: -1, Transport: answerTransport{}}
+	for _, c := range []struct{ name, body, answer string }{{"plain", costRequest, costAnswer}, {"stream", costStreamRequest, costStream}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				costCallThrough(b, bare, c.body, c.answer)
+			}
+		})
+	}
+}
+
 // BenchmarkProxyStreamCall is BenchmarkProxyPlainCall for a short stream.
 func BenchmarkProxyStreamCall(b *testing.B) {
 	px := costProxy(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		costCallOf(b, px, costStreamRequest, costStream)
+	}
+}
+
+// flushLog is a client's response that notes its writes and flushes.
+type flushLog struct{ ops []string }
+
+func (f *flushLog) Write(p []byte) (int, error) {
+	f.ops = append(f.ops, "write "+string(p))
+	return len(p), nil
+}
+
+func (f *flushLog) Flush() error {
+	f.ops = append(f.ops, "flush")
+	return nil
+}
+
+// chunks is a stream read in the parts it holds, delivered once the last
+// has been read.
+type chunks struct{ parts []string }
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(c.parts) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.parts[0])
+	c.parts = c.parts[1:]
+	return n, nil
+}
+
+// TestStreamEndGoesOutWithItsLastEvents: every read of a stream is
+// flushed as it comes but the one that hands on its message_stop, which
+// the server sends with the stream's end and trailer, in one write.
+func TestStreamEndGoesOutWithItsLastEvents(t *testing.T) {
+	body := &chunks{parts: []string{"event: a\ndata: 1\n\n", "event: message_stop\ndata: {}\n\n"}}
+	var w flushLog
+	passStream(&w, body, 1<<20, nil, func() bool { return len(body.parts) == 0 })
+	want := []string{"write event: a\ndata: 1\n\n", "flush", "write event: message_stop\ndata: {}\n\n"}
+	if !slices.Equal(w.ops, want) {
+		t.Errorf("passed on as %q, want %q", w.ops, want)
+	}
+
+	// Through the proxy: a stream that came whole is not flushed before
+	// its end, and its outcome is still the trailer.
+	px := costProxy(t)
+	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(costStreamRequest))
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	rec := httptest.NewRecorder()
+	px.ServeHTTP(rec, req)
+	res := rec.Result()
+	if rec.Body.String() != costStream || rec.Flushed || res.Trailer.Get(headerOutcome) != string(OutcomeSuccess) {
+		t.Errorf("flushed %v, trailer %q, body %q", rec.Flushed, res.Trailer, rec.Body)
 	}
 }
