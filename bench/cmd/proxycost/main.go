@@ -12,8 +12,10 @@
 // from this checkout. The load is a closed loop of -clients goroutines in
 // this process, with keep-alive connections, each reading every answer
 // whole, plain calls and whole streams in turn. Each measurement is
-// -requests calls after a warm-up; -rounds rounds run the contenders in
-// an order that rotates, so that all see the same machine. For each it
+// -requests calls after a warm-up; in each of -rounds rounds, each cell
+// (call kind and client count) measures every contender in turn, in an
+// order that rotates from round to round, so that all see the same
+// machine. For each it
 // reports the proxy process's CPU time per request (utime + stime from
 // /proc, its children's included for nginx's workers), its RSS at the
 // end, the throughput as a share of calling the API directly and of the

@@ -144,11 +144,14 @@ func run(cfg config, out, log io.Writer) error {
 	}
 
 	results := map[key][]result{}
+	// Each cell (call kind, client count) runs every contender one after
+	// the other, so that the ratios of a round (pairedRatio) compare
+	// measurements seconds apart.
 	for round := range cfg.Rounds {
-		for i := range contenders {
-			c := contenders[(i+round)%len(contenders)]
-			for _, kind := range cfg.Kinds {
-				for _, n := range cfg.Clients {
+		for _, kind := range cfg.Kinds {
+			for _, n := range cfg.Clients {
+				for i := range contenders {
+					c := contenders[(i+round)%len(contenders)]
 					r, err := measure(c, kind, n, cfg.Warmup, cfg.Requests, cfg.Batches)
 					if err != nil {
 						return fmt.Errorf("%s, %s, %d clients: %w", c.name, kind, n, err)
