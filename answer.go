@@ -110,6 +110,17 @@ func (b *plainBody) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
+// WriteTo hands the rest of the answer to w in one write, so that io.Copy
+// (the proxy's, handing the answer on) needs no buffer of its own. As Read,
+// once the call's context has ended it ends the call canceled.
+func (b *plainBody) WriteTo(w io.Writer) (int64, error) {
+	if err := b.c.ctx.Err(); err != nil {
+		b.c.end(OutcomeCanceled)
+		return 0, err
+	}
+	return b.r.WriteTo(w)
+}
+
 func (b *plainBody) Close() error {
 	if b.c.ctx.Err() != nil {
 		b.c.end(OutcomeCanceled)

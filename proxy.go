@@ -528,7 +528,8 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case stream:
 		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
-		passStream(dw, res.Body, p.d.policy.MaxEventBytes, p.eventShaper(backend))
+		sb := res.Body.(*streamBody)
+		passStream(dw, sb, p.d.policy.MaxEventBytes, p.eventShaper(backend), sb.delivered.Load)
 		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode, backend
 	case rep.Outcome == "":
@@ -730,9 +731,12 @@ func answeredBy(err error, rep *Report) string {
 	if rep.Provider == "" {
 		return ""
 	}
+	if err == nil {
+		return rep.Backend // before the targets of errors.As, which go to the heap
+	}
 	var up *upstreamStatus
 	var ev *upstreamEvent
-	if err != nil && (errors.As(err, &up) || errors.As(err, &ev)) {
+	if errors.As(err, &up) || errors.As(err, &ev) {
 		for _, a := range slices.Backward(rep.AttemptLog) {
 			if !a.Lost {
 				return a.Backend
@@ -849,8 +853,12 @@ type flushWriter interface {
 // of an event read so far is dropped and an error event takes its place.
 // The stream fails once an event passes maxEvent bytes, so the buffer
 // never grows beyond that and one read. It returns when the stream ends or
-// a write fails (the client has gone, or stopped reading).
-func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) []byte) {
+// a write fails (the client has gone, or stopped reading). Once delivered
+// reports that the stream's message_stop has been handed on, nothing but
+// the stream's end follows at once: the last write is not flushed, so
+// that the server sends it with the end and the trailer in one write, not
+// two.
+func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) []byte, delivered func() bool) {
 	flush := w.Flush
 	pooled := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(pooled)
@@ -868,7 +876,9 @@ func passStream(w flushWriter, body io.Reader, maxEvent int, shape func([]byte) 
 			if _, werr := w.Write(buf[:cut]); werr != nil {
 				return // the client has gone; the call ends with its context
 			}
-			_ = flush()
+			if !delivered() {
+				_ = flush()
+			}
 		}
 		held = copy(buf, buf[cut:held+n])
 		switch {
@@ -999,12 +1009,12 @@ func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Re
 	if p.log == nil {
 		return
 	}
-	attrs := []slog.Attr{
+	var buf [11]slog.Attr // every field below: one slice, not grown as they come
+	attrs := append(buf[:0],
 		slog.String("method", boundedText(r.Method)),
 		slog.String("path", boundedText(r.URL.Path)),
 		slog.Int("status", status),
-		slog.Duration("duration", time.Since(start)),
-	}
+		slog.Duration("duration", time.Since(start)))
 	if tenant != nil { // a configured name, authenticated
 		attrs = append(attrs, slog.String("tenant", tenant.name))
 	}

@@ -2,6 +2,7 @@ package damper
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -126,6 +127,8 @@ type genAIMetrics struct {
 	// bases and errs admit the series that name a model (see
 	// maxModelSeries).
 	bases, errs *seriesSet[genAISeries]
+	// opts keeps the options of each combination recorded.
+	opts *optionCache[genAISeries, *genAIOptions]
 }
 
 func newGenAIMetrics(meter metric.Meter) genAIMetrics {
@@ -133,6 +136,7 @@ func newGenAIMetrics(meter metric.Meter) genAIMetrics {
 	return genAIMetrics{
 		bases: newSeriesSet[genAISeries](maxModelSeries),
 		errs:  newSeriesSet[genAISeries](maxErrorSeries),
+		opts:  &optionCache[genAISeries, *genAIOptions]{},
 		duration: instrument(meter.Float64Histogram(metricGenAIDuration, metric.WithUnit("s"),
 			metric.WithDescription("GenAI operation duration."),
 			metric.WithExplicitBucketBoundaries(genAIDurationBuckets...)))(none.Float64Histogram(metricGenAIDuration)),
@@ -178,11 +182,16 @@ func (g *genAIMetrics) start(ctx context.Context, u *url.URL) *genAICall {
 	return gc
 }
 
+var errNoPort = errors.New("no port")
+
 // serverOf returns the server.address and server.port of a request to u:
 // its host, and its port or else the scheme's, as the SDK sets them on its
 // spans.
 func serverOf(u *url.URL) (string, int) {
-	port, err := strconv.Atoi(u.Port())
+	port, err := 0, errNoPort
+	if p := u.Port(); p != "" { // Atoi's error for "" would allocate, on every call to a URL without a port
+		port, err = strconv.Atoi(p)
+	}
 	if err != nil {
 		port = 443
 		if u.Scheme == "http" {
@@ -267,33 +276,12 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 			response = otherLabel
 		}
 	}
-	var buf [10]attribute.KeyValue
-	common := append(buf[:0], genAIChat, keyGenAIProvider.String(provider))
-	if gc.server != "" {
-		common = append(common, keyServerAddress.String(gc.server), keyServerPort.Int(gc.port))
-	}
-	if m.named {
-		common = append(common, m.name)
-	}
-	// The cache's breakdown is Damper's own metric, and as every damper.*
-	// metric it leaves the model out.
-	nc := len(common)
-	base := common
-	if request != "" {
-		base = append(base, keyGenAIRequestModel.String(request))
-	}
-	if response != "" {
-		base = append(base, keyGenAIResponseModel.String(response))
-	}
+	o := g.options(m, genAISeries{provider: provider, request: request, response: response, server: gc.server, port: gc.port, errType: typ})
 	if g.duration.Enabled(ctx) {
-		if typ != "" {
-			g.duration.Record(ctx, rep.Duration.Seconds(), withOne(base, keyErrorType.String(typ)))
-		} else {
-			g.duration.Record(ctx, rep.Duration.Seconds(), withBase(base))
-		}
+		g.duration.Record(ctx, rep.Duration.Seconds(), o.duration...)
 	}
 	if gc.released && g.firstChunk.Enabled(ctx) {
-		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), withBase(base))
+		g.firstChunk.Record(ctx, gc.firstChunk.Seconds(), o.base...)
 	}
 	u := gc.usage
 	if !u.known {
@@ -302,15 +290,66 @@ func (g *genAIMetrics) record(ctx context.Context, m *metrics, gc *genAICall, re
 	if g.tokens.Enabled(ctx) {
 		// The conventions count every input token, those of the prompt
 		// cache included, as the SDK's gen_ai.usage.input_tokens does.
-		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, withOne(base, genAIInput))
+		g.tokens.Record(ctx, u.input+u.cacheRead+u.cacheCreation, o.input...)
 		if gc.final {
-			g.tokens.Record(ctx, u.output, withOne(base, genAIOutput))
+			g.tokens.Record(ctx, u.output, o.output...)
 		}
 	}
 	if g.cached.Enabled(ctx) {
-		g.cached.Record(ctx, u.cacheRead, withOne(common[:nc], cacheRead))
-		g.cached.Record(ctx, u.cacheCreation, withOne(common[:nc], cacheCreation))
+		g.cached.Record(ctx, u.cacheRead, o.cacheRead...)
+		g.cached.Record(ctx, u.cacheCreation, o.cacheCreation...)
 	}
+}
+
+// genAIOptions are the options a call's GenAI values are recorded with,
+// for one combination of their attributes.
+// Each is a slice of one option, passed to Record as it is: a slice made
+// for the call would escape to the heap, as Record is an interface's.
+type genAIOptions struct {
+	duration                 []metric.RecordOption // base, and error.type if any
+	base                     []metric.RecordOption
+	input, output            []metric.RecordOption // base and gen_ai.token.type
+	cacheRead, cacheCreation []metric.RecordOption // the common attributes and damper.token.cache
+}
+
+// options returns the options of the combination k, labels as recorded
+// (each model a label, or otherLabel once k's series is not admitted; an
+// empty one left out), built once per combination (optionCache).
+func (g *genAIMetrics) options(m *metrics, k genAISeries) *genAIOptions {
+	if o, ok := g.opts.load(k); ok {
+		return o
+	}
+	var buf [10]attribute.KeyValue
+	common := append(buf[:0], genAIChat, keyGenAIProvider.String(k.provider))
+	if k.server != "" {
+		common = append(common, keyServerAddress.String(k.server), keyServerPort.Int(k.port))
+	}
+	if m.named {
+		common = append(common, m.name)
+	}
+	// The cache's breakdown is Damper's own metric, and as every damper.*
+	// metric it leaves the model out.
+	nc := len(common)
+	base := common
+	if k.request != "" {
+		base = append(base, keyGenAIRequestModel.String(k.request))
+	}
+	if k.response != "" {
+		base = append(base, keyGenAIResponseModel.String(k.response))
+	}
+	o := &genAIOptions{
+		base:          []metric.RecordOption{withBase(base)},
+		input:         []metric.RecordOption{withOne(base, genAIInput)},
+		output:        []metric.RecordOption{withOne(base, genAIOutput)},
+		cacheRead:     []metric.RecordOption{withOne(common[:nc], cacheRead)},
+		cacheCreation: []metric.RecordOption{withOne(common[:nc], cacheCreation)},
+	}
+	o.duration = o.base
+	if k.errType != "" {
+		o.duration = []metric.RecordOption{withOne(base, keyErrorType.String(k.errType))}
+	}
+	g.opts.store(k, o)
+	return o
 }
 
 // withOne returns the option recording base and kv. The set is built in a

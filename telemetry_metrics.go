@@ -63,6 +63,12 @@ type metrics struct {
 	gates []gateInstruments
 	meter metric.Meter
 	gen   genAIMetrics // the GenAI semantic conventions' (telemetry_genai.go)
+	// The options of the values every call records, per combination of
+	// their attributes (optionCache).
+	// Each is a slice of one option, passed to Add or Record as it is: a
+	// slice made for the call would escape to the heap.
+	attemptOpts *optionCache[attemptSeries, []metric.AddOption]
+	requestOpts *optionCache[requestSeries, []metric.RecordOption]
 }
 
 // newMetrics creates a Damper's instruments on meter, but the gates' own
@@ -72,11 +78,13 @@ type metrics struct {
 func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models, groups *labelSet) metrics {
 	var none noop.Meter
 	m := metrics{
-		meter:  meter,
-		name:   name,
-		named:  named,
-		models: models,
-		groups: groups,
+		meter:       meter,
+		attemptOpts: &optionCache[attemptSeries, []metric.AddOption]{},
+		requestOpts: &optionCache[requestSeries, []metric.RecordOption]{},
+		name:        name,
+		named:       named,
+		models:      models,
+		groups:      groups,
 		attempts: instrument(meter.Int64Counter(metricAttempts, metric.WithUnit("{attempt}"),
 			metric.WithDescription("Provider attempts made for Messages calls, first attempts included.")))(none.Int64Counter(metricAttempts)),
 		retries: instrument(meter.Int64Counter(metricRetries, metric.WithUnit("{retry}"),
@@ -137,16 +145,42 @@ func (m *metrics) attempt(ctx context.Context, f *callFacts, a AttemptReport) {
 	if !m.attempts.Enabled(ctx) {
 		return
 	}
-	kvs := make([]attribute.KeyValue, 1, 5)
-	kvs[0] = keyProvider.String(f.provider)
-	kvs = withTenant(kvs, f.tenant)
+	k := attemptSeries{provider: f.provider, tenant: f.tenant}
 	if m.backends {
-		kvs = append(kvs, keyBackend.String(a.Backend))
+		k.backend = a.Backend
 	}
 	if a.Class != 0 {
-		kvs = append(kvs, keyErrorClass.String(a.Kind))
+		k.kind, k.failed = a.Kind, true
 	}
-	m.attempts.Add(ctx, 1, m.attrs(kvs...))
+	o, ok := m.attemptOpts.load(k)
+	if !ok {
+		kvs := make([]attribute.KeyValue, 1, 5)
+		kvs[0] = keyProvider.String(k.provider)
+		kvs = withTenant(kvs, k.tenant)
+		if m.backends {
+			kvs = append(kvs, keyBackend.String(k.backend))
+		}
+		if k.failed {
+			kvs = append(kvs, keyErrorClass.String(k.kind))
+		}
+		o = []metric.AddOption{m.attrs(kvs...)}
+		m.attemptOpts.store(k, o)
+	}
+	m.attempts.Add(ctx, 1, o...)
+}
+
+// attemptSeries is the combination of attributes an attempt is counted
+// with.
+type attemptSeries struct {
+	provider, tenant, backend, kind string
+	failed                          bool // kind is recorded
+}
+
+// requestSeries is the combination of attributes a call's duration is
+// recorded with.
+type requestSeries struct {
+	provider, outcome, tenant, backend string
+	stream                             bool
 }
 
 // fallback counts a call's move from a backend to the next.
@@ -189,12 +223,21 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 	}
 	m.recordGates(ctx, rep)
 	if m.duration.Enabled(ctx) {
-		kvs := []attribute.KeyValue{keyProvider.String(rep.Provider), keyOutcome.String(string(rep.Outcome)), keyStream.Bool(rep.Stream)}
-		kvs = withTenant(kvs, rep.Tenant)
+		k := requestSeries{provider: rep.Provider, outcome: string(rep.Outcome), tenant: rep.Tenant, stream: rep.Stream}
 		if m.backends {
-			kvs = append(kvs, keyBackend.String(rep.Backend))
+			k.backend = rep.Backend
 		}
-		m.duration.Record(ctx, rep.Duration.Seconds(), m.attrs(kvs...))
+		o, ok := m.requestOpts.load(k)
+		if !ok {
+			kvs := []attribute.KeyValue{keyProvider.String(k.provider), keyOutcome.String(k.outcome), keyStream.Bool(k.stream)}
+			kvs = withTenant(kvs, k.tenant)
+			if m.backends {
+				kvs = append(kvs, keyBackend.String(k.backend))
+			}
+			o = []metric.RecordOption{m.attrs(kvs...)}
+			m.requestOpts.store(k, o)
+		}
+		m.duration.Record(ctx, rep.Duration.Seconds(), o...)
 	}
 }
 
