@@ -270,7 +270,13 @@ func TestMetricsBoundedUnderFlood(t *testing.T) {
 			if len(many) > bound {
 				t.Errorf("/metrics after 5,000 models: %d bytes, want at most %d:\n%s", len(many), bound, families(many))
 			}
-			if extra := diffSeries(seriesOf(few), seriesOf(many)); len(extra) > 0 {
+			// A hedge's result is one of a fixed few, and whether a race
+			// ends with one canceled depends on the goroutines' order, not
+			// on the callers' input: those series may differ by run.
+			extra := slices.DeleteFunc(diffSeries(seriesOf(few), seriesOf(many)), func(s string) bool {
+				return strings.HasPrefix(s, "damper_hedges_total{")
+			})
+			if len(extra) > 0 {
 				t.Errorf("%d series after 5,000 models that 1,000 did not make:\n%s", len(extra), strings.Join(extra, "\n"))
 			}
 			// The same series: only the values' digits differ.
