@@ -67,3 +67,7 @@ func ScriptOps(args []any) (ops []string, record bool) {
 // JoinNow lets s refresh its membership with its next operation, without
 // waiting for the refresh's interval.
 func JoinNow(s *Store) { s.link.nextJoin.Store(0) }
+
+// BudgetMembers returns the members b's store last heard of: the share b
+// decides on while Redis fails.
+func BudgetMembers(b *Budget) int { return b.link.membersKnown() }

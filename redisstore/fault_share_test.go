@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -177,5 +178,47 @@ func TestLimitShareInFault(t *testing.T) {
 				t.Errorf("a process that joined after the fault took %d of a full bucket, want 60", got)
 			}
 		})
+	}
+}
+
+// TestBudgetShareInFault: three processes share a budget of MinTokens
+// 12 and Ratio 0.5. Redis stopped (SIGSTOP) through a window, each counts
+// its own successes (2, 4 and 6) and asks for 20 retries: each grants its
+// share of one budget, 12 / 3 + 0.5 × its successes, and the fleet one
+// budget, 12 + 0.5 × 12 = 18, exactly.
+func TestBudgetShareInFault(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 3
+	f := newFaultFleet(t, srv, "share-budget", n, redisstore.Options{})
+	ctx := context.Background()
+	bs := make([]fleet.Budget, n)
+	for i, s := range f.stores {
+		var err error
+		bs[i], err = s.Budget(fleet.BudgetSettings{Ratio: 0.5, Window: time.Minute, MinTokens: 12})
+		mustNil(t, err)
+	}
+	// The window before: each process's record counts it a member.
+	f.join(t, func(i int) { mustNil(t, bs[i].Observe(ctx, base.Add(-time.Minute), success)) })
+
+	end := f.fault(t)
+	granted := make([]int, n)
+	for i, b := range bs {
+		for range 2 * (i + 1) {
+			_ = b.Observe(ctx, base, success)
+		}
+		for range 20 {
+			if ok, _ := b.Acquire(ctx, base); ok {
+				granted[i]++
+			}
+		}
+		if got, _ := b.Available(ctx, base); got != 0 {
+			t.Errorf("process %d: Available in the fault after its share was spent = %v, want 0", i, got)
+		}
+	}
+	end()
+	total := granted[0] + granted[1] + granted[2]
+	t.Logf("in a fault the fleet granted %d retries (per process %v); one budget is 12 + 0.5 × 12 = 18", total, granted)
+	if want := []int{5, 6, 7}; !slices.Equal(granted, want) || total != 18 {
+		t.Errorf("in a fault the processes granted %v (%d), want %v (18: 12 / 3 + 0.5 × their own successes each)", granted, total, want)
 	}
 }
