@@ -136,11 +136,10 @@ type Stats struct {
 // it included) counted against it ([fleet.WindowBudget.TryAcquireShare]).
 // So a window the fault spans whole grants the fleet at most the sum of
 // each process's ⌊MinTokens / N + Ratio × s_i⌋, at most MinTokens + Ratio
-// × the fleet's successes: one budget. A window the fault splits adds to
-// what Redis granted before it each process's share left unspent: at
-// most twice the budget, when one process spent the fleet's before the
-// fault. Redis answering again, its books decide (the successes and
-// units of the fault are not in them).
+// × the fleet's successes: one budget. In a window the fault splits,
+// Redis's books, which hear nothing of the fault's successes and units,
+// grant what they hold before and after it, and each process its share in
+// it: at most twice the budget.
 //
 // It keeps the books of the newest window it has heard of, from every
 // script's reply: [Budget.KnownBalance] answers from them, without a round
