@@ -358,6 +358,7 @@ func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost fleet.Rate
 	if err == nil {
 		vs, _ := v.([]any)
 		if due, ok := asTime(vs, at, len(vs) == 2); ok {
+			b.answered()
 			return due, nil
 		}
 		err = b.unexpected("admits", v)
@@ -497,6 +498,7 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 				b.dropLocked()
 				b.mu.Unlock()
 			}
+			b.answered()
 			return until, nil
 		}
 		err = b.unexpected("paused_until", v)
@@ -550,6 +552,7 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitS
 				}
 			}
 			if ok {
+				b.answered()
 				return out, nil
 			}
 		}
@@ -560,6 +563,14 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitS
 }
 
 var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
+
+// answered drops the share of the last fallback: Redis decides again, and
+// the next fallback starts from what it last told.
+func (b *buckets) answered() {
+	b.mu.Lock()
+	b.share = nil
+	b.mu.Unlock()
+}
 
 // payOwed takes owed, what local decisions took while Redis failed, from
 // the shared buckets, in a record (a settle giving back less than
