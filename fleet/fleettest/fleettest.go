@@ -116,7 +116,8 @@ type Options struct {
 	// at the latest. Without it the fault checks are skipped.
 	Fault func(t *testing.T) (restore func())
 	// FailClosed is whether the budget refuses every retry during a
-	// fault; by default each store's budget decides from its own books.
+	// fault; by default each store's budget decides from its own books,
+	// on its share when the store counts its members.
 	FailClosed bool
 	// MaxWait bounds the real time any method may take during a fault:
 	// the store's own timeout, with room for a decision queued behind a
