@@ -134,10 +134,12 @@ func (b *WindowBudget) windowID(now time.Time) int64 {
 	return id
 }
 
-// capacity is the number of retries the window may authorize. The small
-// epsilon keeps 0.1 × 10 from falling a hair short of 1.
-func (b *WindowBudget) capacity(w *budgetWindow) float64 {
-	return b.minTokens + b.ratio*float64(w.successes.Load()) + 1e-9
+// share is the number of retries the window may authorize, for one of n
+// budgets that split one: MinTokens / n and Ratio × this budget's own
+// successes. The small epsilon keeps 0.1 × 10 from falling a hair short
+// of 1.
+func (b *WindowBudget) share(w *budgetWindow, n int) float64 {
+	return b.minTokens/float64(max(n, 1)) + b.ratio*float64(w.successes.Load()) + 1e-9
 }
 
 // FirstAttemptSucceeded records a logical request whose first attempt
@@ -148,11 +150,19 @@ func (b *WindowBudget) FirstAttemptSucceeded(now time.Time) {
 
 // TryAcquire takes one unit for a retry, reporting whether one was
 // available. A refused retry takes nothing.
-func (b *WindowBudget) TryAcquire(now time.Time) bool {
+func (b *WindowBudget) TryAcquire(now time.Time) bool { return b.TryAcquireShare(now, 1) }
+
+// TryAcquireShare is TryAcquire for one of n processes that split one
+// budget, each counting its own successes and units: the window's capacity
+// is MinTokens / n + Ratio × this budget's successes, so that the n
+// together grant at most MinTokens + Ratio × all their successes. A store
+// shared by n processes decides so while the shared books cannot be
+// reached. An n below 1 counts as 1.
+func (b *WindowBudget) TryAcquireShare(now time.Time, n int) bool {
 	w := b.windowAt(now)
 	for {
 		used := w.used.Load()
-		if float64(used+1) > b.capacity(w) {
+		if float64(used+1) > b.share(w, n) {
 			return false
 		}
 		if w.used.CompareAndSwap(used, used+1) {
@@ -162,9 +172,13 @@ func (b *WindowBudget) TryAcquire(now time.Time) bool {
 }
 
 // Balance returns the units still available in the window holding now.
-func (b *WindowBudget) Balance(now time.Time) float64 {
+func (b *WindowBudget) Balance(now time.Time) float64 { return b.BalanceShare(now, 1) }
+
+// BalanceShare is Balance for one of n processes that split one budget
+// (see TryAcquireShare).
+func (b *WindowBudget) BalanceShare(now time.Time, n int) float64 {
 	w := b.windowAt(now)
-	return math.Max(0, math.Floor((b.capacity(w)-float64(w.used.Load()))*1e6)/1e6)
+	return math.Max(0, math.Floor((b.share(w, n)-float64(w.used.Load()))*1e6)/1e6)
 }
 
 func (*WindowBudget) inMemory() {}

@@ -60,6 +60,17 @@ type CallContexter interface {
 	CallContext(ctx context.Context) context.Context
 }
 
+// MemberCounter is implemented by a [Store] that knows how many processes
+// share it, and that limits each to its share of the fleet's limits while
+// the shared state cannot be reached: 1/Members of each rate-limit bucket,
+// MinTokens/Members of the retry budget (package fleettest checks those
+// bounds in a fault).
+type MemberCounter interface {
+	// Members returns how many processes share the store, as last known:
+	// at least 1.
+	Members() int
+}
+
 // MemoryStore keeps a Damper's state in the memory of its process: the
 // [Store] a Damper uses when none is given, and for every part a store
 // does not share. A store shared by a fleet can fall back on it when the

@@ -170,6 +170,31 @@ func (MemoryStore) LimitBuckets(s LimitSettings) (LimitBuckets, error) {
 	})}, nil
 }
 
+// LimitShare returns a group's buckets in memory for one process's share
+// of a fleet's limits, for a store to decide with while the fleet's state
+// cannot be reached: limits per minute (0: unknown, which admits
+// everything), kept as configured ones, each bucket holding levels' (no
+// more than its limit) at at and refilling from then. Unlike
+// [MemoryStore.LimitBuckets] they estimate no other traffic: the share is
+// the estimate. It returns an error naming a limit that is negative or
+// not finite, or a batchShare outside (0, 1].
+func (MemoryStore) LimitShare(limits, levels RateAmounts, at time.Time, batchShare float64) (LimitBuckets, error) {
+	for k, l := range limits {
+		if l < 0 || math.IsNaN(l) || math.IsInf(l, 0) {
+			return nil, fieldError(fmt.Sprintf("LimitShare limits[%d]", k), l, "must be finite and at least 0 (0: unknown)")
+		}
+		if math.IsNaN(levels[k]) || math.IsInf(levels[k], 0) {
+			return nil, fieldError(fmt.Sprintf("LimitShare levels[%d]", k), levels[k], "must be finite")
+		}
+	}
+	if math.IsNaN(batchShare) || batchShare <= 0 || batchShare > 1 {
+		return nil, fieldError("LimitShare batchShare", batchShare, "must be in (0, 1]")
+	}
+	g := ratelimit.New(ratelimit.Settings{Limits: ratelimit.Amounts(limits), BatchShare: batchShare})
+	g.SetLevels(at, ratelimit.Amounts(levels))
+	return memoryBuckets{g}, nil
+}
+
 // check returns an error naming the first field that cannot be used.
 func (s LimitSettings) check() error {
 	l := s.Limits

@@ -111,19 +111,40 @@ func escapeGroup(g string) string {
 //     ages.
 //
 // When Redis fails. Any error of a round trip (a failure, the timeout, an
-// unexpected reply) makes the buckets of fleet.MemoryStore decide instead
-// for that operation, and the error is returned too, for Damper to log;
-// while the store is in fallback only the due probe asks Redis (see
-// [Options.ProbeInterval]), so no call waits. Those local buckets hear
-// this process's traffic all along: every reservation Redis grants is also
-// taken from them, observed, paused and settled there, so at a fallback
-// they hold the learned limits and this process's view of the levels, and
-// estimate the rest of the fleet's traffic from the responses as
-// MemoryStore's buckets do. A reservation is settled by the side that made
-// it: one Redis made, settled while Redis fails, is settled locally only
-// and its error returned (Redis's bucket refills on its own; what the
-// request did not use is lost to the fleet until then); one made during the
-// fallback is settled locally even once Redis is back. A Redis that
+// unexpected reply) makes buckets in memory decide instead for that
+// operation, and the error is returned too, for Damper to log; while the
+// store is in fallback only the due probe asks Redis (see
+// [Options.ProbeInterval]), so no call waits.
+//
+// A share in a fault. With other processes in the store ([Store.Members]
+// N above 1, the count last heard), the buckets in memory are this
+// process's share: each bucket's limit last heard from Redis (rate and
+// capacity) over N, holding its level last heard over N, refilled at that
+// rate since (fleet.MemoryStore's LimitShare), made at the first local
+// decision and kept until Redis decides again. A bucket whose limit Redis
+// never told takes the local twin's (below) over N; one unknown to both
+// admits everything. What the local decisions took, net of what their
+// requests settled back, is taken from the shared buckets, in a record,
+// with the first Reserve Redis answers: the fleet's books count what was
+// admitted in the fault, and every process takes its full part again,
+// Redis deciding. So in a fault of any length T the fleet admits at most
+// the level the shared bucket held as each process last heard it (at most
+// the limit L) plus L × T / 1 min, as the shared bucket would, when every
+// process counts the same N; with counts N_i, the sum of each one's
+// level_i / N_i + L × T / (N_i × 1 min). A process alone, or one that has
+// never heard Redis, decides on its twin: the whole bucket.
+//
+// The local twin (fleet.MemoryStore's buckets) hears this process's
+// traffic all along: every reservation Redis grants is also taken from
+// it, observed, paused and settled there, so at a fallback it holds the
+// learned limits and this process's view of the levels, and estimates the
+// rest of the fleet's traffic from the responses as MemoryStore's buckets
+// do. A reservation is settled by the side that made it: one Redis made,
+// settled while Redis fails, is settled locally only and its error
+// returned (Redis's bucket refills on its own; what the request did not
+// use is lost to the fleet until then); one made during the fallback is
+// settled locally even once Redis is back, and what it settles back is
+// taken off what the next shared Reserve charges. A Redis that
 // restarts empty starts every group anew: configured limits full, learned
 // limits relearned from the next response. [Options.FailClosed] does not
 // change the rate limiter: refusing every request while Redis fails would
@@ -157,6 +178,7 @@ func (s *Store) LimitBuckets(st fleet.LimitSettings) (fleet.LimitBuckets, error)
 		keys:   []string{BucketsKey(s.link.name, st.Group)},
 		local:  local,
 		leases: s.leases,
+		batch:  share,
 	}
 	b.common = []any{bucketsTTL.Milliseconds()}
 	for k, v := range limits {
@@ -176,9 +198,27 @@ type buckets struct {
 	local  fleet.LimitBuckets
 
 	configured [3]bool
+	batch      float64      // the batch share
 	leases     *limitLeases // the store's
-	mu         sync.Mutex   // guards held
+	mu         sync.Mutex   // guards held, heard and share
 	held       limitLease   // this process's lease, when held.on
+	heard      heardBuckets // the shared buckets, as the last Reserve left them
+	// share decides while Redis fails and the store has other members: this
+	// process's share of the last limits and levels heard (see fallback),
+	// made at the first local decision, dropped at the next shared one.
+	share fleet.LimitBuckets
+	// owed is what the local decisions took while Redis failed, net of
+	// what their requests settled back: the next shared Reserve takes it
+	// from the shared buckets, in a record, so that the fleet's books
+	// count what was admitted in the fault.
+	owed fleet.RateAmounts
+}
+
+// heardBuckets is what a Reserve's reply told of the shared buckets.
+type heardBuckets struct {
+	ok           bool
+	at           time.Time
+	level, limit fleet.RateAmounts
 }
 
 var _ fleet.LimitBuckets = (*buckets)(nil)
@@ -192,6 +232,7 @@ type reservation struct {
 	taken  bool
 	shared bool                  // Redis made it
 	local  fleet.RateReservation // its local twin, or the local reservation itself
+	owner  fleet.LimitBuckets    // the buckets that made local: nil for the twin
 	// observe is its Observe in the store's queue: a Settle that finds it
 	// there still goes in it (bkObserveSettleScript).
 	observe *queued
@@ -233,12 +274,25 @@ func (b *buckets) Reserve(ctx context.Context, now time.Time, cost fleet.RateAmo
 			b.dropLocked()
 			b.mu.Unlock()
 		}
-		lr, due, _ := b.local.Reserve(ctx, now, cost, p, latest, t)
+		fb := b.fallback(ctx, now)
+		lr, due, _ := fb.Reserve(ctx, now, cost, p, latest, t)
 		if !lr.Taken() {
 			return &reservation{}, due, err
 		}
-		return &reservation{cost: cost, taken: true, local: lr}, due, err
+		b.mu.Lock()
+		for k := range cost {
+			b.owed[k] += cost[k]
+		}
+		b.mu.Unlock()
+		return &reservation{cost: cost, taken: true, local: lr, owner: fb}, due, err
 	}
+	b.mu.Lock()
+	b.heard = heardBuckets{ok: true, at: now, level: rep.level, limit: rep.limit}
+	b.share = nil
+	owed := b.owed
+	b.owed = fleet.RateAmounts{}
+	b.mu.Unlock()
+	b.payOwed(ctx, now, owed)
 	if t != nil {
 		t.Slot = rep.slot
 	}
@@ -259,6 +313,9 @@ type reserveReply struct {
 	due, slot time.Time
 	mark      fleet.RateAmounts
 	held      fleet.RateAmounts // what it took: no more than a known limit
+	// The buckets' levels and limits after it: a fallback's share starts
+	// from them.
+	level, limit fleet.RateAmounts
 	// bkReserveLeaseScript's: the calls' worth of held it took as a lease,
 	// and the limits it took them under.
 	lease  int64
@@ -268,7 +325,7 @@ type reserveReply struct {
 func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 	var r reserveReply
 	vs, ok := v.([]any)
-	if ok && (len(vs) == 11 || len(vs) == 15) {
+	if ok && (len(vs) == 17 || len(vs) == 21) {
 		var taken int64
 		taken, ok = asInt(vs[0])
 		r.taken = taken == 1
@@ -277,11 +334,13 @@ func (b *buckets) parseReserve(v any, now time.Time) (reserveReply, error) {
 		for k := range r.mark {
 			r.mark[k], ok = asFloatOK(vs[5+k], ok)
 			r.held[k], ok = asFloatOK(vs[8+k], ok)
+			r.level[k], ok = asFloatOK(vs[11+k], ok)
+			r.limit[k], ok = asFloatOK(vs[14+k], ok)
 		}
-		if len(vs) == 15 {
-			r.lease, ok = asIntOK(vs[11], ok)
+		if len(vs) == 21 {
+			r.lease, ok = asIntOK(vs[17], ok)
 			for k := range r.limits {
-				r.limits[k], ok = asFloatOK(vs[12+k], ok)
+				r.limits[k], ok = asFloatOK(vs[18+k], ok)
 			}
 		}
 		if ok {
@@ -299,11 +358,12 @@ func (b *buckets) Admits(ctx context.Context, now, at time.Time, cost fleet.Rate
 	if err == nil {
 		vs, _ := v.([]any)
 		if due, ok := asTime(vs, at, len(vs) == 2); ok {
+			b.answered()
 			return due, nil
 		}
 		err = b.unexpected("admits", v)
 	}
-	due, _ := b.local.Admits(ctx, now, at, cost, p)
+	due, _ := b.fallback(ctx, now).Admits(ctx, now, at, cost, p)
 	return due, err
 }
 
@@ -315,7 +375,7 @@ func (b *buckets) Observe(ctx context.Context, now time.Time, rr fleet.RateReser
 		return nil
 	}
 	if r.local != nil {
-		_ = b.local.Observe(ctx, now, r.local, o)
+		_ = r.buckets(b).Observe(ctx, now, r.local, o)
 	}
 	if !r.shared {
 		return nil
@@ -360,14 +420,19 @@ func (b *buckets) Settle(ctx context.Context, now time.Time, rr fleet.RateReserv
 	}
 	r.taken = false
 	if r.local != nil {
-		_ = b.local.Settle(ctx, now, r.local, used, known)
+		_ = r.buckets(b).Settle(ctx, now, r.local, used, known)
 	}
 	if !r.shared {
+		b.mu.Lock()
 		for k := range known {
 			if known[k] {
+				if r.owner != nil {
+					b.owed[k] += used[k] - r.cost[k]
+				}
 				r.cost[k] = used[k]
 			}
 		}
+		b.mu.Unlock()
 		return nil
 	}
 	if r.observe != nil && b.link.amend(r.observe, func(q *queued) {
@@ -407,6 +472,12 @@ func (b *buckets) Leave(ctx context.Context, now time.Time, t *fleet.RateTicket)
 		return nil
 	}
 	slot := t.Slot
+	b.mu.Lock()
+	share := b.share
+	b.mu.Unlock()
+	if share != nil {
+		_ = share.Leave(ctx, now, &fleet.RateTicket{Slot: slot})
+	}
 	_ = b.local.Leave(ctx, now, t)
 	t.Slot = time.Time{}
 	ss, sn := timeArgs(slot)
@@ -427,17 +498,24 @@ func (b *buckets) PausedUntil(ctx context.Context, now time.Time) (time.Time, er
 				b.dropLocked()
 				b.mu.Unlock()
 			}
+			b.answered()
 			return until, nil
 		}
 		err = b.unexpected("paused_until", v)
 	}
-	until, _ := b.local.PausedUntil(ctx, now)
+	until, _ := b.fallback(ctx, now).PausedUntil(ctx, now)
 	return until, err
 }
 
 // Pause implements [fleet.LimitBuckets]: the local buckets pause too.
 func (b *buckets) Pause(ctx context.Context, now time.Time, named [3]bool, until time.Time) error {
 	_ = b.local.Pause(ctx, now, named, until)
+	b.mu.Lock()
+	share := b.share
+	b.mu.Unlock()
+	if share != nil {
+		_ = share.Pause(ctx, now, named, until)
+	}
 	// Given back before the pause, which then empties what it names.
 	b.giveBack(ctx, now)
 	args := make([]any, 0, 4)
@@ -474,16 +552,106 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitS
 				}
 			}
 			if ok {
+				b.answered()
 				return out, nil
 			}
 		}
 		err = b.unexpected("state", v)
 	}
-	out, _ = b.local.State(ctx, now)
+	out, _ = b.fallback(ctx, now).State(ctx, now)
 	return out, err
 }
 
 var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
+
+// answered drops the share of the last fallback: Redis decides again, and
+// the next fallback starts from what it last told.
+func (b *buckets) answered() {
+	b.mu.Lock()
+	b.share = nil
+	b.mu.Unlock()
+}
+
+// payOwed takes owed, what local decisions took while Redis failed, from
+// the shared buckets, in a record (a settle giving back less than
+// nothing); a dropped record is counted by the link.
+func (b *buckets) payOwed(ctx context.Context, now time.Time, owed fleet.RateAmounts) {
+	if owed == (fleet.RateAmounts{}) {
+		return
+	}
+	args := make([]any, 0, 6)
+	for _, v := range owed {
+		args = append(args, 1, fmtFloat(-v))
+	}
+	_ = b.link.record(context.WithoutCancel(ctx), "settle", bkSettleScript, b.keys, b.args(now, args...), nil, nil)
+}
+
+// buckets returns the local buckets that made r's local reservation.
+func (r *reservation) buckets(b *buckets) fleet.LimitBuckets {
+	if r.owner != nil {
+		return r.owner
+	}
+	return b.local
+}
+
+// fallback returns the buckets that decide while Redis fails: with other
+// members in the store, this process's share (see newShare), kept until
+// Redis decides again; alone, or before Redis has ever answered, the
+// local twin, which has heard this process's traffic all along.
+func (b *buckets) fallback(ctx context.Context, now time.Time) fleet.LimitBuckets {
+	n := b.link.membersKnown()
+	if n <= 1 {
+		return b.local
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.share == nil {
+		b.share = b.newShare(ctx, now, float64(n))
+	}
+	return b.share
+}
+
+// newShare returns buckets in memory holding 1/n of the shared buckets as
+// last heard: each bucket's limit (rate and capacity) over n, and its
+// level over n, refilled at that rate since it was heard; a bucket never
+// heard from Redis takes the twin's limit and level instead, and the
+// twin's pauses hold. b.mu held.
+func (b *buckets) newShare(ctx context.Context, now time.Time, n float64) fleet.LimitBuckets {
+	twin, _ := b.local.State(ctx, now)
+	h := b.heard
+	var limits, levels fleet.RateAmounts
+	var named [3]bool
+	var until time.Time
+	for k := range limits {
+		limit, level, at := twin[k].Limit, twin[k].Remaining, now
+		if h.ok && h.limit[k] > 0 {
+			limit, level, at = h.limit[k], h.level[k], h.at
+		}
+		if limit <= 0 {
+			continue // unknown: admits everything, as the twin's does
+		}
+		limits[k] = limit / n
+		levels[k] = level / n
+		if now.After(at) {
+			levels[k] += limits[k] * now.Sub(at).Seconds() / 60
+		}
+		levels[k] = min(levels[k], limits[k])
+		if p := twin[k].PausedUntil; p.After(now) {
+			named[k] = true
+			if p.After(until) {
+				until = p
+			}
+		}
+	}
+	share, err := fleet.MemoryStore{}.LimitShare(limits, levels, now, b.batch)
+	if err != nil {
+		return b.local
+	}
+	if !until.IsZero() {
+		_ = share.Pause(ctx, now, named, until)
+	}
+	return share
+}
 
 // run runs script s at now with the common arguments and args.
 func (b *buckets) run(ctx context.Context, op string, s *redis.Script, now time.Time, args ...any) (any, error) {

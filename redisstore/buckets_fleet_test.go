@@ -352,7 +352,9 @@ func checkOneSlot(t *testing.T, addrs []string, name string, want ...string) {
 			if slot != tag {
 				t.Errorf("key %s: slot %d, want %d", k, slot, tag)
 			}
-			found = append(found, a+" "+k)
+			if k != redisstore.MembersKey(name) { // there once a store has sent a record
+				found = append(found, a+" "+k)
+			}
 		}
 	}
 	for _, w := range want {

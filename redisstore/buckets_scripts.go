@@ -221,7 +221,9 @@ end
 // ARGV[11] 1 for a batch request, ARGV[12..13] latest, ARGV[14..15] the
 // ticket's slot ("z": it has not joined the line). It returns {taken,
 // due (2), slot (2; 0, -1 for none), mark0, mark1, mark2, held0, held1,
-// held2}, held being what the request took: no more than a known limit.
+// held2, level0, level1, level2, limit0, limit1, limit2}, held being what
+// the request took (no more than a known limit), and the levels and limits
+// those the buckets hold after it: a fallback's share starts from them.
 // A batch request asking before its slot gives its place up and joins the
 // line again at its end.
 var bkReserveScript = redis.NewScript(bucketsPrelude + bkReserveBody + `
@@ -281,7 +283,8 @@ local function reply(taken, m1, m2, m3)
   local ds, dn = out(due)
   local ss, sn = 0, -1
   if slot > NONE then ss, sn = out(slot) end
-  local r = {taken, ds, dn, ss, sn, m1, m2, m3, fmt(held[1]), fmt(held[2]), fmt(held[3])}
+  local r = {taken, ds, dn, ss, sn, m1, m2, m3, fmt(held[1]), fmt(held[2]), fmt(held[3]),
+    fmt(B[1].level), fmt(B[2].level), fmt(B[3].level), fmt(B[1].limit), fmt(B[2].limit), fmt(B[3].limit)}
   for _, x in ipairs(extra) do r[#r + 1] = x end
   return r
 end

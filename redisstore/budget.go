@@ -48,8 +48,10 @@ type Options struct {
 	// FailClosed makes the budget (and a Store's throttle) refuse every
 	// retry while Redis fails. By default a local fleet.WindowBudget with
 	// the same parameters, which has heard this process's attempts all
-	// along, decides instead (and a local throttle). The breaker and the
-	// rate limiter always fall back on state kept in memory.
+	// along, decides instead, on this process's share of one budget split
+	// among the store's members (see [Budget]), and a local throttle. The
+	// breaker and the rate limiter always fall back on state kept in
+	// memory (the rate limiter on this process's share).
 	FailClosed bool
 	// Logger, when set, hears each switch between Redis and the fallback:
 	// one line per switch, not one per operation.
@@ -125,6 +127,19 @@ type Stats struct {
 // Leases).
 // While Redis fails, the budget decides as [Options.FailClosed] says and
 // returns the error as well. It is safe for concurrent use.
+//
+// A share in a fault. Failing open, the local budget decides as one of N
+// budgets that split one, N the store's members last heard
+// ([Store.Members]; 1 for a process alone, or one that never heard
+// Redis): a window's capacity is MinTokens / N + Ratio × this process's
+// own successes in it, its own units of the window (those Redis granted
+// it included) counted against it ([fleet.WindowBudget.TryAcquireShare]).
+// So a window the fault spans whole grants the fleet at most the sum of
+// each process's ⌊MinTokens / N + Ratio × s_i⌋, at most MinTokens + Ratio
+// × the fleet's successes: one budget. In a window the fault splits,
+// Redis's books, which hear nothing of the fault's successes and units,
+// grant what they hold before and after it, and each process its share in
+// it: at most twice the budget.
 //
 // It keeps the books of the newest window it has heard of, from every
 // script's reply: [Budget.KnownBalance] answers from them, without a round
@@ -299,7 +314,7 @@ func (b *Budget) fallback(now time.Time, err error) (bool, error) {
 	if b.link.failClosed {
 		return false, err
 	}
-	return b.local.TryAcquire(now), err
+	return b.local.TryAcquireShare(now, b.link.membersKnown()), err
 }
 
 // Available implements [fleet.Budget]: the units left in the fleet's
@@ -312,7 +327,7 @@ func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) 
 		if b.link.failClosed {
 			return 0, err
 		}
-		return b.local.Balance(now), err
+		return b.local.BalanceShare(now, b.link.membersKnown()), err
 	}
 	return b.balance(r) + float64(b.leased(r.window)), nil
 }
@@ -342,7 +357,7 @@ func (b *Budget) KnownBalance(now time.Time) float64 {
 		if b.link.failClosed {
 			return 0
 		}
-		return b.local.Balance(now)
+		return b.local.BalanceShare(now, b.link.membersKnown())
 	}
 	id := windowNumber(now, b.window)
 	b.mu.Lock()

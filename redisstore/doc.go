@@ -213,12 +213,35 @@
 // operation but the probes then decides so:
 //
 //   - by default, a local fleet.WindowBudget with the same parameters
-//     decides. It has heard this process's successes, and the units it took,
-//     all along, so a fallback in the middle of a window starts from what
-//     this process earned and spent in it. In a long outage each process
-//     then grants up to MinTokens + Ratio × its own successes per window:
-//     a fleet of N processes up to N × MinTokens + Ratio × all successes.
+//     decides, as this process's share of one budget (below). It has heard
+//     this process's successes, and the units it took, all along, so a
+//     fallback in the middle of a window starts from what this process
+//     earned and spent in it. In a long outage each process then grants up
+//     to MinTokens / N + Ratio × its own successes per window: the fleet at
+//     most MinTokens + Ratio × all successes, one budget.
 //   - with [Options.FailClosed], every retry is refused (Available is 0).
+//
+// # A share in a fault
+//
+// Each Store counts the processes that share its Name: a sorted set,
+// [MembersKey], where each store (a random ID) refreshes itself with
+// Redis's time at most every [MemberFor]/40, as a record in a batch its
+// traffic sends anyway, and from which members not refreshed within
+// [MemberFor] are trimmed; the reply's count is kept ([Store.Members], 1
+// until Redis has answered). While Redis fails, each process limits itself
+// to its share of the last count N: the budget decides as one of N
+// budgets (MinTokens / N + Ratio × its own successes, see [Budget]), and
+// the rate limiter's buckets in memory hold 1/N of each bucket's limit and
+// level as Redis last told them (see [Store.LimitBuckets]); what they
+// admitted is charged to the shared buckets once Redis answers, and Redis
+// decides again for every process, each taking its full part. A fleet
+// whose processes all count the same N then stays, in a fault of any
+// length, within one budget per window and what the shared buckets would
+// have admitted; a process that counts fewer members (one whose last
+// refresh came before others joined, or one that has never heard Redis:
+// N = 1) takes more, its bound 1/N_i of the limits. The breaker, the throttle,
+// the tenants' shares and spend decide on this process's state alone (the
+// fleet guide, docs/guide/fleet.md, states each part's bound).
 //
 // The store is the one layer that handles Redis's failures: give it a
 // client with retries off (MaxRetries: -1, where go-redis's default is 3).

@@ -56,8 +56,18 @@ func ScriptOps(args []any) (ops []string, record bool) {
 		return []string{"ratelimit:state"}, false
 	case shTakeScript.Hash():
 		return []string{"share:take"}, false
+	case membersScript.Hash():
+		return []string{"store:members"}, true
 	case shSettleScript.Hash():
 		return []string{"share:settle"}, true
 	}
 	return []string{"unknown"}, false
 }
+
+// JoinNow lets s refresh its membership with its next operation, without
+// waiting for the refresh's interval.
+func JoinNow(s *Store) { s.link.nextJoin.Store(0) }
+
+// BudgetMembers returns the members b's store last heard of: the share b
+// decides on while Redis fails.
+func BudgetMembers(b *Budget) int { return b.link.membersKnown() }

@@ -44,6 +44,12 @@ type link struct {
 	nextProbe atomic.Int64 // when the next probe may start
 	answered  atomic.Int64 // when Redis last answered within the timeout
 
+	// Membership (see members.go): this store's ID, the count last heard,
+	// and when the next refresh may go.
+	member   string
+	members  atomic.Int64
+	nextJoin atomic.Int64
+
 	mu    sync.Mutex // orders the switches and their log lines
 	since time.Time  // when the current fallback began
 	cause error      // the failure that began it
@@ -109,6 +115,7 @@ func newLink(client redis.UniversalClient, o Options, subject, attr string) *lin
 		failClosed: o.FailClosed,
 		log:        o.Logger,
 		start:      time.Now(),
+		member:     newMemberID(),
 	}
 }
 
@@ -148,6 +155,10 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 	if !l.sending && len(l.queue) == 0 {
 		l.qmu.Unlock()
 		return l.roundTrip(ctx, call, op, s, keys, args, false)
+	}
+	if join := l.joinLocked(); join != nil {
+		// The membership's refresh goes in the batch the decision joins.
+		l.queue = append(l.queue, join)
 	}
 	q := &queued{op: op, s: s, keys: keys, args: args, note: call, reply: make(chan reply, 1)}
 	l.queue = append(l.queue, q)
@@ -218,6 +229,9 @@ func (l *link) enqueue(ctx context.Context, q *queued) error {
 		l.qmu.Unlock()
 		l.dropped.Add(1)
 		return fmt.Errorf("redisstore: %s on %q: the queue holds %d records already: dropped", op, l.name, QueueLimit)
+	}
+	if join := l.joinLocked(); join != nil {
+		l.queue = append(l.queue, join)
 	}
 	l.queue = append(l.queue, q)
 	l.records++

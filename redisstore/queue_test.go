@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,19 +16,20 @@ import (
 	"github.com/damper-ai/damper-go/redisstore"
 )
 
-// startHook tells of each pipeline of scripts as it starts, and holds it
-// until release is closed.
+// startHook tells of each pipeline of scripts as it starts, once armed,
+// and holds it until release is closed.
 type startHook struct {
 	started chan struct{}
 	release chan struct{}
+	armed   atomic.Bool
 }
 
 func (h *startHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (h *startHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *startHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if n := cmds[0].Name(); n != "evalsha" && n != "eval" {
-			return next(ctx, cmds) // a connection's handshake
+		if n := cmds[0].Name(); n != "evalsha" && n != "eval" || !h.armed.Load() {
+			return next(ctx, cmds) // a connection's handshake, or not armed yet
 		}
 		select {
 		case h.started <- struct{}{}:
@@ -53,6 +55,7 @@ func TestQueueDropsWhenFull(t *testing.T) {
 	ctx := context.Background()
 	_, err = b.Available(ctx, base) // loads the script
 	mustNil(t, err)
+	hook.armed.Store(true)
 
 	mustNil(t, b.Observe(ctx, base, success))
 	select {

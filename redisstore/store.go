@@ -109,6 +109,17 @@ func (s *Store) Flush(ctx context.Context) error {
 // be reached and decide in memory at once.
 func (s *Store) Probe(ctx context.Context) error { return s.link.probe(ctx) }
 
+// Members implements [fleet.MemberCounter]: how many processes share the
+// store's Name, as last heard from Redis, at least 1 (1 until Redis has
+// answered). Each store refreshes its membership in [MembersKey] with its
+// traffic: a record of its own at most every [MemberFor]/40, in a batch of
+// its queue, which carries its attempts' records (or a decision joining
+// it) anyway, so no call waits for it; a store not heard from for
+// [MemberFor] leaves the count. While Redis fails the count is the last one heard, and each
+// part limits this process to its share of the fleet's (see the package
+// documentation, "A share in a fault").
+func (s *Store) Members() int { return s.link.membersKnown() }
+
 // State returns where the store's decisions come from now.
 func (s *Store) State() State { return s.link.state() }
 
@@ -123,4 +134,5 @@ var (
 	_ fleet.LimitStore    = (*Store)(nil)
 	_ fleet.SpendStore    = (*Store)(nil)
 	_ fleet.CallContexter = (*Store)(nil)
+	_ fleet.MemberCounter = (*Store)(nil)
 )

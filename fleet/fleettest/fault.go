@@ -46,8 +46,37 @@ func (e *env) startFault(t *testing.T) (restore func()) {
 	return restore
 }
 
-// faultBudget: each store grants at most MinTokens + Ratio × its own
-// successes (none failing closed).
+// members has each store of a fleet that counts its members
+// ([fleet.MemberCounter]) record, by record, until it counts the whole
+// fleet, or 5 s pass, and returns each store's count (1 for a store that
+// does not count). A store may refresh its count at intervals of its own:
+// the stores' own counts are the bounds checked.
+func (e *env) members(t *testing.T, stores []fleet.Store, record func(i int)) []int {
+	t.Helper()
+	counts := make([]int, len(stores))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		done := true
+		for i, s := range stores {
+			counts[i] = 1
+			if m, ok := s.(fleet.MemberCounter); ok {
+				if counts[i] = m.Members(); counts[i] < len(stores) {
+					done = false
+					record(i)
+				}
+			}
+		}
+		flush(t, stores...)
+		if done || time.Now().After(deadline) {
+			return counts
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// faultBudget: each store grants at most MinTokens / N + Ratio × its own
+// successes (none failing closed), N the members it counts (1 for a store
+// that does not count them): a fleet that counts itself whole, one budget.
 func (e *env) faultBudget(t *testing.T) {
 	const minTokens, successes, asks = 2, 4, 10
 	stores := e.stores(t, fleetSize)
@@ -55,8 +84,12 @@ func (e *env) faultBudget(t *testing.T) {
 	for i, s := range stores {
 		bs[i] = newBudget(t, s, fleet.BudgetSettings{Ratio: 0.5, Window: time.Minute, MinTokens: minTokens})
 	}
-	e.startFault(t)
 	ctx := context.Background()
+	// The window before Base's: its records count the members.
+	members := e.members(t, stores, func(i int) {
+		_ = bs[i].Observe(ctx, Base.Add(-time.Minute), fleet.AttemptOutcome{First: true, Success: true})
+	})
+	e.startFault(t)
 	grants := make([]atomic.Int64, len(stores))
 	parallel(len(stores), func(i int) {
 		for range successes {
@@ -77,13 +110,13 @@ func (e *env) faultBudget(t *testing.T) {
 			}
 		})
 	})
-	bound := int64(minTokens + successes/2)
-	if e.o.FailClosed {
-		bound = 0
-	}
 	for i := range grants {
+		bound := int64(float64(minTokens)/float64(members[i]) + 0.5*successes + 1e-9)
+		if e.o.FailClosed {
+			bound = 0
+		}
 		if g := grants[i].Load(); g > bound {
-			t.Errorf("store %d granted %d retries in a fault, more than its own MinTokens + Ratio × successes = %d", i, g, bound)
+			t.Errorf("store %d granted %d retries in a fault, more than its share, MinTokens / %d members + Ratio × its successes = %d", i, g, members[i], bound)
 		}
 	}
 }
@@ -133,16 +166,24 @@ func (e *env) faultThrottle(t *testing.T) {
 	}
 }
 
-// faultLimits: each store admits at most the bucket's limit at one
-// instant, a fleet of N at most N times it.
+// faultLimits: each store admits at one instant at most its share of the
+// bucket's limit, the limit over the members N it counts (1 for a store
+// that does not count them): a fleet that counts itself whole, the limit.
 func (e *env) faultLimits(t *testing.T) {
 	stores := e.stores(t, fleetSize)
 	bs := make([]fleet.LimitBuckets, len(stores))
 	for i, s := range stores {
 		bs[i] = newBuckets(t, s, limitValues)
 	}
-	e.startFault(t)
 	ctx := context.Background()
+	// A call taken and given back whole: a record that leaves the buckets
+	// full.
+	members := e.members(t, stores, func(i int) {
+		if r, _, _ := bs[i].Reserve(ctx, Base, oneCall, fleet.Interactive, Base, nil); r != nil && r.Taken() {
+			_ = bs[i].Settle(ctx, Base, r, fleet.RateAmounts{}, [3]bool{true, true, true})
+		}
+	})
+	e.startFault(t)
 	taken := make([]atomic.Int64, len(stores))
 	parallel(len(stores)*4, func(i int) {
 		k := i % len(stores)
@@ -162,8 +203,8 @@ func (e *env) faultLimits(t *testing.T) {
 		}
 	})
 	for k := range taken {
-		if n := taken[k].Load(); n > 60 {
-			t.Errorf("store %d admitted %d calls at one instant in a fault, more than the limit, 60", k, n)
+		if n, bound := taken[k].Load(), int64(60/float64(members[k])+1e-9); n > bound {
+			t.Errorf("store %d admitted %d calls at one instant in a fault, more than its share, the limit 60 over its %d members = %d", k, n, members[k], bound)
 		}
 	}
 	e.timed(t, "LimitBuckets.State", func() { _, _ = bs[0].State(ctx, Base) })

@@ -74,13 +74,16 @@
 //     exactly under concurrent adds across the fleet; each tenant's count
 //     apart; a bad amount refused naming it.
 //   - In a fault ([Options.Fault]): every method of every part returns
-//     within [Options.MaxWait] and still decides; the budget grants no
-//     more than each store's own MinTokens + Ratio × its successes (none
-//     with [Options.FailClosed]); a new throttle counts its own store's
-//     Adds (0 with FailClosed: no retry); each store's buckets admit at
-//     most the limit at one instant (a fleet of N at most N times it); a
-//     breaker still admits, and opens on the failures its store sees; a
-//     new tenant takes its share; a spend still answers.
+//     within [Options.MaxWait] and still decides; each store keeps to its
+//     share, N being the members it counts ([fleet.MemberCounter], once
+//     its records have had up to 5 s to count the fleet; 1 for a store
+//     that does not count them): the budget grants no more than
+//     MinTokens / N + Ratio × the store's own successes (none with
+//     [Options.FailClosed]), and its buckets admit at most the limit / N
+//     at one instant; a new throttle counts its own store's Adds (0 with
+//     FailClosed: no retry); a breaker still admits, and opens on the
+//     failures its store sees; a new tenant takes its share; a spend
+//     still answers.
 package fleettest
 
 import (
@@ -113,7 +116,8 @@ type Options struct {
 	// at the latest. Without it the fault checks are skipped.
 	Fault func(t *testing.T) (restore func())
 	// FailClosed is whether the budget refuses every retry during a
-	// fault; by default each store's budget decides from its own books.
+	// fault; by default each store's budget decides from its own books,
+	// on its share when the store counts its members.
 	FailClosed bool
 	// MaxWait bounds the real time any method may take during a fault:
 	// the store's own timeout, with room for a decision queued behind a

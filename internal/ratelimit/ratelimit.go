@@ -177,6 +177,19 @@ func New(s Settings) *Group {
 	return g
 }
 
+// SetLevels sets each known bucket's level to levels' (no more than its
+// limit, possibly below 0) as of at: a group made to carry on from levels
+// known elsewhere.
+func (g *Group) SetLevels(at time.Time, levels Amounts) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.b {
+		if b := &g.b[k]; b.limit > 0 {
+			b.level, b.at = min(levels[k], b.limit), at
+		}
+	}
+}
+
 // advance refills the bucket up to now.
 func (b *bucket) advance(now time.Time) {
 	if !now.After(b.at) {

@@ -1,0 +1,226 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/redistest"
+	"github.com/damper-ai/damper-go/redisstore"
+)
+
+// faultKind is one way Redis fails a fleet: start begins it, end (nil for
+// none) ends it; the fleet then waits until every store is shared again.
+type faultKind struct {
+	name       string
+	length     time.Duration // of the fault, on the virtual clock
+	start, end func(t *testing.T, f *faultFleet)
+	atStart    bool // Redis is down before any store has heard it
+}
+
+func adminDo(t *testing.T, f *faultFleet, args ...any) {
+	t.Helper()
+	if err := newClient1(t, f.srv.Addr).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+}
+
+var faultKinds = []faultKind{
+	{name: "SIGSTOP 3 s", length: 3 * time.Second,
+		start: func(_ *testing.T, f *faultFleet) { f.srv.Pause() }, end: func(_ *testing.T, f *faultFleet) { f.srv.Resume() }},
+	{name: "SIGSTOP 30 s", length: 30 * time.Second,
+		start: func(_ *testing.T, f *faultFleet) { f.srv.Pause() }, end: func(_ *testing.T, f *faultFleet) { f.srv.Resume() }},
+	{name: "kill 3 s, restart empty", length: 3 * time.Second,
+		start: func(_ *testing.T, f *faultFleet) { f.srv.Kill() }, end: func(_ *testing.T, f *faultFleet) { f.srv.Restart() }},
+	{name: "kill 30 s, restart empty", length: 30 * time.Second,
+		start: func(_ *testing.T, f *faultFleet) { f.srv.Kill() }, end: func(_ *testing.T, f *faultFleet) { f.srv.Restart() }},
+	{name: "CLIENT PAUSE 3 s", length: 3 * time.Second,
+		start: func(t *testing.T, f *faultFleet) { adminDo(t, f, "client", "pause", 120000, "write") },
+		end:   func(t *testing.T, f *faultFleet) { adminDo(t, f, "client", "unpause") }},
+	{name: "OOM 3 s", length: 3 * time.Second,
+		start: func(t *testing.T, f *faultFleet) {
+			adminDo(t, f, "config", "set", "maxmemory-policy", "noeviction")
+			adminDo(t, f, "config", "set", "maxmemory", 1)
+		},
+		end: func(t *testing.T, f *faultFleet) { adminDo(t, f, "config", "set", "maxmemory", 0) }},
+	{name: "FLUSHALL", start: func(t *testing.T, f *faultFleet) { adminDo(t, f, "flushall") }},
+	{name: "restart empty", start: func(_ *testing.T, f *faultFleet) { f.srv.Kill(); f.srv.Restart() }},
+	{name: "down at start 3 s", length: 3 * time.Second, atStart: true,
+		start: func(_ *testing.T, f *faultFleet) { f.srv.Kill() }, end: func(_ *testing.T, f *faultFleet) { f.srv.Restart() }},
+}
+
+// waitShared waits until every store decides in Redis again.
+func (f *faultFleet) waitShared(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range f.stores {
+		for s.State() != redisstore.StateShared {
+			if time.Now().After(deadline) {
+				t.Fatalf("not shared again 30 s after the fault ended: %+v", s.Stats())
+			}
+			_ = s.Probe(ctx)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// TestFaultTableMeasured measures, for each kind of fault, what a fleet of
+// three processes admits on requests_per_minute: 60 (a request asked by
+// each every 100 ms of a virtual clock, the bucket drained first, over the
+// fault and 12 s after it, from 5 s before it) and grants of a retry budget
+// of MinTokens 12, Ratio 0.5 (each process counting 2, 4 and 6 successes
+// and asking 20 retries in the fault's window, then 20 more once Redis is
+// back, in the same window), beside the fleet guide's
+// bounds. The numbers are in docs/RELIABILITY.md.
+//
+//	DAMPER_MEASURE=1 DAMPER_REQUIRE_REDIS=1 go test -run TestFaultTableMeasured -v ./redisstore
+func TestFaultTableMeasured(t *testing.T) {
+	if os.Getenv("DAMPER_MEASURE") == "" {
+		t.Skip("set DAMPER_MEASURE=1 to run: it drives every kind of fault on a real redis-server")
+	}
+	var rows []string
+	for _, k := range faultKinds {
+		t.Run(k.name, func(t *testing.T) {
+			lim, limBound := measureLimiter(t, k)
+			bud := measureBudget(t, k)
+			budBound := "36: 18 in the fault, Redis's books before and after"
+			switch {
+			case k.atStart:
+				budBound = "60: 13 + 14 + 15 (N = 1 each) in the fault, 18 after"
+			case k.length == 0:
+				budBound = "36: 18 before, 18 after the state is lost"
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %d | %s |", k.name, lim, limBound, bud, budBound))
+		})
+	}
+	t.Logf("\n| fault | limiter admitted | limiter bound | budget granted | budget bound |\n|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+}
+
+func measureLimiter(t *testing.T, k faultKind) (int, string) {
+	const n, step = 3, 100 * time.Millisecond
+	before, after := 5*time.Second, 12*time.Second
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-limit", n, redisstore.Options{})
+	settings := fleet.LimitSettings{Group: "claude-sonnet-4", Limits: fleet.RateLimits{RequestsPerMinute: 60}, BatchShare: 1}
+	bs := make([]fleet.LimitBuckets, n)
+	for i, s := range f.stores {
+		bs[i] = newBuckets(t, s, settings)
+	}
+	ctx := context.Background()
+	one := fleet.RateAmounts{1, 0, 0}
+	take := func(b fleet.LimitBuckets, now time.Time) bool {
+		r, _, _ := b.Reserve(ctx, now, one, fleet.Interactive, now, nil)
+		if !r.Taken() {
+			return false
+		}
+		_ = b.Settle(ctx, now, r, one, [3]bool{true, true, true})
+		return true
+	}
+	window := before + k.length + after
+	if k.atStart {
+		k.start(t, f)
+		before = 0
+	} else {
+		for i := 0; take(bs[i%n], base); i++ {
+		}
+		notes := make([]fleet.Budget, n)
+		for i, s := range f.stores {
+			var err error
+			notes[i], err = s.Budget(fleet.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 1, Tenant: "notes"})
+			mustNil(t, err)
+		}
+		f.join(t, func(i int) { mustNil(t, notes[i].Observe(ctx, base, success)) })
+	}
+	total := 0
+	for at := step; at <= window; at += step {
+		now := base.Add(at)
+		if at == before && !k.atStart {
+			k.start(t, f)
+		}
+		if at == before+k.length {
+			if k.end != nil {
+				k.end(t, f)
+			}
+			f.waitShared(t)
+		}
+		for _, b := range bs {
+			if take(b, now) {
+				total++
+			}
+		}
+	}
+	refill := int(window / time.Second)
+	bound := fmt.Sprintf("%d", refill)
+	switch {
+	case k.atStart:
+		bound = fmt.Sprintf("%d × (60 + %d) = %d", n, int(k.length/time.Second), n*(60+int(k.length/time.Second)))
+	case k.length == 0 || strings.HasPrefix(k.name, "kill"):
+		bound = fmt.Sprintf("%d + 60 (state lost: a full bucket) = %d", refill, refill+60)
+	}
+	t.Logf("limiter: %d admitted over %v; bound %s", total, window, bound)
+	return total, bound
+}
+
+func measureBudget(t *testing.T, k faultKind) int {
+	const n = 3
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-budget", n, redisstore.Options{})
+	ctx := context.Background()
+	bs := make([]fleet.Budget, n)
+	for i, s := range f.stores {
+		var err error
+		bs[i], err = s.Budget(fleet.BudgetSettings{Ratio: 0.5, Window: time.Minute, MinTokens: 12})
+		mustNil(t, err)
+	}
+	if k.atStart {
+		k.start(t, f)
+	} else {
+		f.join(t, func(i int) { mustNil(t, bs[i].Observe(ctx, base.Add(-time.Minute), success)) })
+	}
+	granted := 0
+	ask := func() {
+		for _, b := range bs {
+			for range 20 {
+				if ok, _ := b.Acquire(ctx, base); ok {
+					granted++
+				}
+			}
+		}
+	}
+	observe := func() {
+		for i, b := range bs {
+			for range 2 * (i + 1) {
+				_ = b.Observe(ctx, base, success)
+			}
+		}
+	}
+	if k.length == 0 {
+		observe()
+		// State lost: the window's budget spent, then lost, then asked again.
+		for _, s := range f.stores {
+			mustNil(t, s.Flush(ctx))
+		}
+		ask()
+		k.start(t, f)
+		f.waitShared(t)
+		ask()
+	} else {
+		if !k.atStart {
+			k.start(t, f)
+		}
+		observe() // counted locally only
+		ask()
+		if k.end != nil {
+			k.end(t, f)
+		}
+		f.waitShared(t)
+		ask() // the same window, Redis back
+	}
+	t.Logf("budget: %d granted in the window (one budget: 12 + 0.5 × 12 = 18; twice: 36)", granted)
+	return granted
+}
