@@ -24,6 +24,13 @@
 // memory. A second table gives the calls per second one Redis core would
 // serve at that CPU per call, the clients' CPU per call, and the latencies
 // the differences come from.
+//
+// With -cluster each row is measured again on a Redis Cluster of three
+// masters (no replicas) that the command starts too, the row's processes
+// split over three store Names whose keys land one on each master, through
+// a go-redis ClusterClient; the report then has the same tables for one
+// Redis and for the cluster. Every go-redis client has MaxRetries -1, as
+// redisstore asks: the store's own fallback is the one retry layer.
 package main
 
 import (
@@ -58,6 +65,7 @@ type config struct {
 	Warmup       time.Duration // unmeasured calls before each phase
 	StoreTimeout time.Duration // redisstore.Options.Timeout
 	RedisServer  string        // path of redis-server; "" looks it up on the PATH
+	Cluster      bool          // also measure each row on a Redis Cluster
 }
 
 // quick is the -quick run: two small rows, for a test.
@@ -79,6 +87,7 @@ func parseFlags(args []string) (config, error) {
 	warm := fs.Duration("warmup", 500*time.Millisecond, "unmeasured calls before each phase")
 	timeout := fs.Duration("store-timeout", time.Second, "redisstore.Options.Timeout: generous, so that a loaded Redis is waited for, not left for the fallback")
 	server := fs.String("redis-server", "", "path of redis-server (default: found on the PATH)")
+	cluster := fs.Bool("cluster", false, "also measure each row on a Redis Cluster of 3 masters that the command starts, the processes split over 3 store Names, one on each master")
 	q := fs.Bool("quick", false, "a short run: 1 and 2 processes of 4 goroutines, 1 s phases")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -114,6 +123,7 @@ func parseFlags(args []string) (config, error) {
 		cfg.StoreTimeout = *timeout
 	}
 	cfg.RedisServer = *server
+	cfg.Cluster = *cluster
 	return cfg, cfg.validate()
 }
 

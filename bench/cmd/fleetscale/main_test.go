@@ -33,11 +33,12 @@ func needRedis(t *testing.T) {
 	}
 }
 
-// TestQuickRun runs the -quick measurement, 1 and 2 client processes on a
-// real redis-server, and checks the table it prints and the figures.
+// TestQuickRun runs the -quick -cluster measurement, 1 and 2 client
+// processes on a real redis-server and on a three-master Redis Cluster, and
+// checks the tables it prints and the figures.
 func TestQuickRun(t *testing.T) {
 	needRedis(t)
-	cfg, err := parseFlags([]string{"-quick"})
+	cfg, err := parseFlags([]string{"-quick", "-cluster"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +49,22 @@ func TestQuickRun(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 
-	if got := len(rows); got != 2 {
-		t.Fatalf("%d rows, want 2 (1 and 2 processes)", got)
+	if got := len(rows); got != 4 {
+		t.Fatalf("%d rows, want 4 (1 and 2 processes on one Redis, then on the cluster)", got)
 	}
 	for i, r := range rows {
-		if r.Procs != i+1 {
-			t.Errorf("row %d is of %d processes, want %d", i, r.Procs, i+1)
+		if r.Procs != i%2+1 || r.Cluster != (i >= 2) {
+			t.Errorf("row %d is of %d processes, cluster %v; want %d, %v", i, r.Procs, r.Cluster, i%2+1, i >= 2)
+		}
+		// On the cluster each process has a store Name of its own (up to
+		// three), each on a master of its own; on one Redis, one Name.
+		wantNames := 1
+		if r.Cluster {
+			wantNames = r.Procs
+		}
+		if r.Names != wantNames || r.Masters != wantNames {
+			t.Errorf("row %d (%d processes, cluster %v): %d store Names on %d nodes, want %d on %d",
+				i, r.Procs, r.Cluster, r.Names, r.Masters, wantNames, wantNames)
 		}
 		if r.CallsPerSec <= 0 || r.MemCallsPerSec <= 0 {
 			t.Errorf("%d processes: %.0f calls/s in Redis, %.0f in memory; want more than 0", r.Procs, r.CallsPerSec, r.MemCallsPerSec)
@@ -78,12 +89,15 @@ func TestQuickRun(t *testing.T) {
 	// The table has a row per fleet size, whose calls/s and CPU per call
 	// are the figures above.
 	const header = "| processes | calls/s | Redis CPU per call (µs) | Redis commands per call |"
-	_, table, ok := strings.Cut(out.String(), header)
-	if !ok {
-		t.Fatalf("the report has no table beginning %q:\n%s", header, out.String())
+	tables := strings.Split(out.String(), header)[1:]
+	if len(tables) != 2 {
+		t.Fatalf("the report has %d tables beginning %q, want 2 (one Redis, the cluster):\n%s", len(tables), header, out.String())
 	}
-	table, _, _ = strings.Cut(table, "\n\n")
-	lines := strings.Split(table, "\n")[2:] // the header's end, the separator
+	var lines []string
+	for _, table := range tables {
+		table, _, _ = strings.Cut(table, "\n\n")
+		lines = append(lines, strings.Split(table, "\n")[2:]...) // the header's end, the separator
+	}
 	var procs []int
 	for _, line := range lines {
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
@@ -102,10 +116,10 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("table row %q: calls/s %q and CPU per call %q, want numbers above 0", line, cells[1], cells[2])
 		}
 	}
-	if !slices.Equal(procs, []int{1, 2}) {
-		t.Errorf("the table has rows for %v processes, want [1 2]:\n%s", procs, out.String())
+	if !slices.Equal(procs, []int{1, 2, 1, 2}) {
+		t.Errorf("the tables have rows for %v processes, want [1 2 1 2]:\n%s", procs, out.String())
 	}
-	for _, want := range []string{"Machine: ", "redis-server ", "Code: "} {
+	for _, want := range []string{"Machine: ", "redis-server ", "Code: ", "Redis Cluster of 3 masters", "- 2 processes on 2 store Names, 2 masters: EVALSHA"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report has no %q:\n%s", want, out.String())
 		}
@@ -117,14 +131,14 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.Procs, []int{1, 2, 4, 8}) || cfg.Concurrency != 8 || cfg.Duration != 5*time.Second || cfg.Warmup != 500*time.Millisecond {
+	if !slices.Equal(cfg.Procs, []int{1, 2, 4, 8}) || cfg.Concurrency != 8 || cfg.Duration != 5*time.Second || cfg.Warmup != 500*time.Millisecond || cfg.Cluster {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	cfg, err = parseFlags([]string{"-quick", "-procs", "3", "-duration", "2s"})
+	cfg, err = parseFlags([]string{"-quick", "-procs", "3", "-duration", "2s", "-cluster"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.Procs, []int{3}) || cfg.Duration != 2*time.Second || cfg.Concurrency != quick.Concurrency || cfg.Warmup != quick.Warmup {
+	if !slices.Equal(cfg.Procs, []int{3}) || cfg.Duration != 2*time.Second || cfg.Concurrency != quick.Concurrency || cfg.Warmup != quick.Warmup || !cfg.Cluster {
 		t.Errorf("-quick -procs 3 -duration 2s: %+v", cfg)
 	}
 	for _, c := range []struct {

@@ -25,26 +25,24 @@ type server struct {
 
 // startRedis starts the server at bin ("" finds redis-server on the PATH)
 // and waits until it answers PING.
-func startRedis(bin string) (*server, error) {
+func startRedis(bin string, extra ...string) (*server, error) {
 	if bin == "" {
 		var err error
 		if bin, err = exec.LookPath("redis-server"); err != nil {
 			return nil, fmt.Errorf("redis-server not found on the PATH (%w): on Debian or Ubuntu, apt-get install redis-server, or give -redis-server", err)
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, port, err := freePort(len(extra) > 0)
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
 	dir, err := os.MkdirTemp("", "fleetscale-redis")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no")
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no"}, extra...)
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
@@ -154,4 +152,166 @@ func (s *server) version() string {
 		}
 	}
 	return "unknown"
+}
+
+// freePort finds a free loopback port, and with bus one whose cluster bus
+// port (10000 above it) is free too.
+func freePort(bus bool) (addr, port string, err error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", "", err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		addr := l.Addr().String()
+		if !bus {
+			l.Close()
+			return addr, strconv.Itoa(p), nil
+		}
+		if p+10000 <= 65535 {
+			if b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000)); err == nil {
+				b.Close()
+				l.Close()
+				return addr, strconv.Itoa(p), nil
+			}
+		}
+		l.Close()
+	}
+	return "", "", fmt.Errorf("no free loopback port with its cluster bus port free in 50 tries")
+}
+
+// target is what a row's fleet keeps its parts in: one redis-server, or
+// the masters of a Redis Cluster.
+type target struct {
+	Cluster bool
+	nodes   []*server
+}
+
+// startCluster starts a Redis Cluster of masters nodes, no replicas, each
+// serving an even share of the slots, and waits until every node says the
+// cluster is ok. It does what the root module's test helper
+// redistest.StartCluster does, which needs a testing.TB and cannot serve a
+// command.
+func startCluster(bin string, masters int) (*target, error) {
+	t := &target{Cluster: true}
+	for range masters {
+		s, err := startRedis(bin, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			t.stop()
+			return nil, err
+		}
+		t.nodes = append(t.nodes, s)
+	}
+	ctx := context.Background()
+	fail := func(err error) (*target, error) { t.stop(); return nil, err }
+	for i, n := range t.nodes {
+		if err := n.rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fail(fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", n.Addr, err))
+		}
+		if err := n.rdb.ClusterAddSlotsRange(ctx, i*16384/masters, (i+1)*16384/masters-1).Err(); err != nil {
+			return fail(fmt.Errorf("CLUSTER ADDSLOTS on %s: %w", n.Addr, err))
+		}
+	}
+	meet := func() error {
+		for i, from := range t.nodes {
+			for j, n := range t.nodes {
+				if i == j {
+					continue
+				}
+				host, port, _ := net.SplitHostPort(n.Addr)
+				if err := from.rdb.ClusterMeet(ctx, host, port).Err(); err != nil {
+					return fmt.Errorf("CLUSTER MEET %s from %s: %w", n.Addr, from.Addr, err)
+				}
+			}
+		}
+		return nil
+	}
+	if err := meet(); err != nil {
+		return fail(err)
+	}
+	lastMeet, deadline := time.Now(), time.Now().Add(30*time.Second)
+	for i := 0; i < masters; {
+		info, err := t.nodes[i].rdb.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") &&
+			strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)+"\r\n") {
+			i++
+			continue
+		}
+		if time.Since(lastMeet) > time.Second {
+			if err := meet(); err != nil {
+				return fail(err)
+			}
+			lastMeet = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("the cluster on %s is not ok after 30s: %v\n%s", t.nodes[i].Addr, err, info))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return t, nil
+}
+
+// names returns a store Name for each master, base-0, base-1, ..., the
+// first whose keys (their hash tag is the Name) land on that master.
+func (t *target) names(base string) ([]string, error) {
+	if !t.Cluster {
+		return []string{base}, nil
+	}
+	masters := len(t.nodes)
+	found := make([]string, masters)
+	left := masters
+	for k := 0; left > 0; k++ {
+		if k > 10000 {
+			return nil, fmt.Errorf("no store Name %s-k for every master in 10000 tries", base)
+		}
+		name := base + "-" + strconv.Itoa(k)
+		slot, err := t.nodes[0].rdb.ClusterKeySlot(context.Background(), "damper:{"+name+"}:budget").Result()
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER KEYSLOT: %w", err)
+		}
+		m := masters - 1
+		for m > 0 && int64(m*16384/masters) > slot {
+			m--
+		}
+		if found[m] == "" {
+			found[m] = name
+			left--
+		}
+	}
+	return found, nil
+}
+
+func (t *target) addrs() []string {
+	var a []string
+	for _, n := range t.nodes {
+		a = append(a, n.Addr)
+	}
+	return a
+}
+
+// label names the target in the report.
+func (t *target) label() string {
+	if t.Cluster {
+		return fmt.Sprintf("Redis Cluster, %d masters", len(t.nodes))
+	}
+	return "one Redis"
+}
+
+// sample reads each node's counters.
+func (t *target) sample() ([]counters, error) {
+	var cs []counters
+	for _, n := range t.nodes {
+		c, err := n.sample()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n.Addr, err)
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func (t *target) stop() {
+	for _, n := range t.nodes {
+		n.stop()
+	}
 }

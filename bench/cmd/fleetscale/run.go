@@ -20,6 +20,9 @@ import (
 // row is what one fleet size measured.
 type row struct {
 	Procs             int
+	Cluster           bool    // on the Redis Cluster, not on one Redis
+	Names             int     // store Names the row's processes were split over
+	Masters           int     // nodes that ran the row's commands
 	CallsPerSec       float64 // through the Damper with its parts in Redis
 	MemCallsPerSec    float64 // through the Damper with its parts in memory, paced at CallsPerSec
 	CPUPerCall        float64 // µs of Redis CPU per call
@@ -46,33 +49,64 @@ func run(cfg config, w, progress io.Writer) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	fmt.Fprintf(w, "Machine: %s; Go %s, %s/%s; redis-server %s (one process, on a loopback port).\n",
+	targets := []*target{{nodes: []*server{srv}}}
+	defer func() {
+		for _, t := range targets {
+			t.stop()
+		}
+	}()
+	if cfg.Cluster {
+		c, err := startCluster(cfg.RedisServer, clusterMasters)
+		if err != nil {
+			return nil, fmt.Errorf("Redis Cluster: %w", err)
+		}
+		targets = append(targets, c)
+	}
+	fmt.Fprintf(w, "Machine: %s; Go %s, %s/%s; redis-server %s (one process, on a loopback port",
 		cores(), runtime.Version(), runtime.GOOS, runtime.GOARCH, srv.version())
-	fmt.Fprintf(w, "Code: %s.\n", commit())
+	if cfg.Cluster {
+		fmt.Fprintf(w, "; and a Redis Cluster of %d masters, no replicas, each a process on a loopback port", clusterMasters)
+	}
+	fmt.Fprintf(w, ").\nCode: %s.\n", commit())
 	fmt.Fprintf(w, "Each row: that many client processes of %d goroutines each, plain calls in a closed loop; "+
 		"%v with the parts in Redis, then %v with them in memory at the rate Redis allowed, each after %v of warm-up; store timeout %v.\n\n",
 		cfg.Concurrency, cfg.Duration, cfg.Duration, cfg.Warmup, cfg.StoreTimeout)
 	var rows []row
-	for i, n := range cfg.Procs {
-		r, err := measure(cfg, srv, n, fmt.Sprintf("fleetscale-%d-%d", i, n))
-		if err != nil {
-			return rows, fmt.Errorf("%s: %w", processes(n), err)
+	for ti, t := range targets {
+		for i, n := range cfg.Procs {
+			r, err := measure(cfg, t, n, fmt.Sprintf("fleetscale-%d-%d-%d", ti, i, n))
+			if err != nil {
+				return rows, fmt.Errorf("%s, %s: %w", t.label(), processes(n), err)
+			}
+			rows = append(rows, r)
+			fmt.Fprintf(progress, "fleetscale: %s, %s: %.0f calls/s\n", t.label(), processes(n), r.CallsPerSec)
 		}
-		rows = append(rows, r)
-		fmt.Fprintf(progress, "fleetscale: %s: %.0f calls/s\n", processes(n), r.CallsPerSec)
 	}
 	writeTables(w, rows)
 	return rows, nil
 }
 
-// measure runs one row: n workers on one store Name.
-func measure(cfg config, srv *server, n int, name string) (row, error) {
-	spec, err := json.Marshal(job{Redis: srv.Addr, Name: name, Concurrency: cfg.Concurrency, StoreTimeout: cfg.StoreTimeout})
+// clusterMasters is the size of the -cluster run's Redis Cluster, and the
+// store Names its fleets are split over, one Name's keys on each master.
+const clusterMasters = 3
+
+// measure runs one row: n workers on one store Name on one Redis, or
+// split over the cluster's Names (worker i on Name i mod the masters).
+func measure(cfg config, tgt *target, n int, base string) (row, error) {
+	storeNames, err := tgt.names(base)
 	if err != nil {
 		return row{}, err
 	}
-	ws, err := startWorkers(n, string(spec))
+	var specs []string
+	for i := range n {
+		spec, err := json.Marshal(job{Redis: tgt.addrs(), Cluster: tgt.Cluster, Name: storeNames[i%len(storeNames)],
+			Concurrency: cfg.Concurrency, StoreTimeout: cfg.StoreTimeout})
+		if err != nil {
+			return row{}, err
+		}
+		specs = append(specs, string(spec))
+	}
+	ws, err := startWorkers(specs)
 	if err != nil {
 		return row{}, err
 	}
@@ -97,7 +131,7 @@ func measure(cfg config, srv *server, n int, name string) (row, error) {
 			return row{}, err
 		}
 	}
-	before, err := srv.sample()
+	before, err := tgt.sample()
 	if err != nil {
 		return row{}, err
 	}
@@ -107,7 +141,7 @@ func measure(cfg config, srv *server, n int, name string) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	after, err := srv.sample()
+	after, err := tgt.sample()
 	if err != nil {
 		return row{}, err
 	}
@@ -135,7 +169,7 @@ func measure(cfg config, srv *server, n int, name string) (row, error) {
 		}
 	}
 
-	r := row{Procs: n}
+	r := row{Procs: n, Cluster: tgt.Cluster, Names: min(n, len(storeNames))}
 	memLat, memPerSec, memCalls := merge(mem)
 	r.MemCallsPerSec = memPerSec
 	if err := failed(mem, "in memory"); err != nil {
@@ -148,7 +182,24 @@ func measure(cfg config, srv *server, n int, name string) (row, error) {
 		return row{}, fmt.Errorf("no call ended in %v with the parts in memory", cfg.Duration)
 	}
 	r.CallsPerSec = perSec
-	cpu, commands, usec := after.since(before)
+	// The nodes' counters summed: a cluster's CPU is its masters' together.
+	var cpu float64
+	var usec int64
+	commands := map[string]int64{}
+	for i := range after {
+		c, cmds, u := after[i].since(before[i])
+		cpu += c
+		usec += u
+		for name, k := range cmds {
+			commands[name] += k
+		}
+		for name := range cmds {
+			if strings.HasPrefix(name, "eval") {
+				r.Masters++ // a node that ran the stores' scripts
+				break
+			}
+		}
+	}
 	total := float64(calls)
 	r.CPUPerCall = cpu / total * 1e6
 	r.Busy = cpu / wall.Seconds()
@@ -252,14 +303,15 @@ type worker struct {
 	stderr  *syncbuf.Buffer
 }
 
-// startWorkers starts n copies of this executable as workers with job spec.
-func startWorkers(n int, spec string) ([]*worker, error) {
+// startWorkers starts a copy of this executable as a worker for each job
+// spec.
+func startWorkers(specs []string) ([]*worker, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	var ws []*worker
-	for i := range n {
+	for i, spec := range specs {
 		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), workerEnv+"="+spec)
 		w := &worker{cmd: cmd, results: make(chan result, 1), done: make(chan error, 1), stderr: &syncbuf.Buffer{}}
@@ -343,6 +395,29 @@ func (w *worker) kill() {
 // writeTables prints the rows as Markdown: the table of the ceiling, and
 // the latencies it is computed from.
 func writeTables(w io.Writer, rows []row) {
+	var one, cluster []row
+	for _, r := range rows {
+		if r.Cluster {
+			cluster = append(cluster, r)
+		} else {
+			one = append(one, r)
+		}
+	}
+	if len(cluster) == 0 {
+		writeTable(w, one)
+		return
+	}
+	fmt.Fprintln(w, "One Redis, one store Name per row:")
+	fmt.Fprintln(w)
+	writeTable(w, one)
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Redis Cluster of %d masters, each row's processes split over %d store Names, one on each master "+
+		"(Redis CPU and commands are the masters' together; a busy core above 100 %% is more than one master's):\n\n", clusterMasters, clusterMasters)
+	writeTable(w, cluster)
+}
+
+// writeTable prints one target's rows.
+func writeTable(w io.Writer, rows []row) {
 	fmt.Fprintln(w, "| processes | calls/s | Redis CPU per call (µs) | Redis commands per call | round trips per call | Redis core busy | p50 added | p99 added |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
@@ -363,7 +438,11 @@ func writeTables(w io.Writer, rows []row) {
 	fmt.Fprintln(w, "Commands Redis ran per call (INFO commandstats, the scripts' own included):")
 	fmt.Fprintln(w)
 	for _, r := range rows {
-		fmt.Fprintf(w, "- %s: %s\n", processes(r.Procs), r.Commands)
+		on := ""
+		if r.Cluster {
+			on = fmt.Sprintf(" on %s, %s", plural(r.Names, "store Name"), plural(r.Masters, "master"))
+		}
+		fmt.Fprintf(w, "- %s%s: %s\n", processes(r.Procs), on, r.Commands)
 	}
 }
 
@@ -372,6 +451,13 @@ func processes(n int) string {
 		return "1 process"
 	}
 	return strconv.Itoa(n) + " processes"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 func micros(d time.Duration) string { return thousands(float64(d.Microseconds())) + " µs" }

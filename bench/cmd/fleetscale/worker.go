@@ -29,8 +29,9 @@ const workerEnv = "DAMPER_FLEETSCALE_WORKER"
 
 // job is what a worker is started with.
 type job struct {
-	Redis        string        // address of the redis-server
-	Name         string        // the store's Name, the same in every process of a row
+	Redis        []string      // address of the redis-server, or of the cluster's masters
+	Cluster      bool          // Redis is a Redis Cluster
+	Name         string        // the store's Name: one for a row on one Redis, one of a few on a cluster
 	Concurrency  int           // goroutines making calls
 	StoreTimeout time.Duration // redisstore.Options.Timeout
 }
@@ -110,7 +111,16 @@ func work(spec string, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("bad job %q: %w", spec, err)
 	}
 	hook := &roundTrips{}
-	rdb := redis.NewClient(&redis.Options{Addr: j.Redis, ContextTimeoutEnabled: true})
+	// Retries off, as redisstore's documentation asks: a pipeline go-redis
+	// sent again after a cut reply would apply its records twice.
+	var rdb redis.UniversalClient
+	if j.Cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: j.Redis, ContextTimeoutEnabled: true, MaxRetries: -1})
+	} else if len(j.Redis) == 1 {
+		rdb = redis.NewClient(&redis.Options{Addr: j.Redis[0], ContextTimeoutEnabled: true, MaxRetries: -1})
+	} else {
+		return fmt.Errorf("bad job %q: %d addresses for one Redis", spec, len(j.Redis))
+	}
 	rdb.AddHook(hook)
 	defer rdb.Close()
 	store, err := redisstore.New(rdb, redisstore.Options{Name: j.Name, Timeout: j.StoreTimeout})
