@@ -231,8 +231,8 @@ func measureBudget(t *testing.T, k faultKind) int {
 
 // faultSteps drives a fleet through fault k on a virtual clock, a step
 // every 100 ms from 5 s before the fault (none for one at start) to 12 s
-// after it; step runs each step, with inFault true from the fault's start
-// on.
+// after it; step runs each step, with inFault true for the steps after
+// the fault's start (the fault's length and 12 s).
 func faultSteps(t *testing.T, k faultKind, f *faultFleet, before time.Duration, step func(now time.Time, inFault bool)) {
 	const every = 100 * time.Millisecond
 	after := 12 * time.Second
@@ -251,7 +251,7 @@ func faultSteps(t *testing.T, k faultKind, f *faultFleet, before time.Duration, 
 			}
 			f.waitShared(t)
 		}
-		step(base.Add(at), k.atStart || at >= before)
+		step(base.Add(at), k.atStart || at > before)
 	}
 }
 
