@@ -70,7 +70,9 @@ func (f *faultFleet) waitShared(t *testing.T) {
 }
 
 // TestFaultTableMeasured measures, for each kind of fault, what a fleet of
-// three processes admits on requests_per_minute: 60 (a request asked by
+// three processes admits through the breaker and the retry throttle (see
+// measureBreaker, measureThrottle), and what it
+// admits on requests_per_minute: 60 (a request asked by
 // each every 100 ms of a virtual clock, the bucket drained first, over the
 // fault and 12 s after it, from 5 s before it) and grants of a retry budget
 // of MinTokens 12, Ratio 0.5 (each process counting 2, 4 and 6 successes
@@ -95,10 +97,12 @@ func TestFaultTableMeasured(t *testing.T) {
 			case k.length == 0:
 				budBound = "36: 18 before, 18 after the state is lost"
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %d | %s |", k.name, lim, limBound, bud, budBound))
+			brk, brkBound := measureBreaker(t, k)
+			thr, thrBound := measureThrottle(t, k)
+			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %d | %s | %d | %s | %d | %s |", k.name, lim, limBound, bud, budBound, brk, brkBound, thr, thrBound))
 		})
 	}
-	t.Logf("\n| fault | limiter admitted | limiter bound | budget granted | budget bound |\n|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+	t.Logf("\n| fault | limiter admitted | limiter bound | budget granted | budget bound | breaker admitted | breaker bound | throttle retries | throttle bound |\n|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
 }
 
 func measureLimiter(t *testing.T, k faultKind) (int, string) {
@@ -223,4 +227,178 @@ func measureBudget(t *testing.T, k faultKind) int {
 	}
 	t.Logf("budget: %d granted in the window (one budget: 12 + 0.5 × 12 = 18; twice: 36)", granted)
 	return granted
+}
+
+// faultSteps drives a fleet through fault k on a virtual clock, a step
+// every 100 ms from 5 s before the fault (none for one at start) to 12 s
+// after it; step runs each step, with inFault true for the steps after
+// the fault's start (the fault's length and 12 s).
+func faultSteps(t *testing.T, k faultKind, f *faultFleet, before time.Duration, step func(now time.Time, inFault bool)) {
+	const every = 100 * time.Millisecond
+	after := 12 * time.Second
+	if k.atStart {
+		before = 0
+		k.start(t, f)
+	}
+	window := before + k.length + after
+	for at := every; at <= window; at += every {
+		if at == before && !k.atStart {
+			k.start(t, f)
+		}
+		if at == before+k.length {
+			if k.end != nil {
+				k.end(t, f)
+			}
+			f.waitShared(t)
+		}
+		step(base.Add(at), k.atStart || at > before)
+	}
+}
+
+// joinByBudget has each store of f count the whole fleet, by a success
+// each records on a budget of its own.
+func joinByBudget(t *testing.T, f *faultFleet) {
+	t.Helper()
+	notes := make([]fleet.Budget, len(f.stores))
+	for i, s := range f.stores {
+		var err error
+		notes[i], err = s.Budget(fleet.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 1, Tenant: "notes"})
+		mustNil(t, err)
+	}
+	f.join(t, func(i int) { mustNil(t, notes[i].Observe(context.Background(), base, success)) })
+}
+
+// breakerSettings open on 3 attempts, half of them failed, for 1 s each
+// time (MaxOpenFor = OpenFor: one probe per second, open or not).
+var breakerSettings = fleet.BreakerSettings{FailureRatio: 0.5, MinAttempts: 3, Window: 10 * time.Second,
+	OpenFor: time.Second, MaxOpenFor: time.Second, ProbeLimit: 500 * time.Millisecond}
+
+// oneBreaker counts what one breaker, fleet.MemoryStore's, admits from
+// closed with an empty window when asked calls times a step, every 100 ms
+// for d, every admitted attempt failing: the unit of the fleet guide's
+// bound.
+func oneBreaker(t *testing.T, calls int, d time.Duration) int {
+	b, err := fleet.MemoryStore{}.Breaker(breakerSettings)
+	mustNil(t, err)
+	ctx := context.Background()
+	n := 0
+	for at := 100 * time.Millisecond; at <= d; at += 100 * time.Millisecond {
+		for range calls {
+			if a, _ := b.Allow(ctx, base.Add(at)); a.OK {
+				n++
+				_ = b.Done(ctx, a.Ticket, base.Add(at), fleet.CircuitFailure)
+			}
+		}
+	}
+	return n
+}
+
+// measureBreaker counts the attempts a fleet of three processes admits
+// through a shared breaker from the fault's start to 12 s after it, each
+// process asking every 100 ms and every admitted attempt failing (the
+// provider down throughout), the breaker opened in Redis before the fault.
+// The bound is the fleet guide's: in the fault, N breakers of their own,
+// each from an empty window; after it, one breaker, from closed should
+// Redis have lost its state.
+func measureBreaker(t *testing.T, k faultKind) (int, string) {
+	const n = 3
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-breaker", n, redisstore.Options{})
+	bs := make([]fleet.Breaker, n)
+	for i, s := range f.stores {
+		var err error
+		bs[i], err = s.Breaker(breakerSettings)
+		mustNil(t, err)
+	}
+	ctx := context.Background()
+	if !k.atStart {
+		joinByBudget(t, f)
+	}
+	admitted, probes := 0, 0
+	faultSteps(t, k, f, 5*time.Second, func(now time.Time, inFault bool) {
+		for _, b := range bs {
+			a, _ := b.Allow(ctx, now)
+			if !a.OK {
+				continue
+			}
+			if inFault {
+				admitted++
+				if a.Ticket.Probe {
+					probes++
+				}
+			}
+			_ = b.Done(ctx, a.Ticket, now, fleet.CircuitFailure)
+		}
+	})
+	inFault, after := oneBreaker(t, 1, k.length), oneBreaker(t, n, 12*time.Second)
+	bound := fmt.Sprintf("%d × %d + %d = %d", n, inFault, after, n*inFault+after)
+	t.Logf("breaker: %d admitted (%d probes) from the fault's start; bound %s", admitted, probes, bound)
+	return admitted, bound
+}
+
+// throttleSettings: 10 tokens, no retry at 5 or fewer.
+var throttleSettings = fleet.ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1}
+
+// throttleStep is one failed attempt of a process and the retry the
+// throttle allows it (Damper's rule: a retryable failure takes a token, a
+// retry goes while more than half are left), the retry failing as well.
+func throttleStep(ctx context.Context, th fleet.Throttle) bool {
+	_ = th.Add(ctx, -1000)
+	n, _ := th.Tokens(ctx)
+	if n <= int64(throttleSettings.MaxTokens)*500 {
+		return false
+	}
+	_ = th.Add(ctx, -1000)
+	return true
+}
+
+// oneThrottle counts the retries one full throttle allows calls failing
+// attempts a step: the unit of the fleet guide's bound.
+func oneThrottle(t *testing.T, calls int) int {
+	th, err := fleet.MemoryStore{}.Throttle(throttleSettings)
+	mustNil(t, err)
+	n := 0
+	for range 200 * calls {
+		if throttleStep(context.Background(), th) {
+			n++
+		}
+	}
+	return n
+}
+
+// measureThrottle counts the retries a fleet of three processes' shared
+// throttle allows from the fault's start to 12 s after it, each process
+// failing an attempt every 100 ms (the provider down throughout), the
+// shared count drained below half before the fault. The bound is the
+// fleet guide's: N throttles in the fault, each from full, and one after
+// it, full should Redis have lost its state.
+func measureThrottle(t *testing.T, k faultKind) (int, string) {
+	const n = 3
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-throttle", n, redisstore.Options{})
+	ths := make([]fleet.Throttle, n)
+	for i, s := range f.stores {
+		var err error
+		ths[i], err = s.Throttle(throttleSettings)
+		mustNil(t, err)
+	}
+	ctx := context.Background()
+	if !k.atStart {
+		joinByBudget(t, f)
+	}
+	retries := 0
+	faultSteps(t, k, f, 5*time.Second, func(_ time.Time, inFault bool) {
+		for _, th := range ths {
+			if throttleStep(ctx, th) && inFault {
+				retries++
+			}
+		}
+	})
+	one := oneThrottle(t, 1)
+	bound := fmt.Sprintf("%d × %d + %d = %d", n, one, one, (n+1)*one)
+	if k.length == 0 {
+		bound = fmt.Sprintf("%d: the state lost, one throttle full again", one)
+	}
+	t.Logf("throttle: %d retries from the fault's start; bound %s", retries, bound)
+	return retries, bound
 }
