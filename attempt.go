@@ -37,7 +37,6 @@ type attempt struct {
 	route     *route        // where it goes
 	first     bool          // the call's first attempt on its backend
 	duration  time.Duration // set by over
-	probe     bool          // the breaker's probe
 	hedge     bool          // sent beside another attempt (race)
 	queued    time.Duration // waited in the rate limiter's line before it
 	timing    *sendTrace    // its exchange timed, when a pass compares the provider's latency
@@ -51,6 +50,10 @@ type attempt struct {
 	passes    []pass
 	passBuf   [3]pass
 	endPasses []endPass
+	// notes are what the gates said of the attempt as they admitted it,
+	// noted in its record as it ends.
+	notes   []gateNote
+	noteBuf [1]gateNote
 
 	// race is the race the attempt runs in, nil when it runs alone: the
 	// first attempt of a race to answer claims the win.
@@ -66,7 +69,7 @@ func (c *call) newAttempt(n int, hedge bool) *attempt {
 	}
 	c.attempted = true
 	*a = attempt{c: c, n: n, hedge: hedge, route: c.route, first: !hedge && n == c.routeFrom+1}
-	a.passes = a.passBuf[:0]
+	a.passes, a.notes = a.passBuf[:0], a.noteBuf[:0]
 	return a
 }
 
@@ -93,7 +96,7 @@ func (c *call) startAttempt(a *attempt) {
 		a.cancel = cancel
 		a.stopTimer = c.d.clock.AfterFunc(c.d.policy.PerAttemptTimeout, func() { cancel(c.d.timeoutCause) })
 	}
-	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.probe, a.hedge)
+	a.ctx, a.span = c.trace.attemptStart(ctx, a.start, a.n, a.hedge)
 	if a.span != nil {
 		for _, p := range a.passes {
 			if sp, ok := p.(spanPass); ok {
@@ -144,7 +147,9 @@ func (a *attempt) end(ar AttemptReport) {
 		return
 	}
 	ar.Duration = a.duration
-	ar.Probe = a.probe
+	for _, n := range a.notes {
+		n.noteAttempt(&ar)
+	}
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
 	ar.Backend, ar.Model = a.route.b.name, a.route.sentModel()

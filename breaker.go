@@ -39,26 +39,43 @@ var ErrCircuitOpen = errors.New("damper: circuit breaker open")
 var gateCircuit = &gate{
 	outcome: OutcomeCircuitOpen, reason: ErrCircuitOpen,
 	status: 529, apiType: "overloaded_error", moves: true,
-	part: newCircuitGate, instruments: circuitInstruments,
+	part: newCircuitGate, instruments: circuitInstruments, callSpan: circuitSpan,
 }
 
 const metricCircuitChanges = "damper.circuit.changes"
+
+// The breaker's span attributes: its state on a call's span, its probe on
+// an attempt's, and each change of state.
+const (
+	keyCircuitState = attribute.Key("damper.circuit.state")
+	keyCircuitProbe = attribute.Key("damper.circuit.probe")
+	keyCircuitFrom  = attribute.Key("damper.circuit.from")
+	keyCircuitTo    = attribute.Key("damper.circuit.to")
+)
+
+// circuitSpan says the breaker's state, as it answered the call.
+func circuitSpan(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue {
+	if rep.Circuit != 0 {
+		attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
+	}
+	return attrs
+}
 
 // partBreaker is the breaker's part of a store.
 var partBreaker = newStorePart("breaker", "damper: circuit breaker store error")
 
 // newCircuitGate makes backend b's breaker from its store, or nil without
 // Policy.Breaker.
-func newCircuitGate(d *Damper, b *backend) (any, error) {
+func newCircuitGate(d *Damper, b *backend) (hooks, error) {
 	p := &d.policy
 	if p.Breaker == nil {
-		return nil, nil
+		return hooks{}, nil
 	}
 	br, err := fromStore("Breaker", b.store, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
 	if err != nil {
-		return nil, err
+		return hooks{}, err
 	}
-	return circuitGate{b: br, tel: d.tel}, nil
+	return hooks{attempt: circuitGate{b: br, tel: d.tel}}, nil
 }
 
 // circuitInstruments makes the counter of the breaker's changes.
@@ -192,9 +209,13 @@ func (g circuitGate) admitAttempt(c *call, _ *attempt, now time.Time) admission 
 	a, err := g.b.Allow(c.ctx, now)
 	c.storeError(partBreaker, "allow", err)
 	if !a.OK {
-		return admission{circuit: a.State, refused: circuitDenial(now, a.NextProbe, a.State)}
+		return admission{refused: circuitDenial(now, a.NextProbe, a.State)}
 	}
-	return admission{circuit: a.State, probe: a.Ticket.Probe, pass: circuitPass{g, a.Ticket, keepGoing(c.ctx, g.b)}}
+	seen := circuitSeen(a.State)
+	if a.Ticket.Probe {
+		seen |= probeBit
+	}
+	return admission{note: seen, pass: circuitPass{g, a.Ticket, keepGoing(c.ctx, g.b)}}
 }
 
 func (g circuitGate) refusesAt(c *call, now, at time.Time) *denial {
@@ -211,8 +232,30 @@ func (g circuitGate) refusesAt(c *call, now, at time.Time) *denial {
 // circuitDenial is the breaker's refusal at now, in state, of an attempt
 // it admits no sooner than next.
 func circuitDenial(now, next time.Time, state CircuitState) *denial {
-	return &denial{gate: gateCircuit, nextProbe: next, retryAfter: next.Sub(now), circuit: state}
+	return &denial{gate: gateCircuit, retryAfter: next.Sub(now), detail: circuitNote{state: state, nextProbe: next}}
 }
+
+// circuitNote is the breaker's refusal: its state, for the call's report,
+// and when it admits a probe, for the caller's *Error.
+type circuitNote struct {
+	state     CircuitState
+	nextProbe time.Time
+}
+
+func (n circuitNote) fillError(e *Error)       { e.NextProbe = n.nextProbe }
+func (n circuitNote) noteReport(r *callReport) { r.circuit(n.state) }
+func (circuitNote) noteAttempt(*AttemptReport) {}
+
+// circuitSeen is the breaker's state as it admitted an attempt, for the
+// call's report, and whether the attempt is its probe (probeBit), for the
+// attempt's record: one byte, so that noting it allocates nothing.
+type circuitSeen uint8
+
+const probeBit circuitSeen = 1 << 7
+
+func (circuitSeen) fillError(*Error)                {}
+func (s circuitSeen) noteReport(r *callReport)      { r.circuit(CircuitState(s &^ probeBit)) }
+func (s circuitSeen) noteAttempt(ar *AttemptReport) { ar.Probe = s&probeBit != 0 }
 
 // circuitPass is one admitted attempt, which the breaker hears the end of
 // whatever becomes of the call (ctx has no cancellation).
@@ -220,6 +263,14 @@ type circuitPass struct {
 	g   circuitGate
 	t   fleet.CircuitTicket
 	ctx context.Context
+}
+
+// spanAttributes marks the probe's attempt on its span.
+func (p circuitPass) spanAttributes() []attribute.KeyValue {
+	if !p.t.Probe {
+		return nil
+	}
+	return []attribute.KeyValue{keyCircuitProbe.Bool(true)}
 }
 
 func (p circuitPass) settle(now time.Time, e attemptEvent) {

@@ -43,16 +43,17 @@ type budgetGate struct {
 
 // newBudgetGate makes backend b's budget from its store, unless it was
 // given one.
-func newBudgetGate(d *Damper, b *backend) (any, error) {
+func newBudgetGate(d *Damper, b *backend) (hooks, error) {
 	if b.budget == nil {
 		p := &d.policy
 		settings := fleet.BudgetSettings{Ratio: p.RetryBudgetRatio, Window: p.RetryBudgetWindow, MinTokens: p.RetryBudgetMinTokens}
 		var err error
 		if b.budget, err = fromStore("Budget", b.store, fleet.Store.Budget, fleet.MemoryStore.Budget, settings); err != nil {
-			return nil, err
+			return hooks{}, err
 		}
 	}
-	return budgetGate{b: b, tel: d.tel}, nil
+	g := budgetGate{b: b, tel: d.tel}
+	return hooks{spend: g, observe: g}, nil
 }
 
 // spend takes a unit for a retry or a hedge, from the budget of the

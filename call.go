@@ -212,9 +212,7 @@ func (c *call) run() (*http.Response, error) {
 			continue
 		}
 		if refused != nil {
-			if refused.circuit != 0 {
-				c.report.circuit(refused.circuit)
-			}
+			refused.note(&c.report)
 			return c.surface(r, refused.gate.outcome, refused.err())
 		}
 		c.addRetryCost()

@@ -179,12 +179,12 @@ func (p *ConcurrencyPolicy) check(ConcurrencyPolicy) error {
 
 // newConcurrencyGate makes backend b's concurrency limit, or nil without
 // Policy.Concurrency.
-func newConcurrencyGate(d *Damper, b *backend) (any, error) {
+func newConcurrencyGate(d *Damper, b *backend) (hooks, error) {
 	p := d.policy.Concurrency
 	if p == nil {
-		return nil, nil
+		return hooks{}, nil
 	}
-	return newConcLimit(p, d.clock, b.name), nil
+	return hooks{attempt: newConcLimit(p, d.clock, b.name)}, nil
 }
 
 // concLimit is one backend's concurrency limit: its slots, its line and,

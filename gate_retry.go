@@ -36,15 +36,15 @@ var (
 // cost ceiling's: the ceiling is the call's, wherever it goes. The attempts
 // rule refuses with no sentinel: the caller gets the last provider error.
 var (
-	gateAttempts   = &gate{outcome: OutcomeAttemptsExhausted, moves: true, part: always(attemptsRule{})}
-	gateRetryAfter = &gate{outcome: OutcomeRetryAfterTooLong, reason: ErrRetryAfterTooLong, moves: true, part: always(retryAfterRule{})}
-	gateDeadline   = &gate{outcome: OutcomeDeadline, reason: ErrDeadline, moves: true, part: always(deadlineRule{})}
-	gateCost       = &gate{outcome: OutcomeCostCeiling, reason: ErrRetryCostCeiling, part: always(costRule{})}
+	gateAttempts   = &gate{outcome: OutcomeAttemptsExhausted, moves: true, part: always(hooks{retry: attemptsRule{}, hedge: attemptsRule{}})}
+	gateRetryAfter = &gate{outcome: OutcomeRetryAfterTooLong, reason: ErrRetryAfterTooLong, moves: true, part: always(hooks{retry: retryAfterRule{}})}
+	gateDeadline   = &gate{outcome: OutcomeDeadline, reason: ErrDeadline, moves: true, part: always(hooks{retry: deadlineRule{}, hedge: deadlineRule{}})}
+	gateCost       = &gate{outcome: OutcomeCostCeiling, reason: ErrRetryCostCeiling, part: always(hooks{retry: costRule{}, hedge: costRule{}})}
 )
 
-// always is the part func of a rule every backend has: part itself.
-func always(part any) func(*Damper, *backend) (any, error) {
-	return func(*Damper, *backend) (any, error) { return part, nil }
+// always is the part func of a rule every backend has, acting through h.
+func always(h hooks) func(*Damper, *backend) (hooks, error) {
+	return func(*Damper, *backend) (hooks, error) { return h, nil }
 }
 
 // attemptsRule refuses a retry or hedge past MaxAttempts on the call's

@@ -38,7 +38,9 @@ func newToyGate(moves bool) *gate {
 	return &gate{
 		outcome: outcomeToy, reason: errToyRefused,
 		status: http.StatusServiceUnavailable, apiType: "toy_error", moves: moves,
-		part: func(_ *Damper, b *backend) (any, error) { return toyPart{refuses: b.name == PrimaryBackend}, nil },
+		part: func(_ *Damper, b *backend) (hooks, error) {
+			return hooks{attempt: toyPart{refuses: b.name == PrimaryBackend}}, nil
+		},
 		instruments: func(meter metric.Meter, _ *Damper) any {
 			c, err := meter.Int64Counter(metricToyRefusals)
 			if err != nil {
@@ -206,7 +208,7 @@ func (toyAdmits) refusesAt(*call, time.Time, time.Time) *denial { return nil }
 func TestToyGateSpanAttributes(t *testing.T) {
 	saved := gateList
 	g := newToyGate(false)
-	g.part = func(*Damper, *backend) (any, error) { return toyAdmits{}, nil }
+	g.part = func(*Damper, *backend) (hooks, error) { return hooks{attempt: toyAdmits{}}, nil }
 	gateList = append(slices.Clip(gateList), g)
 	t.Cleanup(func() { gateList = saved })
 

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/damper-ai/damper-go/fleet"
 )
@@ -15,7 +16,7 @@ import (
 // its refusal, its share of the fleet's state and its telemetry. gateList
 // places it; the functions below run the list before every attempt, before
 // a retry and before a hedge. A gate's part on a backend says when it acts
-// by the hooks it implements:
+// by the hooks it fills in (hooks), each a typed interface:
 //
 //   - retryCheck: before a retry, taking nothing;
 //   - hedgeCheck: before a hedge, taking nothing;
@@ -45,15 +46,21 @@ type gate struct {
 	moves bool
 
 	// part makes the gate's part on backend b, from d's Policy and b's
-	// Store, or returns nil when the Policy has none of it. It runs once
-	// d.tel exists.
-	part func(d *Damper, b *backend) (any, error)
+	// Store, as the hooks it acts through: none when the Policy has none
+	// of it. It runs once d.tel exists.
+	part func(d *Damper, b *backend) (hooks, error)
 	// instruments makes the gate's instruments and gauges on meter, once
 	// per Damper, after every backend has its parts; what it returns is
 	// the gate's to record into (instrumentsOf). Nil: none.
 	instruments func(meter metric.Meter, d *Damper) any
 	// recordCall records what the gate measures of every call at its end.
 	recordCall func(ctx context.Context, m *metrics, inst any, rep Report)
+	// callSpan appends what the gate says of a call, from its report, to
+	// the attributes of its damper.request span; attemptSpan sets what it
+	// says of an attempt, from its record, on the attempt's recording
+	// span. Nil: nothing.
+	callSpan    func(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue
+	attemptSpan func(ar *AttemptReport, span trace.Span)
 }
 
 // gateList is every gate, in order: the order in which admissions run
@@ -117,37 +124,49 @@ type gates struct {
 	observers    []attemptObserver
 }
 
-// add sorts part into the slices of the hooks it implements.
-func (gs *gates) add(part any) {
-	if g, ok := part.(attemptGate); ok {
-		gs.attemptGates = append(gs.attemptGates, g)
+// hooks are what a gate's part on one backend does, each nil where it
+// does not act. A part names every hook it acts through, so that the
+// compiler checks each: a hook whose method is mistyped does not build.
+type hooks struct {
+	attempt attemptGate // before every attempt
+	// retry is the check before a retry; a part with an attempt gate and
+	// no retry check is asked, before a retry, whether it would refuse the
+	// retry's attempt at the wait's end (atWaitEnd).
+	retry   retryCheck
+	hedge   hedgeCheck
+	spend   spender
+	observe attemptObserver
+}
+
+// add sorts a part's hooks into the slices of when they act.
+func (gs *gates) add(h hooks) {
+	if h.attempt != nil {
+		gs.attemptGates = append(gs.attemptGates, h.attempt)
 	}
-	if r, ok := part.(retryCheck); ok {
-		gs.retryChecks = append(gs.retryChecks, r)
-	} else if g, ok := part.(attemptGate); ok {
-		gs.retryChecks = append(gs.retryChecks, atWaitEnd{g})
+	if h.retry != nil {
+		gs.retryChecks = append(gs.retryChecks, h.retry)
+	} else if h.attempt != nil {
+		gs.retryChecks = append(gs.retryChecks, atWaitEnd{h.attempt})
 	}
-	if h, ok := part.(hedgeCheck); ok {
-		gs.hedgeChecks = append(gs.hedgeChecks, h)
+	if h.hedge != nil {
+		gs.hedgeChecks = append(gs.hedgeChecks, h.hedge)
 	}
-	if s, ok := part.(spender); ok {
-		gs.spenders = append(gs.spenders, s)
+	if h.spend != nil {
+		gs.spenders = append(gs.spenders, h.spend)
 	}
-	if o, ok := part.(attemptObserver); ok {
-		gs.observers = append(gs.observers, o)
+	if h.observe != nil {
+		gs.observers = append(gs.observers, h.observe)
 	}
 }
 
 // wire makes backend b's part of every gate in the list.
 func (d *Damper) wire(b *backend) error {
 	for _, g := range gateList {
-		part, err := g.part(d, b)
+		h, err := g.part(d, b)
 		if err != nil {
 			return err
 		}
-		if part != nil {
-			b.add(part)
-		}
+		b.add(h)
 	}
 	return nil
 }
@@ -164,11 +183,9 @@ func (w atWaitEnd) refusesRetry(c *call, r *retryAsk) *denial {
 // denial is a gate's refusal.
 type denial struct {
 	gate       *gate
-	retryAfter time.Duration // the provider's delay, or the time to nextProbe or admitAt
-	nextProbe  time.Time     // when an open breaker admits a probe
-	admitAt    time.Time     // when the rate limiter could admit the attempt
-	circuit    CircuitState  // the breaker's state, when the breaker refused
+	retryAfter time.Duration // the provider's delay, or the time until the gate could admit
 	asIs       bool          // the caller gets the last provider error as it is
+	detail     gateNote      // what the gate says of it beyond its sentinel; nil: nothing
 }
 
 // err is the *Error the caller gets for d, or nil when it gets the last
@@ -177,7 +194,29 @@ func (d *denial) err() *Error {
 	if d.asIs || d.gate.reason == nil {
 		return nil
 	}
-	return &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter, NextProbe: d.nextProbe, AdmitAt: d.admitAt}
+	e := &Error{Reason: d.gate.reason, RetryAfter: d.retryAfter}
+	if d.detail != nil {
+		d.detail.fillError(e)
+	}
+	return e
+}
+
+// note notes what the refusing gate says of it in the call's report.
+func (d *denial) note(r *callReport) {
+	if d.detail != nil {
+		d.detail.noteReport(r)
+	}
+}
+
+// gateNote is what a gate says of an attempt it admitted or refused,
+// beyond its pass: the breaker's state and probe, its next probe, the rate
+// limiter's time of admission. It fills in the *Error of a refusal, and
+// notes itself in the call's report and the attempt's record, so that
+// these fields are the gate's own.
+type gateNote interface {
+	fillError(e *Error)
+	noteReport(r *callReport)
+	noteAttempt(ar *AttemptReport)
 }
 
 // retryAsk is the retry a retry check is asked about: the one that would
@@ -283,17 +322,17 @@ func admitAttempt(c *call, a *attempt) (refused *denial, canceled bool) {
 	for _, g := range a.route.b.attemptGates {
 		adm := g.admitAttempt(c, a, c.d.clock.Now())
 		a.queued += adm.queued
-		if adm.circuit != 0 {
-			c.report.circuit(adm.circuit)
-			a.probe = adm.probe
+		if adm.note != nil {
+			adm.note.noteReport(&c.report)
+			a.notes = append(a.notes, adm.note)
 		}
 		if adm.pass != nil {
 			a.passes = append(a.passes, adm.pass)
 		}
 		if adm.refused != nil || adm.canceled {
 			a.settle(attemptEvent{})
-			if adm.refused != nil && adm.refused.circuit != 0 {
-				c.report.circuit(adm.refused.circuit)
+			if adm.refused != nil {
+				adm.refused.note(&c.report)
 			}
 			c.report.queued(a.queued)
 			return adm.refused, adm.canceled
@@ -356,10 +395,7 @@ type admission struct {
 	canceled bool // the caller's context ended during the gate's wait
 	pass     pass // nil when the gate needs no word of the attempt's end
 	queued   time.Duration
-
-	// What the breaker said, for the report and the attempt's span.
-	circuit CircuitState
-	probe   bool
+	note     gateNote // what the gate says of an attempt it admitted; nil: nothing
 }
 
 // pass is a gate's admission of one attempt: it hears how that attempt

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The rate limiter's gate: Policy.RateLimit, over one [fleet.LimitBuckets] per
@@ -46,6 +47,31 @@ var gateRateLimit = &gate{
 	outcome: OutcomeRateLimited, reason: ErrRateLimited,
 	status: http.StatusTooManyRequests, apiType: "rate_limit_error", moves: true,
 	part: newLimiterGate, instruments: rateInstruments, recordCall: recordRateWait,
+	callSpan: rateCallSpan, attemptSpan: rateAttemptSpan,
+}
+
+// The limiter's span attributes: a call's group and its wait in line, an
+// attempt's wait, and, on a learned limit's log line, its bucket.
+const (
+	keyRateGroup   = attribute.Key("damper.ratelimit.group")
+	keyRateWait    = attribute.Key("damper.ratelimit.wait_s")
+	keyRateBucket  = attribute.Key("damper.ratelimit.bucket")
+	keyRateLearned = attribute.Key("damper.ratelimit.learned")
+)
+
+// rateCallSpan says a call's limit group and its wait in the group's line.
+func rateCallSpan(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue {
+	if rep.LimitGroup != "" {
+		attrs = append(attrs, keyRateGroup.String(boundedText(rep.LimitGroup)), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
+	}
+	return attrs
+}
+
+// rateAttemptSpan says an attempt's wait in line.
+func rateAttemptSpan(ar *AttemptReport, span trace.Span) {
+	if ar.RateLimitWait > 0 {
+		span.SetAttributes(keyRateWait.Float64(ar.RateLimitWait.Seconds()))
+	}
 }
 
 // partLimiter is the limiter's part of a store.
@@ -53,13 +79,13 @@ var partLimiter = newStorePart("limiter", "damper: rate limiter store error")
 
 // newLimiterGate makes backend b's limiter, or nil without
 // Policy.RateLimit.
-func newLimiterGate(d *Damper, b *backend) (any, error) {
+func newLimiterGate(d *Damper, b *backend) (hooks, error) {
 	if d.policy.RateLimit == nil {
-		return nil, nil
+		return hooks{}, nil
 	}
 	b.limiter = newLimiter(d.policy.RateLimit, d.clock, b.store)
 	b.limiter.tel = d.tel
-	return b.limiter, nil
+	return hooks{attempt: b.limiter}, nil
 }
 
 // The limiter's metrics.
@@ -186,28 +212,6 @@ type RateLimitPolicy struct {
 // input tokens, output tokens); zero means learned from the API's headers.
 // Each is at most 1,000,000,000.
 type RateLimits = fleet.RateLimits
-
-// Priority is a call's place in the lines of the rate limiter and the
-// concurrency limit.
-type Priority = fleet.Priority
-
-const (
-	// Interactive calls may use all of every bucket: someone is waiting.
-	Interactive = fleet.Interactive
-	// Batch calls leave a share of every bucket to interactive calls (see
-	// [RateLimitPolicy.BatchShare]), and wait behind interactive calls
-	// that wait.
-	Batch = fleet.Batch
-)
-
-type priorityKey struct{}
-
-// ContextWithPriority returns ctx marking the Messages calls made with it
-// as of priority p, for the rate limiter and the concurrency limit; it
-// overrides their policies' Priority.
-func ContextWithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
-}
 
 // clonePolicy copies p with a map of limits of its own, for Damper.Policy.
 func (p *RateLimitPolicy) clonePolicy() any {
@@ -685,8 +689,16 @@ func (l *limiter) refusesAt(c *call, now, at time.Time) *denial {
 // rateDenial is the limiter's refusal at now of an attempt it could admit
 // at due.
 func rateDenial(now, due time.Time) *denial {
-	return &denial{gate: gateRateLimit, retryAfter: due.Sub(now), admitAt: due}
+	return &denial{gate: gateRateLimit, retryAfter: due.Sub(now), detail: rateNote{admitAt: due}}
 }
+
+// rateNote is when the rate limiter could admit an attempt it refused, for
+// the caller's *Error.
+type rateNote struct{ admitAt time.Time }
+
+func (n rateNote) fillError(e *Error)       { e.AdmitAt = n.admitAt }
+func (rateNote) noteReport(*callReport)     {}
+func (rateNote) noteAttempt(*AttemptReport) {}
 
 // noReservation is a request that took nothing.
 type noReservation struct{}

@@ -41,17 +41,9 @@ const (
 	keyStream         = attribute.Key("damper.stream")
 	keyDenialReason   = attribute.Key("damper.denial.reason")
 	keyName           = attribute.Key("damper.name")
-	keyCircuitState   = attribute.Key("damper.circuit.state")
-	keyCircuitProbe   = attribute.Key("damper.circuit.probe")
 	keyHedge          = attribute.Key("damper.hedge")
 	keyHedgeLost      = attribute.Key("damper.hedge.lost")
 	keyHedgeResult    = attribute.Key("damper.hedge.result")
-	keyCircuitFrom    = attribute.Key("damper.circuit.from")
-	keyCircuitTo      = attribute.Key("damper.circuit.to")
-	keyRateGroup      = attribute.Key("damper.ratelimit.group")
-	keyRateWait       = attribute.Key("damper.ratelimit.wait_s")
-	keyRateBucket     = attribute.Key("damper.ratelimit.bucket")
-	keyRateLearned    = attribute.Key("damper.ratelimit.learned")
 	keyStorePart      = attribute.Key("damper.store.part")
 	keyStoreOp        = attribute.Key("damper.store.op")
 	keyBackend        = attribute.Key("damper.backend")
@@ -343,7 +335,7 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 // attemptStart opens the damper.attempt span of attempt n, started now,
 // and returns ctx carrying it, so that the attempt's HTTP request is its
 // child, and the span (nil without tracing).
-func (ct *callTrace) attemptStart(ctx context.Context, now time.Time, n int, probe, hedge bool) (context.Context, trace.Span) {
+func (ct *callTrace) attemptStart(ctx context.Context, now time.Time, n int, hedge bool) (context.Context, trace.Span) {
 	t := ct.t
 	ct.closeAttempt(now)
 	if !ct.retryAt.IsZero() {
@@ -362,9 +354,6 @@ func (ct *callTrace) attemptStart(ctx context.Context, now time.Time, n int, pro
 	if span.IsRecording() {
 		if n > 1 {
 			span.SetAttributes(keyResendCount.Int(n - 1))
-		}
-		if probe {
-			span.SetAttributes(keyCircuitProbe.Bool(true))
 		}
 		if hedge {
 			span.SetAttributes(keyHedge.Bool(true))
@@ -391,8 +380,10 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 		if a.StatusCode > 0 {
 			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
 		}
-		if a.RateLimitWait > 0 {
-			span.SetAttributes(keyRateWait.Float64(a.RateLimitWait.Seconds()))
+		for _, g := range gateList {
+			if g.attemptSpan != nil {
+				g.attemptSpan(&a, span)
+			}
 		}
 		if ct.t.m.backends {
 			span.SetAttributes(keyBackend.String(a.Backend), keyModel.String(boundedText(a.Model)))
@@ -479,11 +470,10 @@ func (ct *callTrace) end(rep *Report, last AttemptReport, n int, now time.Time) 
 		if rep.Priced {
 			attrs = append(attrs, keyCostRetry.Float64(rep.RetryCostUSD))
 		}
-		if rep.Circuit != 0 {
-			attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
-		}
-		if rep.LimitGroup != "" {
-			attrs = append(attrs, keyRateGroup.String(boundedText(rep.LimitGroup)), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
+		for _, g := range gateList {
+			if g.callSpan != nil {
+				attrs = g.callSpan(rep, attrs)
+			}
 		}
 		if t.m.backends || len(rep.Fallbacks) > 0 {
 			attrs = append(attrs, keyBackend.String(rep.Backend), keyFallbacks.Int(len(rep.Fallbacks)), keyProvider.String(rep.Provider))

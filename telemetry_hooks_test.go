@@ -21,7 +21,7 @@ func BenchmarkTelemetryHooksNoProvider(b *testing.B) {
 	for b.Loop() {
 		ct := new(callTrace)
 		d.tel.startCall(ct, ctx, callFacts{provider: "anthropic", model: "claude-sonnet-4-5", start: d.clock.Now()}, u)
-		_, span := ct.attemptStart(ctx, d.clock.Now(), 1, false, false)
+		_, span := ct.attemptStart(ctx, d.clock.Now(), 1, false)
 		ct.attemptEnd(span, AttemptReport{StatusCode: 200})
 		rep := Report{Provider: "anthropic", Model: "claude-sonnet-4-5", Attempts: 1, Outcome: OutcomeSuccess}
 		ct.end(&rep, AttemptReport{StatusCode: 200}, 1, d.clock.Now())

@@ -28,16 +28,17 @@ var gateThrottle = &gate{outcome: OutcomeRetryThrottled, reason: ErrRetryThrottl
 
 // newThrottleGate makes backend b's throttle from its store, or nil
 // without Policy.Throttle.
-func newThrottleGate(d *Damper, b *backend) (any, error) {
+func newThrottleGate(d *Damper, b *backend) (hooks, error) {
 	p := d.policy.Throttle
 	if p == nil {
-		return nil, nil
+		return hooks{}, nil
 	}
 	t, err := fromStore("Throttle", b.store, fleet.ThrottleStore.Throttle, fleet.MemoryStore.Throttle, fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
 	if err != nil {
-		return nil, err
+		return hooks{}, err
 	}
-	return newRetryThrottle(p, t, d.tel), nil
+	rt := newRetryThrottle(p, t, d.tel)
+	return hooks{retry: rt, hedge: rt, observe: rt}, nil
 }
 
 // ThrottlePolicy configures the retry throttle, the rule of gRPC's retry
