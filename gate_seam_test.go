@@ -240,3 +240,49 @@ func TestToyGateSpanAttributes(t *testing.T) {
 		t.Fatalf("attempt spans with the toy gate's attribute: %d, want 1", found)
 	}
 }
+
+// toyHooks is a toy part that acts through every hook, counting its calls.
+type toyHooks struct{ admits, retries, hedges, spends, observed int }
+
+func (h *toyHooks) admitAttempt(*call, *attempt, time.Time) admission { h.admits++; return admission{} }
+func (*toyHooks) refusesAt(*call, time.Time, time.Time) *denial       { return nil }
+func (h *toyHooks) refusesRetry(*call, *retryAsk) *denial             { h.retries++; return nil }
+func (h *toyHooks) refusesHedge(*call, time.Time) *denial             { h.hedges++; return nil }
+func (h *toyHooks) spend(*call, time.Time) *denial                    { h.spends++; return nil }
+func (h *toyHooks) observeAttempt(context.Context, time.Time, attemptEvent) {
+	h.observed++
+}
+
+// Every hook a part names in its hooks is run where the list runs it: a
+// call that fails once with 529 and is then answered admits two attempts,
+// checks and spends for one retry, and is heard twice; no hedge is asked
+// for without a hedge policy.
+func TestToyGateEveryHookRuns(t *testing.T) {
+	h := &toyHooks{}
+	saved := gateList
+	g := newToyGate(false)
+	g.part = func(_ *Damper, b *backend) (hooks, error) {
+		if b.name != PrimaryBackend {
+			return hooks{}, nil
+		}
+		return hooks{attempt: h, retry: h, hedge: h, spend: h, observe: h}, nil
+	}
+	gateList = append(slices.Clip(gateList), g)
+	t.Cleanup(func() { gateList = saved })
+
+	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
+	srv := dampertest.NewServer(dampertest.WithClock(clk))
+	t.Cleanup(srv.Close)
+	srv.Script("", dampertest.Status(529), dampertest.OK())
+	d, err := New(Policy{}, WithClock(clk), WithRand(func() float64 { return 0.5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := anthropic.NewClient(append([]option.RequestOption{d.Option()}, srv.Options()...)...)
+	if _, err := client.Messages.New(context.Background(), hookParams()); err != nil {
+		t.Fatal(err)
+	}
+	if *h != (toyHooks{admits: 2, retries: 1, spends: 1, observed: 2}) {
+		t.Fatalf("hooks ran %+v, want 2 admissions, 1 retry check, 1 spend, 2 observations", *h)
+	}
+}
