@@ -148,7 +148,7 @@ func (a *attempt) end(ar AttemptReport) {
 	}
 	ar.Duration = a.duration
 	for _, n := range a.notes {
-		n.noteAttempt(&ar)
+		ar = n.noteAttempt(ar)
 	}
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued

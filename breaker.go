@@ -54,7 +54,7 @@ const (
 )
 
 // circuitSpan says the breaker's state, as it answered the call.
-func circuitSpan(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue {
+func circuitSpan(rep Report, attrs []attribute.KeyValue) []attribute.KeyValue {
 	if rep.Circuit != 0 {
 		attrs = append(attrs, keyCircuitState.String(rep.Circuit.String()))
 	}
@@ -242,9 +242,9 @@ type circuitNote struct {
 	nextProbe time.Time
 }
 
-func (n circuitNote) fillError(e *Error)       { e.NextProbe = n.nextProbe }
-func (n circuitNote) noteReport(r *callReport) { r.circuit(n.state) }
-func (circuitNote) noteAttempt(*AttemptReport) {}
+func (n circuitNote) fillError(e *Error)                       { e.NextProbe = n.nextProbe }
+func (n circuitNote) noteReport(r *callReport)                 { r.circuit(n.state) }
+func (circuitNote) noteAttempt(ar AttemptReport) AttemptReport { return ar }
 
 // circuitSeen is the breaker's state as it admitted an attempt, for the
 // call's report, and whether the attempt is its probe (probeBit), for the
@@ -253,9 +253,12 @@ type circuitSeen uint8
 
 const probeBit circuitSeen = 1 << 7
 
-func (circuitSeen) fillError(*Error)                {}
-func (s circuitSeen) noteReport(r *callReport)      { r.circuit(CircuitState(s &^ probeBit)) }
-func (s circuitSeen) noteAttempt(ar *AttemptReport) { ar.Probe = s&probeBit != 0 }
+func (circuitSeen) fillError(*Error)           {}
+func (s circuitSeen) noteReport(r *callReport) { r.circuit(CircuitState(s &^ probeBit)) }
+func (s circuitSeen) noteAttempt(ar AttemptReport) AttemptReport {
+	ar.Probe = s&probeBit != 0
+	return ar
+}
 
 // circuitPass is one admitted attempt, which the breaker hears the end of
 // whatever becomes of the call (ctx has no cancellation).

@@ -59,8 +59,9 @@ type gate struct {
 	// the attributes of its damper.request span; attemptSpan sets what it
 	// says of an attempt, from its record, on the attempt's recording
 	// span. Nil: nothing.
-	callSpan    func(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue
-	attemptSpan func(ar *AttemptReport, span trace.Span)
+	// (By value: a pointer to the engine's copy would move it to the heap.)
+	callSpan    func(rep Report, attrs []attribute.KeyValue) []attribute.KeyValue
+	attemptSpan func(ar AttemptReport, span trace.Span)
 }
 
 // gateList is every gate, in order: the order in which admissions run
@@ -216,7 +217,9 @@ func (d *denial) note(r *callReport) {
 type gateNote interface {
 	fillError(e *Error)
 	noteReport(r *callReport)
-	noteAttempt(ar *AttemptReport)
+	// noteAttempt returns ar with the note in it: by value, so that the
+	// record stays on the stack.
+	noteAttempt(ar AttemptReport) AttemptReport
 }
 
 // retryAsk is the retry a retry check is asked about: the one that would

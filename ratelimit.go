@@ -58,7 +58,7 @@ const (
 )
 
 // rateCallSpan says a call's limit group and its wait in the group's line.
-func rateCallSpan(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue {
+func rateCallSpan(rep Report, attrs []attribute.KeyValue) []attribute.KeyValue {
 	if rep.LimitGroup != "" {
 		attrs = append(attrs, keyRateGroup.String(boundedText(rep.LimitGroup)), keyRateWait.Float64(rep.RateLimitWait.Seconds()))
 	}
@@ -66,7 +66,7 @@ func rateCallSpan(rep *Report, attrs []attribute.KeyValue) []attribute.KeyValue 
 }
 
 // rateAttemptSpan says an attempt's wait in line.
-func rateAttemptSpan(ar *AttemptReport, span trace.Span) {
+func rateAttemptSpan(ar AttemptReport, span trace.Span) {
 	if ar.RateLimitWait > 0 {
 		span.SetAttributes(keyRateWait.Float64(ar.RateLimitWait.Seconds()))
 	}
@@ -466,9 +466,9 @@ func rateDenial(now, due time.Time) *denial {
 // the caller's *Error.
 type rateNote struct{ admitAt time.Time }
 
-func (n rateNote) fillError(e *Error)       { e.AdmitAt = n.admitAt }
-func (rateNote) noteReport(*callReport)     {}
-func (rateNote) noteAttempt(*AttemptReport) {}
+func (n rateNote) fillError(e *Error)                       { e.AdmitAt = n.admitAt }
+func (rateNote) noteReport(*callReport)                     {}
+func (rateNote) noteAttempt(ar AttemptReport) AttemptReport { return ar }
 
 // noReservation is a request that took nothing.
 type noReservation struct{}

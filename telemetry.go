@@ -382,7 +382,7 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 		}
 		for _, g := range gateList {
 			if g.attemptSpan != nil {
-				g.attemptSpan(&a, span)
+				g.attemptSpan(a, span)
 			}
 		}
 		if ct.t.m.backends {
@@ -472,7 +472,7 @@ func (ct *callTrace) end(rep *Report, last AttemptReport, n int, now time.Time) 
 		}
 		for _, g := range gateList {
 			if g.callSpan != nil {
-				attrs = g.callSpan(rep, attrs)
+				attrs = g.callSpan(*rep, attrs)
 			}
 		}
 		if t.m.backends || len(rep.Fallbacks) > 0 {
