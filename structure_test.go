@@ -142,18 +142,28 @@ func chain(e ast.Expr) string {
 }
 
 // The engine never calls back into an adapter: no file of the root package
-// but the SDK adapter (sdk.go) and the proxy (proxy.go, and its client
-// authentication, proxy_auth.go) names what they declare. What is particular to a client comes in the call's front. Every
-// other file is checked, so that a new engine file needs no list to be.
+// but the SDK adapter (sdk.go) and the proxy (proxy*.go: proxy.go, the
+// files of its concerns, and its client authentication, proxy_auth.go)
+// names what they declare. What is particular to a client comes in the
+// call's front. Every other file is checked, so that a new engine file
+// needs no list to be.
 func TestEngineNamesNoAdapter(t *testing.T) {
 	files := parseRoot(t)
-	adapterFiles := []string{"sdk.go", "proxy.go", "proxy_auth.go"}
+	adapterFiles := []string{"sdk.go"}
+	for name := range files {
+		if m, _ := filepath.Match("proxy*.go", name); m {
+			adapterFiles = append(adapterFiles, name)
+		}
+	}
+	slices.Sort(adapterFiles)
+	for _, name := range []string{"sdk.go", "proxy.go", "proxy_auth.go", "proxy_client.go", "proxy_door.go", "proxy_errors.go", "proxy_stream.go"} {
+		if !slices.Contains(adapterFiles, name) {
+			t.Fatalf("the adapter files, %q, miss %s", adapterFiles, name)
+		}
+	}
 	adapters := make(map[string]string) // name → its adapter's file
 	for _, name := range adapterFiles {
 		f := files[name]
-		if f == nil {
-			t.Fatalf("no %s", name)
-		}
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
