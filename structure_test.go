@@ -142,18 +142,28 @@ func chain(e ast.Expr) string {
 }
 
 // The engine never calls back into an adapter: no file of the root package
-// but the SDK adapter (sdk.go) and the proxy (proxy.go, and its client
-// authentication, proxy_auth.go) names what they declare. What is particular to a client comes in the call's front. Every
-// other file is checked, so that a new engine file needs no list to be.
+// but the SDK adapter (sdk.go) and the proxy (proxy*.go: proxy.go, the
+// files of its concerns, and its client authentication, proxy_auth.go)
+// names what they declare. What is particular to a client comes in the
+// call's front. Every other file is checked, so that a new engine file
+// needs no list to be.
 func TestEngineNamesNoAdapter(t *testing.T) {
 	files := parseRoot(t)
-	adapterFiles := []string{"sdk.go", "proxy.go", "proxy_auth.go"}
+	adapterFiles := []string{"sdk.go"}
+	for name := range files {
+		if m, _ := filepath.Match("proxy*.go", name); m {
+			adapterFiles = append(adapterFiles, name)
+		}
+	}
+	slices.Sort(adapterFiles)
+	for _, name := range []string{"sdk.go", "proxy.go", "proxy_auth.go", "proxy_client.go", "proxy_door.go", "proxy_errors.go", "proxy_stream.go"} {
+		if !slices.Contains(adapterFiles, name) {
+			t.Fatalf("the adapter files, %q, miss %s", adapterFiles, name)
+		}
+	}
 	adapters := make(map[string]string) // name → its adapter's file
 	for _, name := range adapterFiles {
 		f := files[name]
-		if f == nil {
-			t.Fatalf("no %s", name)
-		}
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -374,4 +384,66 @@ func signature(ft *ast.FuncType) string {
 		return strings.Join(out, ", ")
 	}
 	return "(" + list(ft.Params) + ") (" + list(ft.Results) + ")"
+}
+
+// TestPublishedModulesImportNoInternal: no production file of a published
+// module imports another module's internal packages. The go command
+// allows it (its rule is by path, and the modules nest), but it ties a
+// module to the other's unpublished API at whatever version a user's
+// build selects. What modules share is a public package (fleet,
+// fleet/inorder) or copied on purpose. The damper command's use of
+// internal/conf and internal/outage is the one exception held, and no
+// new one may join it.
+func TestPublishedModulesImportNoInternal(t *testing.T) {
+	const root = "github.com/damper-ai/damper-go"
+	modules := map[string]string{".": root, "redisstore": root + "/redisstore", "cmd/damper": root + "/cmd/damper"}
+	held := map[string]bool{"cmd/damper " + root + "/internal/conf": true, "cmd/damper " + root + "/internal/outage": true}
+	owner := func(imp string) string { // the module of the longest path that holds imp
+		best := ""
+		for _, m := range modules {
+			if (imp == m || strings.HasPrefix(imp, m+"/")) && len(m) > len(best) {
+				best = m
+			}
+		}
+		return best
+	}
+	for dir, mod := range modules {
+		checked := 0
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_")) {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(p, "go.mod")); p != dir && err == nil {
+					return filepath.SkipDir // a module of its own
+				}
+				return nil
+			}
+			if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			checked++
+			for _, is := range f.Imports {
+				imp := strings.Trim(is.Path.Value, `"`)
+				if !strings.Contains("/"+imp+"/", "/internal/") || owner(imp) == mod || held[dir+" "+imp] {
+					continue
+				}
+				t.Errorf("%s (module %s) imports %s, an internal package of module %s", p, mod, imp, owner(imp))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if checked == 0 {
+			t.Errorf("no production file checked in %s", dir)
+		}
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
-	"github.com/damper-ai/damper-go/internal/breaker"
+	"github.com/damper-ai/damper-go/fleet/inorder"
 )
 
 // BreakerKey returns the Redis key that holds the circuit breaker of the
@@ -21,8 +21,9 @@ func BreakerKey(name string) string { return "damper:{" + name + "}:breaker" }
 // The shared breaker's generations never reach it.
 const LocalTicket = uint64(1) << 63
 
-// breakerSlack is internal/breaker's ratioSlack: it absorbs the rounding
-// of FailureRatio × total.
+// breakerSlack is the breaker in memory's ratioSlack (the root module's
+// internal/breaker, which no other module may import), copied: it absorbs
+// the rounding of FailureRatio × total, and the two must count alike.
 const breakerSlack = 1 - 1e-12
 
 // Breaker implements [fleet.BreakerStore]: a circuit breaker shared by every
@@ -119,8 +120,8 @@ func (s *Store) Breaker(st fleet.BreakerSettings) (fleet.Breaker, error) {
 	return b, nil
 }
 
-// brkOverdue is internal/breaker's OverdueWait, as the script reads it.
-var brkOverdue = brkMicros(breaker.OverdueWait)
+// brkOverdue is fleet.CircuitOverdueWait, as the script reads it.
+var brkOverdue = brkMicros(fleet.CircuitOverdueWait)
 
 // brkMicros returns d in whole microseconds, rounded up, as the script reads
 // it.
@@ -142,7 +143,7 @@ type sharedBreaker struct {
 	lastInc   int64
 	lastGen   int64
 	lastState fleet.CircuitState
-	changes   breaker.Delivery[fleet.CircuitChange] // for onChange
+	changes   inorder.Delivery[fleet.CircuitChange] // for onChange
 }
 
 var _ fleet.Breaker = (*sharedBreaker)(nil)
@@ -228,7 +229,7 @@ func (b *sharedBreaker) saw(now time.Time, r breakerReply) {
 }
 
 // unlockAndDeliver releases mu and delivers the pending changes to
-// onChange, in order (see breaker.Delivery).
+// onChange, in order (see inorder.Delivery).
 func (b *sharedBreaker) unlockAndDeliver() { b.changes.UnlockAndDeliver(&b.mu, b.onChange) }
 
 // Allow implements [fleet.Breaker]: one round trip, or, while Redis

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -564,95 +563,6 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitS
 
 var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
 
-// answered drops the share of the last fallback: Redis decides again, and
-// the next fallback starts from what it last told.
-func (b *buckets) answered() {
-	b.mu.Lock()
-	b.share = nil
-	b.mu.Unlock()
-}
-
-// payOwed takes owed, what local decisions took while Redis failed, from
-// the shared buckets, in a record (a settle giving back less than
-// nothing); a dropped record is counted by the link.
-func (b *buckets) payOwed(ctx context.Context, now time.Time, owed fleet.RateAmounts) {
-	if owed == (fleet.RateAmounts{}) {
-		return
-	}
-	args := make([]any, 0, 6)
-	for _, v := range owed {
-		args = append(args, 1, fmtFloat(-v))
-	}
-	_ = b.link.record(context.WithoutCancel(ctx), "settle", bkSettleScript, b.keys, b.args(now, args...), nil, nil)
-}
-
-// buckets returns the local buckets that made r's local reservation.
-func (r *reservation) buckets(b *buckets) fleet.LimitBuckets {
-	if r.owner != nil {
-		return r.owner
-	}
-	return b.local
-}
-
-// fallback returns the buckets that decide while Redis fails: with other
-// members in the store, this process's share (see newShare), kept until
-// Redis decides again; alone, or before Redis has ever answered, the
-// local twin, which has heard this process's traffic all along.
-func (b *buckets) fallback(ctx context.Context, now time.Time) fleet.LimitBuckets {
-	n := b.link.membersKnown()
-	if n <= 1 {
-		return b.local
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.share == nil {
-		b.share = b.newShare(ctx, now, float64(n))
-	}
-	return b.share
-}
-
-// newShare returns buckets in memory holding 1/n of the shared buckets as
-// last heard: each bucket's limit (rate and capacity) over n, and its
-// level over n, refilled at that rate since it was heard; a bucket never
-// heard from Redis takes the twin's limit and level instead, and the
-// twin's pauses hold. b.mu held.
-func (b *buckets) newShare(ctx context.Context, now time.Time, n float64) fleet.LimitBuckets {
-	twin, _ := b.local.State(ctx, now)
-	h := b.heard
-	var limits, levels fleet.RateAmounts
-	var named [3]bool
-	var until time.Time
-	for k := range limits {
-		limit, level, at := twin[k].Limit, twin[k].Remaining, now
-		if h.ok && h.limit[k] > 0 {
-			limit, level, at = h.limit[k], h.level[k], h.at
-		}
-		if limit <= 0 {
-			continue // unknown: admits everything, as the twin's does
-		}
-		limits[k] = limit / n
-		levels[k] = level / n
-		if now.After(at) {
-			levels[k] += limits[k] * now.Sub(at).Seconds() / 60
-		}
-		levels[k] = min(levels[k], limits[k])
-		if p := twin[k].PausedUntil; p.After(now) {
-			named[k] = true
-			if p.After(until) {
-				until = p
-			}
-		}
-	}
-	share, err := fleet.MemoryStore{}.LimitShare(limits, levels, now, b.batch)
-	if err != nil {
-		return b.local
-	}
-	if !until.IsZero() {
-		_ = share.Pause(ctx, now, named, until)
-	}
-	return share
-}
-
 // run runs script s at now with the common arguments and args.
 func (b *buckets) run(ctx context.Context, op string, s *redis.Script, now time.Time, args ...any) (any, error) {
 	return b.link.run(ctx, op, s, b.keys, b.args(now, args...)...)
@@ -672,67 +582,4 @@ func (b *buckets) unexpected(op string, v any) error {
 	err := fmt.Errorf("unexpected reply %v", v)
 	b.link.fail(op, err)
 	return fmt.Errorf("redisstore: %s on %q: %w", op, b.link.name, err)
-}
-
-// timeArgs is t as a script reads it: whole seconds since the Unix epoch
-// and nanoseconds, or "z" for the zero time.
-func timeArgs(t time.Time) (any, any) {
-	if t.IsZero() {
-		return "z", 0
-	}
-	return t.Unix(), t.Nanosecond()
-}
-
-// asTime reads a time a script returned as seconds and nanoseconds, in
-// the location of like; nanoseconds of -1 are the zero time.
-func asTime(vs []any, like time.Time, ok bool) (time.Time, bool) {
-	if !ok || len(vs) != 2 {
-		return time.Time{}, false
-	}
-	s, ok1 := asInt(vs[0])
-	n, ok2 := asInt(vs[1])
-	if !ok1 || !ok2 {
-		return time.Time{}, false
-	}
-	if n == -1 {
-		return time.Time{}, true
-	}
-	return time.Unix(s, n).In(like.Location()), true
-}
-
-func priorityArg(p fleet.Priority) int {
-	if p == fleet.Batch {
-		return 1
-	}
-	return 0
-}
-
-func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-func asInt(v any) (int64, bool) {
-	i, ok := v.(int64)
-	return i, ok
-}
-
-func asIntOK(v any, ok bool) (int64, bool) {
-	if !ok {
-		return 0, false
-	}
-	return asInt(v)
-}
-
-func asFloat(v any) (float64, bool) {
-	s, ok := v.(string)
-	if !ok {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	return f, err == nil
-}
-
-func asFloatOK(v any, ok bool) (float64, bool) {
-	if !ok {
-		return 0, false
-	}
-	return asFloat(v)
 }

@@ -17,6 +17,8 @@ package breaker
 import (
 	"sync"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet/inorder"
 )
 
 // State is a breaker's state.
@@ -104,7 +106,7 @@ type Breaker struct {
 	probeDue   time.Time // when the probe in flight is due to answer
 	probing    bool
 
-	changes Delivery[Change] // for OnChange
+	changes inorder.Delivery[Change] // for OnChange
 }
 
 // New returns a closed breaker.
@@ -356,5 +358,5 @@ func (b *Breaker) tripped(i int64) bool {
 }
 
 // unlockAndDeliver releases mu and delivers the pending changes to
-// OnChange (see Delivery).
+// OnChange (see inorder.Delivery).
 func (b *Breaker) unlockAndDeliver() { b.changes.UnlockAndDeliver(&b.mu, b.s.OnChange) }
