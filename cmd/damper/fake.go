@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // damper fake serves package dampertest's fake Messages API on an address

@@ -21,8 +21,8 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/fleet"
-	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // The proxy's fallback backends: the file's backends list, each entry

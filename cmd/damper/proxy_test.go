@@ -23,8 +23,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/dampertest"
-	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 

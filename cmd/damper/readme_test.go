@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // readmeProxySection is the README's section on damper proxy: its prose,

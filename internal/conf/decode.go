@@ -394,9 +394,21 @@ func (d *decoder) checkWritten(f *field, path string, v reflect.Value) {
 }
 
 func (f *field) checkWritten(path string, v reflect.Value) error {
-	bad := func(why string) error {
-		return &Error{Path: path, Err: fmt.Errorf("%s: %s%s", render(v.Interface()), why, f.absentMeans())}
+	shown := render(v.Interface())
+	if why, hint := f.written(v); why != "" {
+		if hint {
+			why += f.absentMeans("key")
+		}
+		return &Error{Path: path, Err: fmt.Errorf("%s: %s", shown, why)}
 	}
+	return nil
+}
+
+// written checks a number v as a file or a flag wrote it, and sets a 0 to
+// None in a field that takes it. For a value that cannot be used it
+// returns what it must be, and whether to add what leaving it out means
+// (not for a value above a max).
+func (f *field) written(v reflect.Value) (why string, hint bool) {
 	x := number(v)
 	switch {
 	case x == 0 && f.none != "":
@@ -405,21 +417,18 @@ func (f *field) checkWritten(path string, v reflect.Value) error {
 		} else {
 			v.SetInt(None)
 		}
-		return nil
+		return "", false
 	case x == 0 && f.zeroIsWrong():
-		return bad(f.below())
+		return f.below(), true
 	case x == 0:
-		return nil
+		return "", false
 	case x == None && f.none != "":
-		return bad(f.below())
+		return f.below(), true
 	}
 	if why := f.outside(v); why != "" {
-		if why == f.above() && !f.interval {
-			return &Error{Path: path, Err: fmt.Errorf("%s: %s", render(v.Interface()), why)}
-		}
-		return bad(why)
+		return why, why != f.above() || f.interval
 	}
-	return nil
+	return "", false
 }
 
 // durationOf reads a duration from a JSON token: a string that
