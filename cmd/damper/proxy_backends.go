@@ -458,11 +458,11 @@ func startBackends(ctx context.Context, s proxySettings, c startChecks, logger *
 	if s.stores != nil {
 		storeFor = s.stores.storeFor
 	}
-	built, err := buildBackends(ctx, s.backends, storeFor, logger)
+	built, err := buildBackends(ctx, s.Backends, storeFor, logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.run(ctx, s.upstream, built); err != nil {
+	if err := c.run(ctx, s.Upstream, built); err != nil {
 		return nil, err
 	}
 	return built, nil
