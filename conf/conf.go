@@ -18,6 +18,10 @@
 //   - in: the whole range, as an interval: "(0,1]", "[1,1000]".
 //   - unit: what the number counts, for messages ("bytes").
 //   - zero: what 0 means in a field without a default ("no delay").
+//   - none: the field takes None (-1 in Go, 0 in a file) for an explicit
+//     0; the text says what it does ("means 0").
+//   - enum: the names of an integer type's values, from 0, each with its
+//     Go constant: "raise:RaiseBudgetExhausted,passthrough:...".
 //   - doc, flag: what the setting does, and the name of its flag, for
 //     [Settings] and [NewFlags].
 //
