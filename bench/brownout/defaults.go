@@ -2,7 +2,7 @@ package brownout
 
 import (
 	"github.com/damper-ai/damper-go"
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // defaults is the zero Policy, with every part, filled in: each field's

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/damper-ai/damper-go/internal/estimate"
 )
 
 // RateLimitHeading is the heading of the rate-limit part of the section.
@@ -30,7 +28,7 @@ func (s *RateSuite) Markdown() string {
 	p := sc.Provider
 	admitted := AdmittedPerMinute()
 	body := rateBody()
-	estimate := estimate.InputTokens(body)
+	estimate := damperEstimate(body)
 	fmt.Fprintf(&b, "%s\n\n", RateLimitHeading)
 	fmt.Fprintf(&b, "**Setup.** The same simulated provider, healthy, enforcing a rate limit as the API does: per organisation (every replica shares it, as they share one API key), a token bucket of %s input tokens a minute and one of %s requests a minute, each holding one minute of its limit, refilling continuously and starting full. ",
 		thousands(RateLimitITPM), thousands(RateLimitRPM))

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/damper-ai/damper-go/internal/estimate"
 )
 
 // TestCountInputTokens checks the provider's count: the rate-limit prompt
@@ -38,7 +36,7 @@ func TestCountInputTokens(t *testing.T) {
 	if got := okBodyWith(ok.Usage.InputTokens); got != okBody {
 		t.Errorf("okBodyWith(%d) = %s, want okBody", ok.Usage.InputTokens, got)
 	}
-	if est := estimate.InputTokens(rateBody()); est < PromptTokens || est > PromptTokens*102/100 {
+	if est := damperEstimate(rateBody()); est < PromptTokens || est > PromptTokens*102/100 {
 		t.Errorf("Damper's estimate of the rate-limit body = %d, want within 2 %% above %d", est, PromptTokens)
 	}
 	if got := countInputTokens([]byte(`{"system":"12345678","messages":[{"role":"user","content":"1234"},{"role":"assistant","content":[{"type":"text","text":"12345"}]}]}`)); got != 10+2+1+2 {

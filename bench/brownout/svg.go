@@ -17,7 +17,8 @@ var palette = []string{"#999999", "#e69f00", "#56b4e9", "#009e73", "#cc79a7", "#
 const smoothing = 5
 
 // fontFamily and fontSize are those of the outage demo's chart
-// (internal/outage/svg.go), so that the charts of the docs look alike.
+// (cmd/damper/internal/outage/svg.go, drawn in docs/outage-demo.svg), so
+// that the charts of the docs look alike.
 const (
 	fontFamily = "Helvetica, Arial, sans-serif"
 	fontSize   = 13

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
-	"github.com/damper-ai/damper-go/internal/conf"
-	"github.com/damper-ai/damper-go/internal/outage"
+	"github.com/damper-ai/damper-go/cmd/damper/internal/outage"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // defaultMaxAmplification is the demo's pass/fail line, as in the Python

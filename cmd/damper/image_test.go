@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // imageSpec is what the repository's Dockerfile says the image is.

@@ -173,12 +173,12 @@ func TestKubernetesSidecar(t *testing.T) {
 	if block != body {
 		t.Errorf("docs/guide/deployment.md's file, under The file:\n%s\nis not the example's ConfigMap's:\n%s", block, body)
 	}
-	if s.store == nil || len(s.tenants) == 0 || len(s.backends) == 0 {
-		t.Errorf("the example's file: store %v, %d tenants, %d backends; want all three, as the deployment guide describes", s.store != nil, len(s.tenants), len(s.backends))
+	if s.store == nil || len(s.tenants) == 0 || len(s.Backends) == 0 {
+		t.Errorf("the example's file: store %v, %d tenants, %d backends; want all three, as the deployment guide describes", s.store != nil, len(s.tenants), len(s.Backends))
 	}
 
 	// The admin port, its probes and its scraping.
-	_, adminPort, _ := net.SplitHostPort(s.adminListen)
+	_, adminPort, _ := net.SplitHostPort(s.AdminListen)
 	var portName string
 	for _, p := range sidecar.Ports {
 		if strconv.Itoa(p.ContainerPort) == adminPort {
@@ -186,7 +186,7 @@ func TestKubernetesSidecar(t *testing.T) {
 		}
 	}
 	if portName == "" {
-		t.Fatalf("admin_listen %s: the container declares no port %s", s.adminListen, adminPort)
+		t.Fatalf("admin_listen %s: the container declares no port %s", s.AdminListen, adminPort)
 	}
 	for _, pr := range []struct {
 		name, path string
@@ -206,8 +206,8 @@ func TestKubernetesSidecar(t *testing.T) {
 	}
 
 	// The app reaches the proxy on loopback, with its tenant's key.
-	if beyond, _ := beyondLoopback(s.listen); beyond {
-		t.Errorf("listen %s: the API port leaves the pod", s.listen)
+	if beyond, _ := beyondLoopback(s.Listen); beyond {
+		t.Errorf("listen %s: the API port leaves the pod", s.Listen)
 	}
 	var baseURL string
 	for _, e := range app.Env {
@@ -215,8 +215,8 @@ func TestKubernetesSidecar(t *testing.T) {
 			baseURL = e.Value
 		}
 	}
-	if baseURL != "http://"+s.listen {
-		t.Errorf("the app's ANTHROPIC_BASE_URL is %q, want http://%s", baseURL, s.listen)
+	if baseURL != "http://"+s.Listen {
+		t.Errorf("the app's ANTHROPIC_BASE_URL is %q, want http://%s", baseURL, s.Listen)
 	}
 	tenantKeys := regexp.MustCompile(`key_env:\s*\[(\w+)\]`).FindStringSubmatch(body)
 	if tenantKeys == nil || app.secretEnv()["ANTHROPIC_API_KEY"] == "" || app.secretEnv()["ANTHROPIC_API_KEY"] != secrets[tenantKeys[1]] {
@@ -224,8 +224,8 @@ func TestKubernetesSidecar(t *testing.T) {
 	}
 
 	// The drain ends before the kill.
-	if grace := pod.TerminationGracePeriodSeconds; float64(grace) <= (s.shutdownDelay + s.drain).Seconds() {
-		t.Errorf("terminationGracePeriodSeconds %d: want above shutdown_delay + drain_timeout, %v", grace, s.shutdownDelay+s.drain)
+	if grace := pod.TerminationGracePeriodSeconds; float64(grace) <= (s.ShutdownDelay + s.DrainTimeout).Seconds() {
+		t.Errorf("terminationGracePeriodSeconds %d: want above shutdown_delay + drain_timeout, %v", grace, s.ShutdownDelay+s.DrainTimeout)
 	}
 
 	// The image's user.

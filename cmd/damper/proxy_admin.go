@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // maxAdminListen bounds admin_listen: a 255-byte host name and a port.

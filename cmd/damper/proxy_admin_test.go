@@ -37,7 +37,7 @@ func withAdmin(t *testing.T, s *proxySettings) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.adminListen, s.adminLn = ln.Addr().String(), ln
+	s.AdminListen, s.adminLn = ln.Addr().String(), ln
 	return "http://" + ln.Addr().String()
 }
 
@@ -49,7 +49,7 @@ func TestProxyAdminListener(t *testing.T) {
 	srv := fakeAPI(t)
 	var admin string
 	p := startProxy(t, srv.URL(), func(s *proxySettings) {
-		s.name = "admin-test"
+		s.Name = "admin-test"
 		admin = withAdmin(t, s)
 	})
 	res, _ := callThrough(t, p.url, "overloaded")
@@ -246,7 +246,7 @@ func TestProxyAdminBeyondLoopbackWarns(t *testing.T) {
 	} {
 		p := startProxy(t, srv.URL(), func(s *proxySettings) {
 			withAdmin(t, s)      // a loopback listener: what is checked is the address configured
-			s.adminListen = addr // as the file gives it
+			s.AdminListen = addr // as the file gives it
 		})
 		if code, _ := get(t, p.url+"/v1/models"); code == 0 { // served: the lines at start are written
 			t.Fatal("no answer")

@@ -21,8 +21,8 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/fleet"
-	"github.com/damper-ai/damper-go/internal/conf"
 )
 
 // The proxy's fallback backends: the file's backends list, each entry
@@ -458,11 +458,11 @@ func startBackends(ctx context.Context, s proxySettings, c startChecks, logger *
 	if s.stores != nil {
 		storeFor = s.stores.storeFor
 	}
-	built, err := buildBackends(ctx, s.backends, storeFor, logger)
+	built, err := buildBackends(ctx, s.Backends, storeFor, logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.run(ctx, s.upstream, built); err != nil {
+	if err := c.run(ctx, s.Upstream, built); err != nil {
 		return nil, err
 	}
 	return built, nil

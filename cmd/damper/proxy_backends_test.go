@@ -132,7 +132,7 @@ func TestBackendsFileBuilds(t *testing.T) {
 	}
 	var asked []string
 	stores := map[string]fleet.Store{}
-	built, err := buildBackends(context.Background(), s.backends, func(name string) (fleet.Store, error) {
+	built, err := buildBackends(context.Background(), s.Backends, func(name string) (fleet.Store, error) {
 		asked = append(asked, name)
 		stores[name] = namedStore{name: name}
 		return stores[name], nil
@@ -163,7 +163,7 @@ func TestBackendsFileBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The seam's error names the backend.
-	_, err = buildBackends(context.Background(), s.backends, func(name string) (fleet.Store, error) {
+	_, err = buildBackends(context.Background(), s.Backends, func(name string) (fleet.Store, error) {
 		if name == "bedrock" {
 			return nil, errors.New("no store here")
 		}
@@ -276,7 +276,7 @@ func TestStartChecks(t *testing.T) {
 	check := func(upstream string, files ...backendFile) error {
 		t.Helper()
 		s := defaultProxySettings()
-		s.upstream, s.backends = upstream, files
+		s.Upstream, s.Backends = upstream, files
 		_, err := startBackends(context.Background(), s, testChecks(), nil)
 		if err != nil && strings.Contains(err.Error(), backendSecret) {
 			t.Errorf("the secret is in the error: %v", err)

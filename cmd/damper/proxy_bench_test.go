@@ -78,7 +78,7 @@ func benchTargets(b *testing.B) (targets [3]string, client *http.Client, conns *
 	})
 	b.Cleanup(bare.Close)
 	s := defaultProxySettings()
-	s.upstream = api.URL
+	s.Upstream = api.URL
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -215,7 +215,7 @@ const (
 	keyListener        = attribute.Key("damper.proxy.listener")
 )
 
-// limitConns caps ln at s.maxConns connections, and s.adminLn, when
+// limitConns caps ln at s.MaxConnections connections, and s.adminLn, when
 // there is one, at adminMaxConnections, and counts both in mp: a gauge of
 // the open connections and a counter of those refused, by listener
 // ("api" or "admin"), with damper.name when the proxy has a name.
@@ -228,17 +228,17 @@ func limitConns(mp metric.MeterProvider, s *proxySettings, ln net.Listener, logg
 	}
 	attrs := func(listener string) metric.MeasurementOption {
 		set := []attribute.KeyValue{keyListener.String(listener)}
-		if s.name != "" {
-			set = append(set, attribute.String("damper.name", s.name))
+		if s.Name != "" {
+			set = append(set, attribute.String("damper.name", s.Name))
 		}
 		return metric.WithAttributeSet(attribute.NewSet(set...))
 	}
-	api := newConnLimit(ln, "api", s.maxConns, s.maxHeaderBytes,
-		fmt.Sprintf("damper proxy: the proxy holds max_connections (%d) connections open: try again later", s.maxConns), logger)
+	api := newConnLimit(ln, "api", s.MaxConnections, s.MaxHeaderBytes,
+		fmt.Sprintf("damper proxy: the proxy holds max_connections (%d) connections open: try again later", s.MaxConnections), logger)
 	api.refusals, api.attrs = refused, attrs("api")
 	limits := []*connLimit{api}
 	if s.adminLn != nil {
-		admin := newConnLimit(s.adminLn, "admin", adminMaxConnections, s.maxHeaderBytes,
+		admin := newConnLimit(s.adminLn, "admin", adminMaxConnections, s.MaxHeaderBytes,
 			fmt.Sprintf("damper proxy: the admin listener holds its %d connections open: try again later", adminMaxConnections), logger)
 		admin.refusals, admin.attrs = refused, attrs("admin")
 		s.adminLn = admin

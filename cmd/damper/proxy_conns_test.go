@@ -81,8 +81,8 @@ func TestProxyMaxHeaderBytes(t *testing.T) {
 	srv := fakeAPI(t)
 	var admin string
 	p := startProxy(t, srv.URL(), func(s *proxySettings) { admin = withAdmin(t, s) })
-	if s := defaultProxySettings(); s.maxHeaderBytes != 64<<10 {
-		t.Errorf("max_header_bytes by default: %d, want 65536", s.maxHeaderBytes)
+	if s := defaultProxySettings(); s.MaxHeaderBytes != 64<<10 {
+		t.Errorf("max_header_bytes by default: %d, want 65536", s.MaxHeaderBytes)
 	}
 	api := strings.TrimPrefix(p.url, "http://")
 
@@ -116,7 +116,7 @@ func TestProxyMaxHeaderBytes(t *testing.T) {
 // writes one log line.
 func TestProxyMaxConnections(t *testing.T) {
 	srv := fakeAPI(t)
-	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.maxConns = 4 })
+	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.MaxConnections = 4 })
 	api := strings.TrimPrefix(p.url, "http://")
 	const healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 	held := make([]net.Conn, 4)
@@ -362,7 +362,7 @@ func TestProxyHeaderFloodMemory(t *testing.T) {
 // answer, and its place under max_connections is free again.
 func TestProxySlowHeadersCut(t *testing.T) {
 	srv := fakeAPI(t)
-	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.readHeader, s.maxConns = 100*time.Millisecond, 1 })
+	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.ReadHeaderTimeout, s.MaxConnections = 100*time.Millisecond, 1 })
 	api := strings.TrimPrefix(p.url, "http://")
 	c, err := net.Dial("tcp", api)
 	if err != nil {
@@ -395,12 +395,12 @@ func TestProxyConnSettings(t *testing.T) {
 		}
 		return path
 	}
-	if s := defaultProxySettings(); s.maxHeaderBytes != 65536 || s.maxConns != 1024 {
-		t.Errorf("defaults: max_header_bytes %d, max_connections %d; want 65536 and 1024", s.maxHeaderBytes, s.maxConns)
+	if s := defaultProxySettings(); s.MaxHeaderBytes != 65536 || s.MaxConnections != 1024 {
+		t.Errorf("defaults: max_header_bytes %d, max_connections %d; want 65536 and 1024", s.MaxHeaderBytes, s.MaxConnections)
 	}
 	s, err := parseProxy([]string{"-config", write("max_header_bytes: 16384\nmax_connections: 10\n")}, io.Discard, io.Discard)
-	if err != nil || s.maxHeaderBytes != 16384 || s.maxConns != 10 {
-		t.Errorf("from the file: %v, %d, %d", err, s.maxHeaderBytes, s.maxConns)
+	if err != nil || s.MaxHeaderBytes != 16384 || s.MaxConnections != 10 {
+		t.Errorf("from the file: %v, %d, %d", err, s.MaxHeaderBytes, s.MaxConnections)
 	}
 	for body, want := range map[string]string{
 		"max_header_bytes: 2097152\n":   "max_header_bytes: 2097152: must be at most 1048576",

@@ -171,7 +171,7 @@ func TestTypeScriptSDKFallsBackToBedrock(t *testing.T) {
 	bedrock := fakeBedrock(t)
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: 200 * time.Millisecond}}
-		s.backends = []backendFile{bedrockBackend(bedrock)}
+		s.Backends = []backendFile{bedrockBackend(bedrock)}
 		keyMode(s)
 	})
 
@@ -253,7 +253,7 @@ func TestSecondOrgBackendGetsItsOwnKey(t *testing.T) {
 	t.Cleanup(front.Close)
 	p := startProxy(t, primary.URL(), func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1}
-		s.backends = []backendFile{{Name: "second-org", Provider: "anthropic", BaseURL: front.URL, APIKeyEnv: "DAMPER_TEST_SECOND_ORG_KEY"}}
+		s.Backends = []backendFile{{Name: "second-org", Provider: "anthropic", BaseURL: front.URL, APIKeyEnv: "DAMPER_TEST_SECOND_ORG_KEY"}}
 		keyMode(s)
 	})
 	for _, stream := range []bool{false, true} {
@@ -328,8 +328,8 @@ policy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, s.upstream, func(ps *proxySettings) {
-		ps.policy, ps.backends, ps.tenants, ps.upstreamKey = s.policy, s.backends, s.tenants, s.upstreamKey
+	p := startProxy(t, s.Upstream, func(ps *proxySettings) {
+		ps.policy, ps.Backends, ps.tenants, ps.upstreamKey = s.policy, s.Backends, s.tenants, s.upstreamKey
 	})
 	req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-opus-4-5","max_tokens":64,"messages":[]}`))
 	req.Header.Set("X-Api-Key", testKey)

@@ -62,8 +62,8 @@ type runShared struct {
 func newRun(s proxySettings, backends []fallbackBackend, sh *runShared) (*proxyRun, error) {
 	settings := []damper.Setting{damper.WithMeterProvider(sh.mp), damper.WithLogger(sh.logger),
 		damper.WithStore(sh.stores.primary())}
-	if s.name != "" {
-		settings = append(settings, damper.WithName(s.name))
+	if s.Name != "" {
+		settings = append(settings, damper.WithName(s.Name))
 	}
 	if len(backends) > 0 {
 		settings = append(settings, damper.WithBackends(damperBackends(backends)...))
@@ -72,8 +72,8 @@ func newRun(s proxySettings, backends []fallbackBackend, sh *runShared) (*proxyR
 	if err != nil {
 		return nil, err
 	}
-	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.upstream, Transport: sh.transport, MaxRequestBytes: s.maxRequestBytes,
-		WriteTimeout: s.write, Logger: sh.logger, Tenants: s.tenants, UpstreamAPIKey: s.upstreamKey})
+	px, err := damper.NewProxy(d, damper.ProxyConfig{Upstream: s.Upstream, Transport: sh.transport, MaxRequestBytes: s.MaxRequestBytes,
+		WriteTimeout: s.WriteTimeout, Logger: sh.logger, Tenants: s.tenants, UpstreamAPIKey: s.upstreamKey})
 	if err != nil {
 		_ = d.Close()
 		return nil, err
@@ -159,13 +159,13 @@ func reload(ctx context.Context, old *proxyRun, sh *runShared, apply func(*proxy
 	fixed := keepFixed(old.s, &s)
 	changed := changedKeys(old.s, s)
 	sh.stores.next()
-	built, err := buildBackends(ctx, s.backends, sh.stores.storeFor, logger)
+	built, err := buildBackends(ctx, s.Backends, sh.stores.storeFor, logger)
 	if err != nil {
 		refuse(err)
 		return
 	}
 	if s.checks != nil {
-		if err := s.checks.run(ctx, s.upstream, built); err != nil {
+		if err := s.checks.run(ctx, s.Upstream, built); err != nil {
 			refuse(err)
 			return
 		}
@@ -202,23 +202,23 @@ func keepFixed(old proxySettings, s *proxySettings) []string {
 			fixed = append(fixed, key)
 		}
 	}
-	keep("listen", s.listen != old.listen)
-	keep("admin_listen", s.adminListen != old.adminListen)
+	keep("listen", s.Listen != old.Listen)
+	keep("admin_listen", s.AdminListen != old.AdminListen)
 	keep("store", !sameStore(old.store, s.store))
-	keep("name", s.name != old.name)
-	keep("max_connections", s.maxConns != old.maxConns)
-	keep("max_header_bytes", s.maxHeaderBytes != old.maxHeaderBytes)
-	keep("read_header_timeout", s.readHeader != old.readHeader)
-	keep("read_timeout", s.read != old.read)
-	keep("idle_timeout", s.idle != old.idle)
+	keep("name", s.Name != old.Name)
+	keep("max_connections", s.MaxConnections != old.MaxConnections)
+	keep("max_header_bytes", s.MaxHeaderBytes != old.MaxHeaderBytes)
+	keep("read_header_timeout", s.ReadHeaderTimeout != old.ReadHeaderTimeout)
+	keep("read_timeout", s.ReadTimeout != old.ReadTimeout)
+	keep("idle_timeout", s.IdleTimeout != old.IdleTimeout)
 	if old.logLevel == nil {
 		keep("log_level", s.level != old.level)
 		s.level = old.level
 	}
-	s.listen, s.listenIsNonLocal, s.adminListen, s.adminLn = old.listen, old.listenIsNonLocal, old.adminListen, old.adminLn
-	s.store, s.fleet, s.name = old.store, old.fleet, old.name
-	s.maxConns, s.maxHeaderBytes = old.maxConns, old.maxHeaderBytes
-	s.readHeader, s.read, s.idle = old.readHeader, old.read, old.idle
+	s.Listen, s.listenIsNonLocal, s.AdminListen, s.adminLn = old.Listen, old.listenIsNonLocal, old.AdminListen, old.adminLn
+	s.store, s.fleet, s.Name = old.store, old.fleet, old.Name
+	s.MaxConnections, s.MaxHeaderBytes = old.MaxConnections, old.MaxHeaderBytes
+	s.ReadHeaderTimeout, s.ReadTimeout, s.IdleTimeout = old.ReadHeaderTimeout, old.ReadTimeout, old.IdleTimeout
 	s.reloads, s.reread, s.checks, s.logLevel, s.stores = old.reloads, old.reread, old.checks, old.logLevel, old.stores
 	return fixed
 }
@@ -245,14 +245,14 @@ func changedKeys(old, s proxySettings) []string {
 			changed = append(changed, key)
 		}
 	}
-	add("upstream", s.upstream != old.upstream)
-	add("max_request_bytes", s.maxRequestBytes != old.maxRequestBytes)
-	add("write_timeout", s.write != old.write)
-	add("drain_timeout", s.drain != old.drain)
-	add("shutdown_delay", s.shutdownDelay != old.shutdownDelay)
+	add("upstream", s.Upstream != old.Upstream)
+	add("max_request_bytes", s.MaxRequestBytes != old.MaxRequestBytes)
+	add("write_timeout", s.WriteTimeout != old.WriteTimeout)
+	add("drain_timeout", s.DrainTimeout != old.DrainTimeout)
+	add("shutdown_delay", s.ShutdownDelay != old.ShutdownDelay)
 	add("log_level", s.level != old.level)
 	add("policy", s.policyFromDefault != old.policyFromDefault || !reflect.DeepEqual(s.policy, old.policy))
-	add("backends", !reflect.DeepEqual(s.backends, old.backends))
+	add("backends", !reflect.DeepEqual(s.Backends, old.Backends))
 	add("tenants", !reflect.DeepEqual(s.tenants, old.tenants))
 	add("upstream_api_key_env", s.upstreamKey != old.upstreamKey)
 	return changed

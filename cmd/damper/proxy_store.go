@@ -22,8 +22,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/fleet"
-	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/redisstore"
 )
 

@@ -178,9 +178,9 @@ store:
 		t.Fatal(err)
 	}
 	c := s.store
-	if s.adminListen != "127.0.0.1:9464" || c == nil || c.base.Addr != "redis.internal:6380" || c.name != "edge" || c.timeout != 20*time.Millisecond ||
+	if s.AdminListen != "127.0.0.1:9464" || c == nil || c.base.Addr != "redis.internal:6380" || c.name != "edge" || c.timeout != 20*time.Millisecond ||
 		!c.failClosed || c.lease != 5 || c.leaseFor != 2*time.Second || !c.tls || c.roots == nil || c.pingTimeout != 5*time.Second {
-		t.Errorf("store %+v, admin_listen %q", c, s.adminListen)
+		t.Errorf("store %+v, admin_listen %q", c, s.AdminListen)
 	}
 	if strings.Contains(fmt.Sprintf("%+v %+v", s, *c), redisSecret) {
 		t.Error("the settings hold the password: they are read at start only")
@@ -224,7 +224,7 @@ store:
 	if tc := (&storeConfig{base: redis.Options{Addr: "[::1]:6379"}, tls: true}).tlsConfig(); tc.ServerName != "::1" || tc.RootCAs != nil {
 		t.Errorf("TLS config for [::1]: %+v", tc)
 	}
-	if s, err := parseProxyFile(t, "listen: 127.0.0.1:0\n"); err != nil || s.store != nil || s.adminListen != "" {
+	if s, err := parseProxyFile(t, "listen: 127.0.0.1:0\n"); err != nil || s.store != nil || s.AdminListen != "" {
 		t.Errorf("no store: %+v, %v", s.store, err)
 	}
 }
@@ -482,7 +482,7 @@ func TestProxyBackendStateInRedis(t *testing.T) {
 	defer st.Close()
 	withStore := func(s *proxySettings) {
 		s.policy = damper.Policy{MaxAttempts: 1, Breaker: &damper.BreakerPolicy{MinAttempts: 2, OpenFor: time.Minute}}
-		s.backends = []backendFile{bedrockBackend(bedrock)}
+		s.Backends = []backendFile{bedrockBackend(bedrock)}
 		keyMode(s)
 		s.fleet = st
 	}

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/damper-ai/damper-go"
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // The proxy's clients: the file's tenants list, each a name and its keys,

@@ -110,7 +110,7 @@ func TestProxyKeyModeEachBackendKind(t *testing.T) {
 			up := newRecorder(t, primary.Handler())
 			p := startProxy(t, up.srv.URL, func(s *proxySettings) {
 				s.policy = damper.Policy{MaxAttempts: 1}
-				s.backends = []backendFile{b}
+				s.Backends = []backendFile{b}
 				keyMode(s)
 			})
 			client := http.Header{
@@ -271,7 +271,7 @@ func TestDamperKeyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, s.upstream, func(ps *proxySettings) { ps.tenants, ps.upstreamKey = s.tenants, s.upstreamKey })
+	p := startProxy(t, s.Upstream, func(ps *proxySettings) { ps.tenants, ps.upstreamKey = s.tenants, s.upstreamKey })
 	for _, tc := range []struct {
 		key    string
 		status int
@@ -315,7 +315,7 @@ policy:
 	if rb := s.tenants[0].RetryBudget; rb == nil || *rb != (damper.TenantRetryBudget{Ratio: 0.5, MinTokens: 2}) || s.tenants[1].RetryBudget != nil {
 		t.Fatalf("the tenants' retry budgets: %+v and %+v, want {0.5 2} and none", rb, s.tenants[1].RetryBudget)
 	}
-	p := startProxy(t, s.upstream, func(ps *proxySettings) {
+	p := startProxy(t, s.Upstream, func(ps *proxySettings) {
 		ps.policy, ps.tenants, ps.upstreamKey = s.policy, s.tenants, s.upstreamKey
 	})
 	for i, tc := range []struct {

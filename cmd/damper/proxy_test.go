@@ -23,8 +23,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/dampertest"
-	"github.com/damper-ai/damper-go/internal/conf"
 	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
@@ -42,7 +42,7 @@ type runningProxy struct {
 func startProxy(t *testing.T, upstream string, edit func(*proxySettings)) *runningProxy {
 	t.Helper()
 	s := defaultProxySettings()
-	s.upstream = upstream
+	s.Upstream = upstream
 	s.policy = damper.Policy{BackoffBase: damper.None} // retries at once: no real sleeping
 	if edit != nil {
 		edit(&s)
@@ -334,7 +334,7 @@ func TestCurlThroughProxy(t *testing.T) {
 
 func TestProxyHealthAndMetrics(t *testing.T) {
 	srv := fakeAPI(t)
-	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.name = "proxy-test" })
+	p := startProxy(t, srv.URL(), func(s *proxySettings) { s.Name = "proxy-test" })
 	get := func(path string) (int, string) {
 		t.Helper()
 		res, err := http.Get(p.url + path)
@@ -456,7 +456,7 @@ func TestProxyDrains(t *testing.T) {
 		p.done <- err // for the cleanup
 	})
 	t.Run("unready before the drain", func(t *testing.T) {
-		p := startProxy(t, up.URL, func(s *proxySettings) { s.shutdownDelay = 3 * time.Second })
+		p := startProxy(t, up.URL, func(s *proxySettings) { s.ShutdownDelay = 3 * time.Second })
 		ready := func() int {
 			res, err := http.Get(p.url + "/readyz")
 			if err != nil {
@@ -490,7 +490,7 @@ func TestProxyDrains(t *testing.T) {
 		}
 	})
 	t.Run("cut at the bound", func(t *testing.T) {
-		p := startProxy(t, up.URL, func(s *proxySettings) { s.drain = 50 * time.Millisecond })
+		p := startProxy(t, up.URL, func(s *proxySettings) { s.DrainTimeout = 50 * time.Millisecond })
 		res, br := stream(p, "stall")
 		defer res.Body.Close()
 		p.stop()
@@ -540,8 +540,8 @@ policy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.listen != "127.0.0.1:9100" || s.upstream != "http://127.0.0.1:9001" || s.drain != 5*time.Second || s.read != 2*time.Minute || s.write != 5*time.Second ||
-		s.level != slog.LevelWarn || s.name != "edge" || s.policy.MaxAttempts != 2 || s.policy.Breaker == nil || s.listenIsNonLocal {
+	if s.Listen != "127.0.0.1:9100" || s.Upstream != "http://127.0.0.1:9001" || s.DrainTimeout != 5*time.Second || s.ReadTimeout != 2*time.Minute || s.WriteTimeout != 5*time.Second ||
+		s.level != slog.LevelWarn || s.Name != "edge" || s.policy.MaxAttempts != 2 || s.policy.Breaker == nil || s.listenIsNonLocal {
 		t.Errorf("settings %+v", s)
 	}
 	if s, err := parseProxy([]string{"-listen", "0.0.0.0:8787"}, io.Discard, io.Discard); err != nil || !s.listenIsNonLocal {

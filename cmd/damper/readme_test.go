@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/conf"
 )
 
 // readmeProxySection is the README's section on damper proxy: its prose,
@@ -70,11 +70,11 @@ func TestREADMEProxyFile(t *testing.T) {
 	if s.store != nil && !strings.Contains(prose, s.store.base.Addr) {
 		t.Errorf("the README's proxy.yaml needs Redis at %s, which its prose does not name", s.store.base.Addr)
 	}
-	u, _ := url.Parse(s.upstream)
+	u, _ := url.Parse(s.Upstream)
 	if !strings.Contains(prose, u.Hostname()) {
 		t.Errorf("the README's proxy.yaml reaches %s at start, which its prose does not name", u.Hostname())
 	}
-	for _, b := range s.backends {
+	for _, b := range s.Backends {
 		need := map[string]string{"bedrock": "AWS credentials", "vertex": "Google credentials"}[b.Provider]
 		if need != "" && !strings.Contains(prose, need) {
 			t.Errorf("the README's proxy.yaml has a %s backend, which needs %s: its prose does not say so", b.Provider, need)

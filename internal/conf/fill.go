@@ -226,7 +226,7 @@ func (f *field) fieldError(a at, v any, why string, file *read) *FieldError {
 	if why == f.above() && !f.interval { // no word on 0
 		return &FieldError{Field: a.field, Key: a.key, Value: v, Why: why, Default: file.absent(a.key)}
 	}
-	return &FieldError{Field: a.field, Key: a.key, Value: v, Why: why + f.zeroMeans(), FileWhy: why + f.absentMeans(), Default: file.absent(a.key)}
+	return &FieldError{Field: a.field, Key: a.key, Value: v, Why: why + f.zeroMeans(), FileWhy: why + f.absentMeans("key"), Default: file.absent(a.key)}
 }
 
 // place completes a check's error, whose Field names a field of s, with

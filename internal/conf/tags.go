@@ -475,11 +475,12 @@ func (f *field) zeroMeans() string {
 	return ""
 }
 
-// absentMeans is what leaving the key out means, for a file's message.
-func (f *field) absentMeans() string {
+// absentMeans is what leaving the key (or the flag: what) out means, for
+// a file's message or a flag's.
+func (f *field) absentMeans(what string) string {
 	switch {
 	case f.def.IsValid():
-		return " (leave the key out for the default, " + f.defText + ")"
+		return " (leave the " + what + " out for the default, " + f.defText + ")"
 	case f.zero != "":
 		return " (0 means " + f.zero + ")"
 	}

@@ -12,9 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/damper-ai/damper-go/internal/syncbuf"
 )
 
 // row is what one fleet size measured.
@@ -300,7 +299,29 @@ type worker struct {
 	stdin   io.WriteCloser
 	results chan result
 	done    chan error // the decoder's end: the process's output closed or unreadable
-	stderr  *syncbuf.Buffer
+	stderr  *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer a process's output and its reader share.
+// The root module's tests have one such (internal/syncbuf); this module
+// keeps a copy of its own, as a module imports no other's internal
+// packages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what has been written so far.
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startWorkers starts a copy of this executable as a worker for each job
@@ -314,7 +335,7 @@ func startWorkers(specs []string) ([]*worker, error) {
 	for i, spec := range specs {
 		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), workerEnv+"="+spec)
-		w := &worker{cmd: cmd, results: make(chan result, 1), done: make(chan error, 1), stderr: &syncbuf.Buffer{}}
+		w := &worker{cmd: cmd, results: make(chan result, 1), done: make(chan error, 1), stderr: &lockedBuffer{}}
 		cmd.Stderr = w.stderr
 		if w.stdin, err = cmd.StdinPipe(); err == nil {
 			var stdout io.ReadCloser
