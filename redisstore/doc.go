@@ -67,7 +67,9 @@
 // Add, the breaker's Done, the limiter's Observe, Settle, Leave and
 // Pause, and a spend's Add. A record goes into the
 // store's queue and returns at once; the local state that decides during a
-// fallback hears it at once, as before. The queue goes to Redis in
+// fallback hears it at once, as before. One record is sent as a decision
+// is, its caller waiting for it: the breaker's Done of a failure, so that
+// the fleet's next Allow counts it (see [Store.Breaker]). The queue goes to Redis in
 // batches, one pipeline each (one round trip, each operation still its
 // own script), one batch at a time: a writer goroutine of the store's
 // sends it as soon as no batch is in flight, and ends when the queue is
