@@ -255,3 +255,48 @@ func TestProxyStoreOpensWithoutRedis(t *testing.T) {
 		t.Errorf("fail-closed, Redis down: %v", err)
 	}
 }
+
+// TestProxyStoreKeepsMembership: a proxy with no traffic probes Redis on
+// a timer, and each probe refreshes its membership, so that the other
+// proxies keep counting it; Close ends the timer.
+func TestProxyStoreKeepsMembership(t *testing.T) {
+	needRedis(t)
+	srv := redistest.Start(t)
+	defer func(d time.Duration) { storeKeepEvery = d }(storeKeepEvery)
+	storeKeepEvery = 30 * time.Millisecond
+	c, err := parseStore(&proxyStoreFile{Address: srv.Addr, Timeout: time.Second}, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openProxyStore(context.Background(), c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	key := redisstore.MembersKey("idle")
+	var scores []float64
+	deadline := time.Now().Add(5 * time.Second)
+	for len(scores) < 2 && time.Now().Before(deadline) {
+		zs, err := admin.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(zs) == 1 && (len(scores) == 0 || zs[0].Score > scores[len(scores)-1]) {
+			scores = append(scores, zs[0].Score)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(scores) < 2 {
+		t.Fatalf("the idle proxy's membership refreshed %d times in 5 s, want 2 (%v)", len(scores), scores)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case <-p.joined:
+	default:
+		t.Error("the probes go on after Close")
+	}
+}
