@@ -136,10 +136,14 @@ type Stats struct {
 // it included) counted against it ([fleet.WindowBudget.TryAcquireShare]).
 // So a window the fault spans whole grants the fleet at most the sum of
 // each process's ⌊MinTokens / N + Ratio × s_i⌋, at most MinTokens + Ratio
-// × the fleet's successes: one budget. In a window the fault splits,
-// Redis's books, which hear nothing of the fault's successes and units,
-// grant what they hold before and after it, and each process its share in
-// it: at most twice the budget.
+// × the fleet's successes: one budget. When Redis answers again, each
+// process charges the books of the fault's window with the successes
+// Redis never heard and the units its fallback granted, before its next
+// operation on them. So a window the fault splits grants one budget once
+// every process has charged; a process that asks Redis before another
+// has charged can be granted that other's fault units again, so the
+// bound, with processes that come back late or never, is twice the
+// budget.
 //
 // It keeps the books of the newest window it has heard of, from every
 // script's reply: [Budget.KnownBalance] answers from them, without a round
