@@ -70,8 +70,9 @@ func (f *faultFleet) waitShared(t *testing.T) {
 }
 
 // TestFaultTableMeasured measures, for each kind of fault, what a fleet of
-// three processes admits through the breaker and the retry throttle (see
-// measureBreaker, measureThrottle), and what it
+// three processes admits through the breaker, the retry throttle, the
+// tenants' shares and a tenant's daily spend (see measureBreaker,
+// measureThrottle, measureShares, measureSpend), and what it
 // admits on requests_per_minute: 60 (a request asked by
 // each every 100 ms of a virtual clock, the bucket drained first, over the
 // fault and 12 s after it, from 5 s before it) and grants of a retry budget
@@ -90,7 +91,7 @@ func TestFaultTableMeasured(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			lim, limBound := measureLimiter(t, k)
 			bud := measureBudget(t, k)
-			budBound := "36: 18 in the fault, Redis's books before and after"
+			budBound := "36: 18 in the fault, one budget once every process has charged, twice before"
 			switch {
 			case k.atStart:
 				budBound = "60: 13 + 14 + 15 (N = 1 each) in the fault, 18 after"
