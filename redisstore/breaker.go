@@ -43,8 +43,9 @@ const breakerSlack = 1 - 1e-12
 // the open period, the probe's start and when its answer is due, the 30
 // buckets of the closed state's window with the slice each counts, the
 // newest slice counted, and the key's incarnation (below). Each Allow, RefusesAt and State is one round
-// trip, and each Done a record queued for the store's next batch (see the
-// package documentation): one Lua script runs the state machine on it. Times are the
+// trip, each failure's Done as well, before Done returns, and any other
+// Done a record queued for the store's next batch (see the package
+// documentation): one Lua script runs the state machine on it. Times are the
 // Damper's clock's, never Redis's TIME, passed as whole microseconds since
 // the Unix epoch (exact for dates within 142 years of 1970, since Lua's
 // numbers are doubles); the window's slices are numbered in Window/30
@@ -264,9 +265,15 @@ func (b *sharedBreaker) RefusesAt(ctx context.Context, now, later time.Time) (bo
 }
 
 // Done implements [fleet.Breaker]: a ticket of the local breaker goes
-// back to it; any other is queued for the store's next batch (see the
-// package documentation), lost if Redis fails. Its reply's change of
-// state reaches OnChange from the goroutine that sent the batch.
+// back to it. A failure reaches Redis before Done returns (one round trip,
+// or the batch after the one in flight, bounded by the timeout), so that
+// the next Allow of any process counts it: a fleet's breaker opens after
+// the attempts one breaker admits, not up to one more per process. Any
+// other verdict, which can only delay opening, is queued for the store's
+// next batch (see the package documentation). Either is lost if Redis
+// fails. The reply's change of state reaches OnChange from Done's
+// goroutine for a failure, from the goroutine that sent the batch
+// otherwise.
 func (b *sharedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now time.Time, v fleet.CircuitVerdict) error {
 	if t.Generation&LocalTicket != 0 {
 		t.Generation &^= LocalTicket
@@ -275,6 +282,14 @@ func (b *sharedBreaker) Done(ctx context.Context, t fleet.CircuitTicket, now tim
 	gen, probe := int64(t.Generation), t.Probe
 	// The incarnation goes as the batch is sent: the newest heard by then.
 	build := func() []any { return b.args("d", now, gen, probe, v) }
+	if v == fleet.CircuitFailure {
+		raw, err := b.link.recordNow(ctx, "breaker_done", breakerScript, b.keys, build)
+		if err != nil {
+			return err
+		}
+		_, err = b.read("breaker_done", now, raw)
+		return err
+	}
 	return b.link.record(ctx, "breaker_done", breakerScript, b.keys, nil, build, func(raw any, err error) {
 		if err == nil {
 			_, _ = b.read("breaker_done", now, raw)

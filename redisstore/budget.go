@@ -136,10 +136,14 @@ type Stats struct {
 // it included) counted against it ([fleet.WindowBudget.TryAcquireShare]).
 // So a window the fault spans whole grants the fleet at most the sum of
 // each process's ⌊MinTokens / N + Ratio × s_i⌋, at most MinTokens + Ratio
-// × the fleet's successes: one budget. In a window the fault splits,
-// Redis's books, which hear nothing of the fault's successes and units,
-// grant what they hold before and after it, and each process its share in
-// it: at most twice the budget.
+// × the fleet's successes: one budget. When Redis answers again, each
+// process charges the books of the fault's window with the successes
+// Redis never heard and the units its fallback granted, before its next
+// operation on them. So a window the fault splits grants one budget once
+// every process has charged; a process that asks Redis before another
+// has charged can be granted that other's fault units again, so the
+// bound, with processes that come back late or never, is twice the
+// budget.
 //
 // It keeps the books of the newest window it has heard of, from every
 // script's reply: [Budget.KnownBalance] answers from them, without a round
@@ -162,6 +166,15 @@ type Budget struct {
 	mu    sync.Mutex
 	heard books // the newest window's books heard from Redis
 	lease lease // units taken from Redis and not spent yet (see budget_lease.go)
+	owed  owed  // what the fallback counted and Redis has not heard
+}
+
+// owed is what a fallback counted in one window, for Redis's books: the
+// successes Redis was never asked to count, and the units the fallback
+// granted.
+type owed struct {
+	window          int64
+	successes, used int64
 }
 
 var (
@@ -278,11 +291,74 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutc
 	}
 	b.local.FirstAttemptSucceeded(now)
 	id := windowNumber(now, b.window)
-	return b.link.record(ctx, "observe", observeScript, b.keys, b.args(id), nil, func(v any, err error) {
+	b.charge(ctx, false)
+	err := b.link.record(ctx, "observe", observeScript, b.keys, b.args(id), nil, func(v any, err error) {
 		if err == nil {
 			_, _ = b.read("observe", id, v)
+		} else if errors.Is(err, ErrUnavailable) {
+			b.owe(id, 1, 0) // dropped from its batch unsent
 		}
 	})
+	if errors.Is(err, ErrUnavailable) {
+		// Never sent: Redis hears of it with the fallback's charge.
+		b.owe(id, 1, 0)
+	}
+	return err
+}
+
+// owe keeps successes and units the fallback counted in window id, for
+// Redis's books; those of an older window are dropped, as it is over.
+func (b *Budget) owe(id, successes, used int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch o := &b.owed; {
+	case id == o.window:
+		o.successes += successes
+		o.used += used
+	case id > o.window:
+		*o = owed{id, successes, used}
+	}
+}
+
+// charge charges Redis's books with what the fallback counted, once Redis
+// answers, before this process's next operation on them: for a decision
+// (wait), one decision of its own, once after a fallback, which may be
+// the probe; for a record, a record queued ahead of it. So the fallback's
+// units count against the window in Redis, as the rate limiter's fault
+// admissions do against its buckets, and a window a fault splits grants
+// one budget, not one before, one in and one after the fault. A charge
+// that failed after Redis was asked is kept for its units only: a success
+// counted twice would grant more than the budget, a unit counted twice
+// fewer.
+func (b *Budget) charge(ctx context.Context, wait bool) {
+	if !wait && b.link.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	o := b.owed
+	b.owed = owed{window: o.window}
+	b.mu.Unlock()
+	if o.successes == 0 && o.used == 0 {
+		return
+	}
+	args := []any{strconv.FormatInt(o.window, 10), b.ttl, o.successes, o.used}
+	heard := func(v any, err error) {
+		switch {
+		case err == nil:
+			_, _ = b.read("charge", o.window, v)
+		case errors.Is(err, ErrUnavailable):
+			b.owe(o.window, o.successes, o.used)
+		default:
+			b.owe(o.window, 0, o.used)
+		}
+	}
+	if wait {
+		heard(b.link.run(ctx, "charge", chargeScript, b.keys, args...))
+		return
+	}
+	if err := b.link.record(ctx, "charge", chargeScript, b.keys, args, nil, heard); err != nil {
+		heard(nil, err)
+	}
 }
 
 // Acquire implements [fleet.Budget]. While Redis fails it returns the
@@ -293,6 +369,7 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutc
 // takes a new lease of up to Lease units in one decision (see the package
 // documentation, Leases).
 func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
+	b.charge(ctx, true)
 	if b.lease.size > 1 {
 		return b.acquireLeased(ctx, now)
 	}
@@ -314,7 +391,11 @@ func (b *Budget) fallback(now time.Time, err error) (bool, error) {
 	if b.link.failClosed {
 		return false, err
 	}
-	return b.local.TryAcquireShare(now, b.link.membersKnown()), err
+	ok := b.local.TryAcquireShare(now, b.link.membersKnown())
+	if ok {
+		b.owe(windowNumber(now, b.window), 0, 1)
+	}
+	return ok, err
 }
 
 // Available implements [fleet.Budget]: the units left in the fleet's
@@ -322,6 +403,7 @@ func (b *Budget) fallback(now time.Time, err error) (bool, error) {
 // fails it returns the local budget's balance (0 with FailClosed) and the
 // error.
 func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
+	b.charge(ctx, true)
 	r, err := b.run(ctx, "available", availableScript, now)
 	if err != nil {
 		if b.link.failClosed {

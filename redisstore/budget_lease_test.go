@@ -367,6 +367,7 @@ func TestLeaseVoidInFallback(t *testing.T) {
 	if n := decisions(t, hook.take(), "budget:lease"); n != 1 {
 		t.Fatalf("the first Acquire after the fallback made %d decisions, want 1: the lease held before is void", n)
 	}
-	// The restarted Redis lost the books: this lease is the window's first.
-	checkHash(t, client, redisstore.Key("lease-fallback"), map[string]string{"w": fmt.Sprint(base.Unix() / 60), "s": "0", "u": "5"})
+	// The restarted Redis lost the books: the fallback's grant, charged,
+	// and this lease are the window's first.
+	checkHash(t, client, redisstore.Key("lease-fallback"), map[string]string{"w": fmt.Sprint(base.Unix() / 60), "s": "0", "u": "6"})
 }

@@ -134,7 +134,8 @@ func TestRoundTripsPerCall(t *testing.T) {
 			// admitted.
 			decisions: slices.Concat(admit, []string{"ratelimit:admits", "breaker:r", "throttle:tokens", "budget:acquire"}, admit),
 			// Each attempt's end; the failure and the retry's success each
-			// move the throttle.
+			// move the throttle. The failure's breaker:d is sent before
+			// its Done returns (TestBreakerFailuresReachRedisAtOnce).
 			records: slices.Concat(ended, []string{"throttle:add"}, ended, []string{"throttle:add"}),
 		},
 	} {

@@ -67,7 +67,9 @@
 // Add, the breaker's Done, the limiter's Observe, Settle, Leave and
 // Pause, and a spend's Add. A record goes into the
 // store's queue and returns at once; the local state that decides during a
-// fallback hears it at once, as before. The queue goes to Redis in
+// fallback hears it at once, as before. One record is sent as a decision
+// is, its caller waiting for it: the breaker's Done of a failure, so that
+// the fleet's next Allow counts it (see [Store.Breaker]). The queue goes to Redis in
 // batches, one pipeline each (one round trip, each operation still its
 // own script), one batch at a time: a writer goroutine of the store's
 // sends it as soon as no batch is in flight, and ends when the queue is
@@ -226,17 +228,18 @@
 // Each Store counts the processes that share its Name: a sorted set,
 // [MembersKey], where each store (a random ID) refreshes itself with
 // Redis's time at most every [MemberFor]/40, as a record in a batch its
-// traffic sends anyway, and from which members not refreshed within
-// [MemberFor] are trimmed; the reply's count is kept ([Store.Members], 1
+// traffic sends anyway or in the round trip of a [Store.Probe], and from
+// which members not refreshed within [MemberFor] are trimmed; the reply's count is kept ([Store.Members], 1
 // until Redis has answered). While Redis fails, each process limits itself
 // to its share of the last count N: the budget decides as one of N
 // budgets (MinTokens / N + Ratio × its own successes, see [Budget]), and
 // the rate limiter's buckets in memory hold 1/N of each bucket's limit and
 // level as Redis last told them (see [Store.LimitBuckets]); what they
-// admitted is charged to the shared buckets once Redis answers, and Redis
-// decides again for every process, each taking its full part. A fleet
-// whose processes all count the same N then stays, in a fault of any
-// length, within one budget per window and what the shared buckets would
+// admitted is charged to the shared buckets once Redis answers, as the
+// budget's grants and successes are to its books, and Redis decides again
+// for every process, each taking its full part. A fleet whose processes
+// all count the same N then stays, in a fault of any length, within one
+// budget per window the fault spans and what the shared buckets would
 // have admitted; a process that counts fewer members (one whose last
 // refresh came before others joined, or one that has never heard Redis:
 // N = 1) takes more, its bound 1/N_i of the limits. The breaker, the throttle,

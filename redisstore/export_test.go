@@ -27,6 +27,8 @@ func ScriptOps(args []any) (ops []string, record bool) {
 		return []string{"budget:available"}, false
 	case leaseScript.Hash():
 		return []string{"budget:lease"}, false
+	case chargeScript.Hash():
+		return []string{"budget:charge"}, true
 	case returnScript.Hash():
 		return []string{"budget:return"}, true
 	case throttleAddScript.Hash():

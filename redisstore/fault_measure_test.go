@@ -70,8 +70,9 @@ func (f *faultFleet) waitShared(t *testing.T) {
 }
 
 // TestFaultTableMeasured measures, for each kind of fault, what a fleet of
-// three processes admits through the breaker and the retry throttle (see
-// measureBreaker, measureThrottle), and what it
+// three processes admits through the breaker, the retry throttle, the
+// tenants' shares and a tenant's daily spend (see measureBreaker,
+// measureThrottle, measureShares, measureSpend), and what it
 // admits on requests_per_minute: 60 (a request asked by
 // each every 100 ms of a virtual clock, the bucket drained first, over the
 // fault and 12 s after it, from 5 s before it) and grants of a retry budget
@@ -85,12 +86,12 @@ func TestFaultTableMeasured(t *testing.T) {
 	if os.Getenv("DAMPER_MEASURE") == "" {
 		t.Skip("set DAMPER_MEASURE=1 to run: it drives every kind of fault on a real redis-server")
 	}
-	var rows []string
+	var rows, more []string
 	for _, k := range faultKinds {
 		t.Run(k.name, func(t *testing.T) {
 			lim, limBound := measureLimiter(t, k)
 			bud := measureBudget(t, k)
-			budBound := "36: 18 in the fault, Redis's books before and after"
+			budBound := "36: 18 in the fault, one budget once every process has charged, twice before"
 			switch {
 			case k.atStart:
 				budBound = "60: 13 + 14 + 15 (N = 1 each) in the fault, 18 after"
@@ -99,10 +100,14 @@ func TestFaultTableMeasured(t *testing.T) {
 			}
 			brk, brkBound := measureBreaker(t, k)
 			thr, thrBound := measureThrottle(t, k)
+			big, small, shBound := measureShares(t, k)
+			spent, spBound := measureSpend(t, k)
 			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %d | %s | %d | %s | %d | %s |", k.name, lim, limBound, bud, budBound, brk, brkBound, thr, thrBound))
+			more = append(more, fmt.Sprintf("| %s | %d + %d = %d | %s | $%.2f | %s |", k.name, big, small, big+small, shBound, spent, spBound))
 		})
 	}
 	t.Logf("\n| fault | limiter admitted | limiter bound | budget granted | budget bound | breaker admitted | breaker bound | throttle retries | throttle bound |\n|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+	t.Logf("\n| fault | shares admitted (big + small) | shares bound | spend | spend bound |\n|---|---|---|---|---|\n%s", strings.Join(more, "\n"))
 }
 
 func measureLimiter(t *testing.T, k faultKind) (int, string) {
@@ -330,7 +335,13 @@ func measureBreaker(t *testing.T, k faultKind) (int, string) {
 			_ = b.Done(ctx, a.Ticket, now, fleet.CircuitFailure)
 		}
 	})
-	inFault, after := oneBreaker(t, 1, k.length), oneBreaker(t, n, 12*time.Second)
+	// The steps faultSteps counts: those strictly inside the fault, then
+	// from its end to 12 s after it, both included (after a fault of no
+	// length, the 12 s after it).
+	inFault, after := 0, oneBreaker(t, n, 12*time.Second)
+	if k.length > 0 {
+		inFault, after = oneBreaker(t, 1, k.length-100*time.Millisecond), oneBreaker(t, n, 12*time.Second+100*time.Millisecond)
+	}
 	bound := fmt.Sprintf("%d × %d + %d = %d", n, inFault, after, n*inFault+after)
 	t.Logf("breaker: %d admitted (%d probes) from the fault's start; bound %s", admitted, probes, bound)
 	return admitted, bound
@@ -401,4 +412,179 @@ func measureThrottle(t *testing.T, k faultKind) (int, string) {
 	}
 	t.Logf("throttle: %d retries from the fault's start; bound %s", retries, bound)
 	return retries, bound
+}
+
+// measureShares counts what a fleet of three processes admits for two
+// tenants sharing requests_per_minute: 60 by weight, "big" (3) and
+// "small" (1), each process asking once a step for each, in turns first
+// (a request takes its tenant's share, 1/60 of a minute of the limit,
+// then a token of the shared bucket; a share taken for a request the
+// bucket refuses is given back), on the limiter's steps (from 5 s before
+// the fault, the bucket drained first). The bound is the fleet guide's:
+// the tenants together within the limiter's, and each tenant within its
+// share's bucket in Redis over the window plus, in a fault, one in each
+// process's memory, starting full.
+func measureShares(t *testing.T, k faultKind) (big, small int, bound string) {
+	const n, step = 3, 100 * time.Millisecond
+	before, after := 5*time.Second, 12*time.Second
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-shares", n, redisstore.Options{})
+	settings := fleet.LimitSettings{Group: "claude-sonnet-4", Limits: fleet.RateLimits{RequestsPerMinute: 60}, BatchShare: 1}
+	bs := make([]fleet.LimitBuckets, n)
+	shs := make([]fleet.LimitShares, n)
+	for i, s := range f.stores {
+		bs[i] = newBuckets(t, s, settings)
+		var err error
+		shs[i], err = s.LimitShares(fleet.ShareSettings{Group: settings.Group})
+		mustNil(t, err)
+	}
+	ctx := context.Background()
+	one := fleet.RateAmounts{1, 0, 0}
+	take := func(i int, tenant string, weight int, now time.Time) bool {
+		sr, _, _ := shs[i].Take(ctx, now, fleet.ShareAsk{Tenant: tenant, Weight: weight, Fraction: 1.0 / 60}, now)
+		if !sr.Taken() {
+			return false
+		}
+		r, _, _ := bs[i].Reserve(ctx, now, one, fleet.Interactive, now, nil)
+		if !r.Taken() {
+			_ = shs[i].Settle(ctx, now, sr, 0)
+			return false
+		}
+		_ = bs[i].Settle(ctx, now, r, one, [3]bool{true, true, true})
+		return true
+	}
+	window := before + k.length + after
+	if k.atStart {
+		k.start(t, f)
+		before = 0
+	} else {
+		for i := 0; ; i++ {
+			r, _, _ := bs[i%n].Reserve(ctx, base, one, fleet.Interactive, base, nil)
+			if !r.Taken() {
+				break
+			}
+			_ = bs[i%n].Settle(ctx, base, r, one, [3]bool{true, true, true})
+		}
+		joinByBudget(t, f)
+	}
+	for at := step; at <= window; at += step {
+		now := base.Add(at)
+		if at == before && !k.atStart {
+			k.start(t, f)
+		}
+		if at == before+k.length {
+			if k.end != nil {
+				k.end(t, f)
+			}
+			f.waitShared(t)
+		}
+		for i := range n {
+			// Each process asks for both, in turns first.
+			first := (int(at/step)+i)%2 == 0
+			for _, isBig := range []bool{first, !first} {
+				switch {
+				case isBig && take(i, "big", 3, now):
+					big++
+				case !isBig && take(i, "small", 1, now):
+					small++
+				}
+			}
+		}
+	}
+	refill := int(window / time.Second)
+	total := refill
+	switch {
+	case k.atStart:
+		total = n * (60 + int(k.length/time.Second))
+	case k.length == 0 || strings.HasPrefix(k.name, "kill"):
+		total = refill + 60
+	}
+	// A tenant's share is a bucket of w/W of a minute of the limit,
+	// refilled at that a minute: Redis's over the whole window (it hears
+	// nothing of a fault's takes), plus, in a fault, one in each process's
+	// memory, starting full, plus a full one again where Redis lost it.
+	perTenant := func(w float64) float64 {
+		x := w * (60 + window.Seconds())
+		if k.length > 0 {
+			x += n * w * (60 + k.length.Seconds())
+		}
+		if k.length == 0 || strings.HasPrefix(k.name, "kill") || k.atStart {
+			x += w * 60
+		}
+		return x
+	}
+	bigMax, smallMax := perTenant(0.75), perTenant(0.25)
+	bound = fmt.Sprintf("together ≤ %d (the limiter's); big ≤ %.0f, small ≤ %.0f", total, bigMax, smallMax)
+	t.Logf("shares: big %d, small %d over %v; bound %s", big, small, window, bound)
+	if float64(big) > bigMax || float64(small) > smallMax || big+small > total {
+		t.Errorf("shares: big %d, small %d past the bound %s", big, small, bound)
+	}
+	return big, small, bound
+}
+
+// measureSpend counts the dollars a fleet of three processes spends for a
+// tenant with a ceiling of $10 a day, each process asking Spent before
+// each call and adding $0.10 after it, one call a step, from the fault's
+// start (the fleet's count at $4, heard by each, before it; nothing for a
+// fault at start) to 12 s after it. The bound is the fleet guide's: each
+// process stops on its own knowledge, the count last heard plus its own
+// Adds, so the fleet reaches at most S₀ + N × (C − S₀); a fault that loses
+// Redis's count lets up to C more through once Redis answers, less what
+// the processes' Adds owed to it bring back; and each process may pass the
+// ceiling by one call, checked before the others' Adds reached Redis.
+func measureSpend(t *testing.T, k faultKind) (spent float64, bound string) {
+	const n = 3
+	const ceiling, cost, s0 = 10.0, 0.1, 4.0
+	srv := redistest.Start(t)
+	f := newFaultFleet(t, srv, "measure-spend", n, redisstore.Options{})
+	sps := make([]fleet.Spend, n)
+	for i, s := range f.stores {
+		var err error
+		sps[i], err = s.Spend(fleet.SpendSettings{Tenant: "acme"})
+		mustNil(t, err)
+	}
+	ctx := context.Background()
+	calls := 0
+	start := 0.0
+	if !k.atStart {
+		start = s0
+		mustNil(t, sps[0].Add(ctx, base, s0))
+		joinByBudget(t, f)
+		for i, sp := range sps {
+			if got, err := sp.Spent(ctx, base); err != nil || got != s0 {
+				t.Fatalf("store %d: Spent before the fault = %v, %v; want %v", i, got, err, s0)
+			}
+		}
+	}
+	faultSteps(t, k, f, 100*time.Millisecond, func(now time.Time, _ bool) {
+		for _, sp := range sps {
+			if got, _ := sp.Spent(ctx, now); got < ceiling-1e-9 {
+				_ = sp.Add(ctx, now, cost)
+				calls++
+			}
+		}
+	})
+	spent = start + float64(calls)*cost
+	// Each process may pass the ceiling by the call it checked before the
+	// others' Adds reached Redis, shared or not: N calls.
+	over := n * cost
+	bound = fmt.Sprintf("%.0f + %d × (%.0f − %.0f) + %.1f", start, n, ceiling, start, over)
+	limit := start + n*(ceiling-start)
+	switch {
+	case k.atStart:
+		bound = fmt.Sprintf("%d × %.0f + %.1f (N = 1 each)", n, ceiling, over)
+	case k.length == 0:
+		limit = start + ceiling
+		bound = fmt.Sprintf("%.0f + %.0f + %.1f: the count lost, C again", start, ceiling, over)
+	case strings.HasPrefix(k.name, "kill"):
+		limit = start + max(n*(ceiling-start), ceiling)
+		bound = fmt.Sprintf("%.0f + max(%d × %.0f, %.0f) + %.1f: the count lost", start, n, ceiling-start, ceiling, over)
+	}
+	limit += over
+	bound += fmt.Sprintf(" = %.1f", limit)
+	t.Logf("spend: $%.2f spent by the fleet (ceiling $%.0f); bound %s", spent, ceiling, bound)
+	if spent > limit+1e-9 {
+		t.Errorf("spend: $%.2f past the bound %s", spent, bound)
+	}
+	return spent, bound
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -220,5 +221,81 @@ func TestBudgetShareInFault(t *testing.T) {
 	t.Logf("in a fault the fleet granted %d retries (per process %v); one budget is 12 + 0.5 × 12 = 18", total, granted)
 	if want := []int{5, 6, 7}; !slices.Equal(granted, want) || total != 18 {
 		t.Errorf("in a fault the processes granted %v (%d), want %v (18: 12 / 3 + 0.5 × their own successes each)", granted, total, want)
+	}
+}
+
+// TestBudgetFaultChargedBack: a window that a fault splits grants one
+// budget, not one before the fault and more after it: when Redis answers,
+// each process charges the window's books with the successes it counted
+// and the units it granted in the fault, before its next operation on
+// them.
+func TestBudgetFaultChargedBack(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 3
+	f := newFaultFleet(t, srv, "charge-budget", n, redisstore.Options{})
+	ctx := context.Background()
+	bs := make([]fleet.Budget, n)
+	for i, s := range f.stores {
+		var err error
+		bs[i], err = s.Budget(fleet.BudgetSettings{Ratio: 0.5, Window: time.Minute, MinTokens: 12})
+		mustNil(t, err)
+	}
+	f.join(t, func(i int) { mustNil(t, bs[i].Observe(ctx, base.Add(-time.Minute), success)) })
+	granted := 0
+	ask := func(b fleet.Budget, k int) {
+		for range k {
+			if ok, _ := b.Acquire(ctx, base); ok {
+				granted++
+			}
+		}
+	}
+	// Before: 6 successes in Redis's books, 9 units granted of 15.
+	for i, b := range bs {
+		for range 2 {
+			mustNil(t, b.Observe(ctx, base, success))
+		}
+		mustNil(t, f.stores[i].Flush(ctx))
+	}
+	for _, b := range bs {
+		ask(b, 3)
+	}
+	if granted != 9 {
+		t.Fatalf("before the fault: %d granted, want 9", granted)
+	}
+	// In: 2 successes more each, counted in memory; each process's share
+	// is 12 / 3 + 0.5 × 4 = 6, less its 3 units: 3 each.
+	end := f.fault(t)
+	for _, b := range bs {
+		for range 2 {
+			_ = b.Observe(ctx, base, success)
+		}
+		ask(b, 20)
+	}
+	if granted != 18 {
+		t.Fatalf("before and in the fault: %d granted, want 18", granted)
+	}
+	end()
+	// After: each process's first operation on the budget charges the
+	// books, which then hold 12 successes and 18 units, one budget spent.
+	// (A process that asks before another has charged can still be
+	// granted that other's fault units: at most one budget more.)
+	for _, b := range bs {
+		_, _ = b.Available(ctx, base)
+	}
+	for _, b := range bs {
+		ask(b, 20)
+	}
+	for _, s := range f.stores {
+		mustNil(t, s.Flush(ctx))
+	}
+	if granted != 18 {
+		t.Errorf("the window the fault split granted %d, want 18: one budget, 12 + 0.5 × 12", granted)
+	}
+	h, err := newClient1(t, srv.Addr).HGetAll(ctx, redisstore.Key("charge-budget")).Result()
+	mustNil(t, err)
+	// A decision that timed out in the fault runs when Redis resumes: its
+	// unit counts as well as the fallback's, erring towards fewer grants.
+	if u, _ := strconv.Atoi(h["u"]); h["s"] != "12" || u < 18 {
+		t.Errorf("Redis's books: %v, want s=12 u≥18 (the fault's successes and units charged)", h)
 	}
 }

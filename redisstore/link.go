@@ -135,6 +135,25 @@ type reply struct {
 // joins the queue, and the next batch carries the records and it in one
 // pipeline (one round trip, after the one in flight, if any, ends).
 func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (any, error) {
+	return l.runBuilt(ctx, op, s, keys, args, nil)
+}
+
+// recordNow sends a record that must reach Redis before the caller goes
+// on, as a decision is sent, and returns its reply: at once, or in the
+// batch after the one in flight. As for record, Redis is not asked in a
+// fallback, and build, when set, makes the arguments as it is sent. The
+// caller's cancellation does not cut it: the wait is the timeout's.
+func (l *link) recordNow(ctx context.Context, op string, s *redis.Script, keys []string, build func() []any) (any, error) {
+	if l.down.Load() {
+		l.unasked.Add(1)
+		return nil, l.unavailable(op)
+	}
+	return l.runBuilt(context.WithoutCancel(ctx), op, s, keys, nil, build)
+}
+
+// runBuilt is run, with build, when set, making the arguments as the
+// operation is sent.
+func (l *link) runBuilt(ctx context.Context, op string, s *redis.Script, keys []string, args []any, build func() []any) (any, error) {
 	call, _ := ctx.Value(callKey{l}).(*callNote)
 	if call != nil {
 		if err := call.failed.Load(); err != nil {
@@ -149,18 +168,24 @@ func (l *link) run(ctx context.Context, op string, s *redis.Script, keys []strin
 		}
 		// The records queued before the fallback are dropped: the probe
 		// needs no order.
+		if build != nil {
+			args = build()
+		}
 		return l.roundTrip(ctx, call, op, s, keys, args, true)
 	}
 	l.qmu.Lock()
 	if !l.sending && len(l.queue) == 0 {
 		l.qmu.Unlock()
+		if build != nil {
+			args = build()
+		}
 		return l.roundTrip(ctx, call, op, s, keys, args, false)
 	}
 	if join := l.joinLocked(); join != nil {
 		// The membership's refresh goes in the batch the decision joins.
 		l.queue = append(l.queue, join)
 	}
-	q := &queued{op: op, s: s, keys: keys, args: args, note: call, reply: make(chan reply, 1)}
+	q := &queued{op: op, s: s, keys: keys, args: args, build: build, note: call, reply: make(chan reply, 1)}
 	l.queue = append(l.queue, q)
 	lead := !l.sending
 	if lead {

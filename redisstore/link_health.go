@@ -44,28 +44,42 @@ func clientRetries(client redis.UniversalClient) int {
 	return 0
 }
 
-// probe asks Redis now, by a PING bounded by the timeout: while the link
-// is down it is the probe, as a decision's would be, and an answer brings
-// the link back; while it is up, a failure counts as any operation's.
+// probe asks Redis now, by a PING bounded by the timeout, or, when this
+// process's membership is due for a refresh, by the refresh instead: one
+// round trip either way, so that a process that only probes stays counted.
+// While the link is down it is the probe, as a decision's would be, and an
+// answer brings the link back; while it is up, a failure counts as any
+// operation's.
 func (l *link) probe(ctx context.Context) error {
 	probe := l.down.Load()
 	if probe && !l.startProbe() {
 		l.unasked.Add(1)
 		return l.unavailable("Probe")
 	}
+	l.qmu.Lock()
+	join := l.joinLocked()
+	l.qmu.Unlock()
+	ask := func(ctx context.Context) error {
+		if join == nil {
+			return l.client.Ping(ctx).Err()
+		}
+		v, err := join.s.Run(ctx, l.client, join.keys, join.args...).Result()
+		join.done(v, err)
+		return err
+	}
 	began := l.now()
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	var err error
 	if l.inline {
-		err = l.client.Ping(tctx).Err()
+		err = ask(tctx)
 		if probe {
 			l.endProbe(err)
 		}
 	} else {
 		done := make(chan error, 1)
 		go func() {
-			err := l.client.Ping(tctx).Err()
+			err := ask(tctx)
 			if probe {
 				l.endProbe(err)
 			}

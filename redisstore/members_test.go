@@ -140,3 +140,68 @@ func observe(t *testing.T, s *redisstore.Store, b fleet.Budget) {
 	mustNil(t, b.Observe(ctx, time.Now(), success))
 	mustNil(t, s.Flush(ctx))
 }
+
+// TestProbeKeepsMembership: a store that only probes stays among the
+// members: a Probe due for a refresh sends the refresh instead of its
+// PING (one round trip either way), so another store's count keeps it
+// past MemberFor; a Probe with no refresh due is a PING.
+func TestProbeKeepsMembership(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := newClient1(t, srv.Addr)
+	hook := &opsHook{}
+	busy, err := redisstore.New(newClient1(t, srv.Addr), redisstore.Options{Name: "idle", Timeout: conformanceTimeout})
+	mustNil(t, err)
+	idle, err := redisstore.New(newClientWith(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1}, hook),
+		redisstore.Options{Name: "idle", Timeout: conformanceTimeout})
+	mustNil(t, err)
+	b, err := busy.Budget(fleet.BudgetSettings{Ratio: 0.1, Window: time.Minute, MinTokens: 10})
+	mustNil(t, err)
+	observe(t, busy, b)
+	mustNil(t, idle.Probe(ctx))
+	if n := idle.Members(); n != 2 {
+		t.Errorf("the idle store's Members = %d, want 2 (the count its probe heard)", n)
+	}
+	redisstore.JoinNow(busy)
+	observe(t, busy, b)
+	if n := busy.Members(); n != 2 {
+		t.Fatalf("Members after the idle store's first probe = %d, want 2", n)
+	}
+	// The script's first run is an EVALSHA that Redis refuses, then EVAL.
+	for _, trip := range hook.take() {
+		if !slices.Equal(trip, []string{"store:members"}) {
+			t.Errorf("the first probe's round trips ran %v, want [store:members] only", trip)
+		}
+	}
+	// Within the refresh's interval a probe is a PING.
+	mustNil(t, idle.Probe(ctx))
+	if got := hook.take(); len(got) != 0 {
+		t.Errorf("a probe with no refresh due ran %v, want none (a PING)", got)
+	}
+
+	// The idle store last refreshed MemberFor ago, and a millisecond more:
+	// its next probe refreshes it before the busy store's refresh trims.
+	key := redisstore.MembersKey("idle")
+	for _, probe := range []bool{true, false} {
+		tm, err := admin.Time(ctx).Result()
+		mustNil(t, err)
+		ids, err := admin.ZRange(ctx, key, 0, -1).Result()
+		mustNil(t, err)
+		for _, id := range ids {
+			mustNil(t, admin.ZAdd(ctx, key, redis.Z{Score: float64(tm.Add(-redisstore.MemberFor - time.Millisecond).UnixMilli()), Member: id}).Err())
+		}
+		redisstore.JoinNow(idle)
+		if probe {
+			mustNil(t, idle.Probe(ctx))
+		}
+		redisstore.JoinNow(busy)
+		observe(t, busy, b)
+		want := 1
+		if probe {
+			want = 2
+		}
+		if n := busy.Members(); n != want {
+			t.Errorf("probed %v: Members past MemberFor = %d, want %d", probe, n, want)
+		}
+	}
+}

@@ -133,7 +133,7 @@ func TestRetriesWarned(t *testing.T) {
 
 // TestProbe: a store whose Redis was never reached falls back at its
 // first Probe, at once; a Probe once Redis is up brings it back, and the
-// records it queues then reach Redis.
+// records it queues then reach Redis, the fallback's charge ahead of them.
 func TestProbe(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
@@ -163,7 +163,8 @@ func TestProbe(t *testing.T) {
 	}
 	mustNil(t, b.Observe(ctx, base, success))
 	mustNil(t, store.Flush(ctx))
-	checkHash(t, client, redisstore.Key("probed"), map[string]string{"w": fmt.Sprint(base.UnixNano() / int64(time.Minute)), "s": "1", "u": "0"})
+	// The success counted in the fallback is charged with it.
+	checkHash(t, client, redisstore.Key("probed"), map[string]string{"w": fmt.Sprint(base.UnixNano() / int64(time.Minute)), "s": "2", "u": "0"})
 	mustNil(t, store.Probe(ctx)) // shared: a PING, nothing moves
 	if st := store.Stats(); st.State != redisstore.StateShared || st.Fallbacks != 1 || st.Recoveries != 1 {
 		t.Fatalf("after Probe on a shared store: %+v", st)

@@ -89,3 +89,15 @@ local n = math.min(tonumber(ARGV[2]), tonumber(book[3]))
 local u = redis.call('HINCRBY', key, 'u', -n)
 return {tonumber(book[2]), u, 1}
 `)
+
+// chargeScript charges the books of window ARGV[1] with what a fallback
+// counted in it: ARGV[3] successes and ARGV[4] units. Books of a newer
+// window take nothing: the fault's window is over.
+var chargeScript = redis.NewScript(prelude + `
+if book[1] and after(book[1], ARGV[1]) then
+  return {s, u, 0}
+end
+if tonumber(ARGV[3]) > 0 then s = redis.call('HINCRBY', key, 's', ARGV[3]) end
+if tonumber(ARGV[4]) > 0 then u = redis.call('HINCRBY', key, 'u', ARGV[4]) end
+return {s, u, 0}
+`)

@@ -43,7 +43,7 @@ func SpendKey(name, tenant string, now time.Time) string {
 // count, whichever is more, and the error as well; a tenant's fleet may
 // then spend beyond its ceiling by what other processes spend meanwhile.
 // Adds that Redis did not take (a fallback, a full queue, a failed batch)
-// are added to the next Add of the same day that it takes, so the fleet's
+// are added to the next Add or Spent of the same day that reaches it, so the fleet's
 // count misses none of them once Redis is back; one that timed out but
 // was carried out all the same is counted twice, erring towards
 // refusing sooner. [Options.FailClosed] does not apply.
@@ -108,8 +108,14 @@ func (s *spend) Add(ctx context.Context, now time.Time, usd float64) error {
 	if n == 0 {
 		return nil
 	}
+	return s.send(ctx, now, day, n)
+}
+
+// send queues the record that adds n nanodollars to day's count in Redis;
+// what Redis does not take is owed again.
+func (s *spend) send(ctx context.Context, now time.Time, day, n int64) error {
 	keys := []string{SpendKey(s.link.name, s.tenant, now)}
-	err = s.link.record(ctx, "spend_add", spendAddScript, keys, []any{n, s.ttlArg}, nil, func(v any, err error) {
+	err := s.link.record(ctx, "spend_add", spendAddScript, keys, []any{n, s.ttlArg}, nil, func(v any, err error) {
 		if err != nil {
 			s.owe(day, n)
 			return
@@ -125,15 +131,27 @@ func (s *spend) Add(ctx context.Context, now time.Time, usd float64) error {
 }
 
 // Spent implements [fleet.Spend]: one round trip, after the records
-// queued before it. The Adds Redis did not take count too.
+// queued before it. The Adds Redis did not take count too, and go to
+// Redis first, in the same round trip, when Redis is asked: a process
+// that the ceiling stops from adding more still gives the fleet its
+// count.
 func (s *spend) Spent(ctx context.Context, now time.Time) (float64, error) {
 	day := utcDay(now)
+	if s.link.state() == StateShared {
+		if n := s.takeOwed(day); n > 0 {
+			_ = s.send(ctx, now, day, n)
+		}
+	}
 	v, err := s.link.run(ctx, "spend_spent", spendReadScript, []string{SpendKey(s.link.name, s.tenant, now)})
 	if err == nil {
 		var n []int64
 		if n, err = s.link.ints("spend_spent", []any{v}, 1); err == nil {
 			s.hear(day, n[0])
-			owed, _ := s.known(day)
+			owed := s.takeOwed(day)
+			if owed > 0 {
+				// Redis answered the probe: what it did not take follows.
+				_ = s.send(ctx, now, day, owed)
+			}
 			return float64(n[0]+owed) / 1e9, nil
 		}
 	}

@@ -103,8 +103,8 @@ func TestSpendRefusesBadValues(t *testing.T) {
 
 // TestSpendWhileRedisFails: while Redis is down, Spent answers the most
 // the process knows (the fleet's count last heard and its own Adds since)
-// with the error; the Adds Redis did not take go with the next one it
-// does.
+// with the error; the Adds Redis did not take go with the next Add or
+// Spent that reaches it.
 func TestSpendWhileRedisFails(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
@@ -143,6 +143,10 @@ func TestSpendWhileRedisFails(t *testing.T) {
 	if got != 0.125 {
 		t.Fatalf("Spent on a restarted Redis = %v, want 0.125: the Add it did not take", got)
 	}
+	// The Spent that reached Redis took it there: the peer counts it, though
+	// this process added nothing since.
+	mustNil(t, s.Flush(ctx))
+	spdWant(t, pp, now, 0.125)
 	mustNil(t, sp.Add(ctx, now, 0.0625))
 	mustNil(t, s.Flush(ctx))
 	spdWant(t, pp, now, 0.1875)

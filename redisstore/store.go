@@ -95,7 +95,10 @@ func (s *Store) Flush(ctx context.Context) error {
 }
 
 // Probe asks Redis now, by a PING bounded by [Options.Timeout], whatever
-// the traffic. In a fallback it is the probe (one at a time, and none
+// the traffic; when this process's membership is due for a refresh (see
+// [Store.Members]) the refresh goes instead of the PING, in the same one
+// round trip, so that a process that is idle but probes at least every
+// few seconds stays counted among the members. In a fallback it is the probe (one at a time, and none
 // sooner than [Options.ProbeInterval] after the last one ended, as a
 // decision's; otherwise it returns an error matching [ErrUnavailable] at
 // once), and Redis's answer switches the store back to [StateShared].
@@ -106,7 +109,9 @@ func (s *Store) Flush(ctx context.Context) error {
 // process whose traffic makes few decisions (a Policy with a retry budget
 // alone, whose decisions are retries) calls Probe on a timer to come back
 // to Redis without waiting for one, or to find at start that Redis cannot
-// be reached and decide in memory at once.
+// be reached and decide in memory at once. A timer of a few seconds, well
+// under [MemberFor], also keeps an idle process among the members, so
+// that the others' share in a fault counts it.
 func (s *Store) Probe(ctx context.Context) error { return s.link.probe(ctx) }
 
 // Members implements [fleet.MemberCounter]: how many processes share the
@@ -114,8 +119,8 @@ func (s *Store) Probe(ctx context.Context) error { return s.link.probe(ctx) }
 // answered). Each store refreshes its membership in [MembersKey] with its
 // traffic: a record of its own at most every [MemberFor]/40, in a batch of
 // its queue, which carries its attempts' records (or a decision joining
-// it) anyway, so no call waits for it; a store not heard from for
-// [MemberFor] leaves the count. While Redis fails the count is the last one heard, and each
+// it) anyway, so no call waits for it, or in [Store.Probe]'s round trip;
+// a store not heard from for [MemberFor] leaves the count. While Redis fails the count is the last one heard, and each
 // part limits this process to its share of the fleet's (see the package
 // documentation, "A share in a fault").
 func (s *Store) Members() int { return s.link.membersKnown() }

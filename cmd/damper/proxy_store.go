@@ -73,6 +73,12 @@ const (
 	storeBackendJoint = "."
 )
 
+// storeKeepEvery is how often a proxy that has heard Redis probes it,
+// whatever its traffic: well within redisstore.MemberFor, so that an idle
+// proxy stays counted among the members that share the limits in a
+// fault, and comes back from a fallback without a call.
+var storeKeepEvery = redisstore.MemberFor / 4
+
 // storeConfig is the file's store, checked. It holds the names of the
 // environment variables with the credentials, never their values, which
 // openProxyStore reads.
@@ -310,11 +316,12 @@ type proxyStore struct {
 	backends []*redisstore.Store // made by backendStore, flushed at Close
 	byName   map[string]*redisstore.Store
 
-	// While a proxy that started without Redis waits for it: stopJoin
-	// ends the wait, joined is closed when it has ended.
+	// The probes (join): stopJoin ends them, joined is closed when they
+	// have ended.
 	stopJoin  context.CancelFunc
 	joined    chan struct{}
 	joinEvery time.Duration
+	keepEvery time.Duration
 }
 
 // openProxyStore builds the client and the primary's store, and checks
@@ -345,7 +352,7 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	client := redis.NewClient(&o)
 	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
 	defer cancel()
-	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr, joinEvery: storeJoinEvery,
+	p := &proxyStore{client: client, name: c.name, addr: c.base.Addr, joinEvery: storeJoinEvery, keepEvery: storeKeepEvery,
 		options: redisstore.Options{Name: c.name, Timeout: c.timeout, FailClosed: c.failClosed, Lease: c.lease, LeaseFor: c.leaseFor, Logger: logger}}
 	pingErr := client.Ping(pctx).Err()
 	if pingErr != nil && (c.failClosed || !unreachable(pingErr)) {
@@ -363,16 +370,19 @@ func openProxyStore(ctx context.Context, c *storeConfig, logger *slog.Logger) (*
 	if pingErr != nil {
 		logger.Warn("damper proxy: Redis cannot be reached: starting on state in memory; the store joins Redis when it answers",
 			"store", p.String(), "error", pingErr.Error())
-		p.join(logger)
 	}
+	p.join(logger, pingErr != nil)
 	return p, nil
 }
 
-// join probes the stores, at once and then every joinEvery, until Redis
-// answers all of them, and says so in one line; Close ends it. The first
-// probe, before join returns, puts the stores in their fallback, so that
-// no call waits on a Redis that is not there.
-func (p *proxyStore) join(logger *slog.Logger) {
+// join probes the stores on a timer until Close: while waiting (a proxy
+// started without Redis), at once and then every joinEvery until Redis
+// answers all of them, saying so in one line; from then on every
+// keepEvery, which keeps an idle proxy's membership fresh (see
+// redisstore.Store.Probe). The first probe, before join returns, puts the
+// stores in their fallback, so that no call waits on a Redis that is not
+// there.
+func (p *proxyStore) join(logger *slog.Logger, waiting bool) {
 	ctx, stop := context.WithCancel(context.Background())
 	p.stopJoin, p.joined = stop, make(chan struct{})
 	began := time.Now()
@@ -380,25 +390,31 @@ func (p *proxyStore) join(logger *slog.Logger) {
 		logger.Info("damper proxy: Redis answers: the store joined it, state is shared from now on",
 			"store", p.String(), "after", time.Since(began))
 	}
-	if p.probe(ctx) {
+	if waiting && p.probe(ctx) {
 		joined()
-		close(p.joined)
-		return
+		waiting = false
 	}
 	go func() {
 		defer close(p.joined)
-		tick := time.NewTicker(p.joinEvery)
-		defer tick.Stop()
+		every := func() time.Duration {
+			if waiting {
+				return p.joinEvery
+			}
+			return p.keepEvery
+		}
+		timer := time.NewTimer(every())
+		defer timer.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-timer.C:
 			}
-			if p.probe(ctx) {
+			if p.probe(ctx) && waiting {
 				joined()
-				return
+				waiting = false
 			}
+			timer.Reset(every())
 		}
 	}()
 }
