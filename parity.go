@@ -27,12 +27,12 @@ const (
 	skipServerTool      = "unsupported_server_tool" // a server tool, by its type's family
 )
 
-// serves is whether a platform serves a feature.
-type serves bool
+// onPlatform is whether a platform serves a feature.
+type onPlatform bool
 
 const (
-	yes serves = true
-	no  serves = false
+	yes onPlatform = true
+	no  onPlatform = false
 )
 
 // parityRow is one feature and the platforms that serve it.
@@ -40,7 +40,7 @@ type parityRow struct {
 	feature                     string // as Skip.Feature names it
 	reason                      string // the Skip's Reason where it is refused
 	body                        bodyFeature
-	firstParty, bedrock, vertex serves
+	firstParty, bedrock, vertex onPlatform
 }
 
 // parityTable says, per feature a request may use, which platforms serve
