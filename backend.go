@@ -105,6 +105,7 @@ type backend struct {
 	models   map[string]string
 	store    fleet.Store // where its parts keep their state
 	skips    skipLog     // the models logged as having no ID here
+	gaps     skipLog     // the features logged as lacking on its platform (parity.go)
 
 	gates
 	budget  fleet.Budget // the budget gate's, read for the report's balance
@@ -171,6 +172,9 @@ func (b *backend) send(req *http.Request, body []byte) (*http.Response, error) {
 	for k, vs := range req.Header {
 		if !forwarded(k) {
 			continue
+		}
+		if k == "Anthropic-Beta" {
+			vs = betasFor(b.provider, vs) // the platform's names
 		}
 		for i, v := range vs {
 			if i == 0 {

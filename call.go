@@ -90,7 +90,7 @@ type call struct {
 // newCall starts the logical call of req, from the client in front f.
 func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 	c := &call{d: d, client: f.client, next: f.next, ctx: req.Context(), req: req, start: d.clock.Now(), tenant: f.tenant}
-	c.out = request{req: req, changes: f.changesRequest}
+	c.out = request{req: req, changes: f.changesRequest, parity: len(d.fallbacks) > 0}
 	for _, cc := range d.callContexts {
 		c.ctx = cc.CallContext(c.ctx)
 	}
@@ -113,9 +113,10 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 		c.report.priced(c.first.cost)
 	}
 	c.route = &c.first
-	for _, sk := range c.plan(d, c.inputTokens, c.maxTokens) {
-		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: skipNoModelID})
-		sk.b.skipped(c.ctx, d.tel, sk.model, skipNoModelID)
+	need := needsOf(req, facts.features)
+	for _, sk := range c.plan(d, c.inputTokens, c.maxTokens, &need) {
+		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: sk.reason, Feature: sk.feature})
+		sk.b.skipped(c.ctx, d.tel, sk.model, sk.reason, sk.feature)
 	}
 	return c, nil
 }

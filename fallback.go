@@ -119,9 +119,17 @@ type Skip struct {
 	// names it.
 	Model string
 	// Reason is why: "no_model_id", the backend has no ID for the model:
-	// neither its Models nor [DefaultModelID] for its Provider gives one.
-	// Backend.Models is the cure.
+	// neither its Models nor [DefaultModelID] for its Provider gives one
+	// (Backend.Models is the cure); or a feature the request uses that the
+	// backend's platform is documented to lack, named by Feature:
+	// "unsupported_beta" (an anthropic-beta value), "top_level_cache_control"
+	// (automatic prompt caching), "inference_geo", "mcp_servers" (the MCP
+	// connector), "unsupported_server_tool" (web_search, web_fetch or
+	// code_execution). The fallback guide has the table.
 	Reason string
+	// Feature is the feature the platform lacks ("" for no_model_id): the
+	// beta value, the body member, or the server tool's family.
+	Feature string
 }
 
 // skipNoModelID is the Reason of a Skip whose backend has no ID for the
@@ -175,11 +183,11 @@ type routes struct {
 
 // plan lists the routes after the first (the primary with the request's
 // own model), when the Damper has somewhere else to go: every other
-// backend that has an ID for the model, then each sibling model on every
-// backend, each priced for an attempt of inputTokens and maxTokens. It
-// returns the backends left out of the routes for want of an ID for a
-// model.
-func (rs *routes) plan(d *Damper, inputTokens, maxTokens int) (skipped []routeSkip) {
+// backend that can serve the request with the model (backend.serves: an
+// ID for it, and every feature of need on its platform), then each
+// sibling model on every backend, each priced for an attempt of
+// inputTokens and maxTokens. It returns the backends left out, and why.
+func (rs *routes) plan(d *Damper, inputTokens, maxTokens int, need *requestNeeds) (skipped []routeSkip) {
 	var siblings []string
 	if f := d.policy.Fallback; f != nil {
 		siblings = f.Models[rs.first.model]
@@ -199,27 +207,33 @@ func (rs *routes) plan(d *Damper, inputTokens, maxTokens int) (skipped []routeSk
 			add(d.primary, model, model)
 		}
 		for _, b := range d.fallbacks {
-			if id, ok := b.modelID(model); ok {
+			if id, reason, feature := b.serves(model, need); reason == "" {
 				add(b, model, id)
 			} else {
-				skipped = append(skipped, routeSkip{b, model})
+				skipped = append(skipped, routeSkip{b, model, reason, feature})
 			}
 		}
 	}
 	return skipped
 }
 
-// routeSkip is a backend left out of a call's routes with a model.
+// routeSkip is a backend left out of a call's routes with a model, for
+// reason (and the feature its platform lacks).
 type routeSkip struct {
-	b     *backend
-	model string
+	b               *backend
+	model           string
+	reason, feature string
 }
 
 // skipped tells that a call cannot move to backend b with model, for
 // reason: in damper.fallback.skipped, and in a Warn line the first time b
-// meets model.
-func (b *backend) skipped(ctx context.Context, t *telemetry, model, reason string) {
+// meets model (lacks: the first time it meets a feature it lacks).
+func (b *backend) skipped(ctx context.Context, t *telemetry, model, reason, feature string) {
 	t.m.skipped(ctx, b.name, reason)
+	if reason != skipNoModelID {
+		b.lacks(ctx, t, model, reason, feature)
+		return
+	}
 	if t.log == nil || !t.log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}

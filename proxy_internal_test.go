@@ -71,7 +71,7 @@ func BenchmarkCheckMessagesBody(b *testing.B) {
 		b.Run(fmt.Sprintf("facts/%dKiB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				readBodyFacts(body)
+				readBodyFacts(body, false)
 			}
 		})
 	}

@@ -35,6 +35,9 @@ type request struct {
 
 	facts   bodyFacts
 	factsIn factsWriter // reads facts in place, kept here: no allocation
+	// parity: read the body's features too (bodyFacts.features), for a
+	// Damper with backends to fall back to.
+	parity bool
 }
 
 // keptRequest is what a retry needs of a request that the attempts may
@@ -140,7 +143,7 @@ func (q *request) readFacts() error {
 		// The SDK's body is a bytes.Reader: it hands its bytes to Write
 		// in one call, and they are read there, with no copy.
 		w := &q.factsIn
-		*w = factsWriter{facts: &q.facts, length: req.ContentLength}
+		*w = factsWriter{facts: &q.facts, length: req.ContentLength, parity: q.parity}
 		_, err := wt.WriteTo(w)
 		switch {
 		case err == nil && w.read:
@@ -160,7 +163,7 @@ func (q *request) readFacts() error {
 	if err != nil {
 		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
-	q.facts = readBodyFacts(body)
+	q.facts = readBodyFacts(body, q.parity)
 	return nil
 }
 
@@ -224,6 +227,7 @@ type factsWriter struct {
 	facts  *bodyFacts
 	length int64
 	read   bool
+	parity bool // read the body's features too
 }
 
 // errPartialWrite stops a WriteTo that writes a body in parts.
@@ -234,7 +238,7 @@ func (w *factsWriter) Write(p []byte) (int, error) {
 		w.read = false
 		return 0, errPartialWrite
 	}
-	*w.facts = readBodyFacts(p) // p is not kept
+	*w.facts = readBodyFacts(p, w.parity) // p is not kept
 	w.read = true
 	return len(p), nil
 }
@@ -282,39 +286,45 @@ type bodyFacts struct {
 	maxTokens   int
 	stream      bool
 	inputTokens int // see estimate.InputTokens
+	// features are the members a platform may lack (parity.go), read
+	// when asked for: a top-level cache_control, inference_geo or
+	// mcp_servers, and the server tools among the tools.
+	features bodyFeature
 }
 
 // readBodyFacts reads the model, max_tokens and stream members of a
 // Messages request body (the first of duplicate members counting) and
-// estimates its input tokens as estimate.InputTokens does, in one pass.
+// estimates its input tokens as estimate.InputTokens does, in one pass;
+// with parity, its features too (the first tools member's server tools).
 // The SDK writes the members after the messages, which it skips at the
 // speed of a byte search: a long prompt is one long string. A body it does
 // not follow (a key with an escape, a body that is not an object) is left
 // to gjson and estimate.InputTokens.
-func readBodyFacts(body []byte) bodyFacts {
+func readBodyFacts(body []byte, parity bool) bodyFacts {
 	var f bodyFacts
 	s := bodyScan{b: body}
-	var seen [3]bool
+	var seen [4]bool
+	var seenFeatures bodyFeature
 	i := skipSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
-		return slowFacts(body)
+		return slowFacts(body, parity)
 	}
 	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
 		if body[i] != '"' {
-			return slowFacts(body)
+			return slowFacts(body, parity)
 		}
 		end := skipString(body, i)
 		if end < 0 || bytes.IndexByte(body[i:end-1], '\\') >= 0 {
-			return slowFacts(body)
+			return slowFacts(body, parity)
 		}
 		key := body[i+1 : end-1]
 		i = skipSpace(body, end)
 		if i == len(body) || body[i] != ':' {
-			return slowFacts(body)
+			return slowFacts(body, parity)
 		}
 		start := skipSpace(body, i+1)
 		if i = s.value(start); i < 0 {
-			return slowFacts(body)
+			return slowFacts(body, parity)
 		}
 		if string(key) == "data" && end+1 < len(body) && body[end] == ':' && body[end+1] == '"' {
 			s.count(start, i)
@@ -327,6 +337,18 @@ func readBodyFacts(body []byte) bodyFacts {
 			f.maxTokens, seen[1] = jsonInt(value), true
 		case k == "stream" && !seen[2]:
 			f.stream, seen[2] = string(value) == "true" || gjson.ParseBytes(value).Bool(), true
+		case !parity:
+		case k == "tools" && !seen[3]:
+			f.features |= toolFeatures(gjson.GetBytes(value, "#.type"))
+			seen[3] = true
+		default:
+			// The first of duplicate members counts, as gjson reads them.
+			if bit := topLevelKey(key); bit != 0 && seenFeatures&bit == 0 {
+				seenFeatures |= bit
+				if string(value) != "null" {
+					f.features |= bit
+				}
+			}
 		}
 		if i = skipSpace(body, i); i < len(body) && body[i] == ',' {
 			i = skipSpace(body, i+1)
@@ -375,9 +397,19 @@ func jsonInt(v []byte) int {
 }
 
 // slowFacts is readBodyFacts by gjson's look-up of each path.
-func slowFacts(body []byte) bodyFacts {
+func slowFacts(body []byte, parity bool) bodyFacts {
 	r := gjson.GetManyBytes(body, "model", "max_tokens", "stream")
-	return bodyFacts{model: r[0].Str, maxTokens: int(r[1].Int()), stream: r[2].Bool(), inputTokens: estimate.InputTokens(body)}
+	f := bodyFacts{model: r[0].Str, maxTokens: int(r[1].Int()), stream: r[2].Bool(), inputTokens: estimate.InputTokens(body)}
+	if parity {
+		r = gjson.GetManyBytes(body, "cache_control", "inference_geo", "mcp_servers", "tools.#.type")
+		for i, bit := range []bodyFeature{featCacheControl, featInferenceGeo, featMCPServers} {
+			if r[i].Exists() && r[i].Type != gjson.Null {
+				f.features |= bit
+			}
+		}
+		f.features |= toolFeatures(r[3])
+	}
+	return f
 }
 
 func skipSpace(b []byte, i int) int {

@@ -36,11 +36,11 @@ func FuzzReadBodyFacts(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got := readBodyFacts(body)
+		got := readBodyFacts(body, false)
 		if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
 			return // only that it does not panic
 		}
-		want := slowFacts(body)
+		want := slowFacts(body, false)
 		if got.model != want.model || got.maxTokens != want.maxTokens || got.stream != want.stream {
 			t.Fatalf("readBodyFacts(%q) = %+v; gjson says %+v", body, got, want)
 		}
@@ -54,7 +54,7 @@ func FuzzReadBodyFacts(f *testing.F) {
 // the buffer's reuse.
 func TestReadBodyFactsCopiesTheModel(t *testing.T) {
 	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":8}`)
-	f := readBodyFacts(body)
+	f := readBodyFacts(body, false)
 	copy(body, bytes.Repeat([]byte("x"), len(body)))
 	if f.model != "claude-sonnet-4-5" || f.maxTokens != 8 {
 		t.Fatalf("facts = %+v after the buffer was overwritten", f)
@@ -151,7 +151,7 @@ func BenchmarkReadBodyFacts(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if f := readBodyFacts(body); f.model != "claude-sonnet-4-5" || !f.stream || f.inputTokens != tokens {
+		if f := readBodyFacts(body, false); f.model != "claude-sonnet-4-5" || !f.stream || f.inputTokens != tokens {
 			b.Fatal(f)
 		}
 	}

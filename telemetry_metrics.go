@@ -106,7 +106,7 @@ func newMetrics(meter metric.Meter, name attribute.KeyValue, named bool, models,
 		fallbacks: instrument(meter.Int64Counter(metricFallbacks, metric.WithUnit("{fallback}"),
 			metric.WithDescription("Moves of Messages calls from a backend or model to the next, by the backends left and entered and the reason.")))(none.Int64Counter(metricFallbacks)),
 		fallbackSkips: instrument(meter.Int64Counter(metricFallbackSkips, metric.WithUnit("{skip}"),
-			metric.WithDescription("Backends a Messages call cannot fall back to with its model, once per call, backend and model, by backend and reason (no_model_id: give Backend.Models).")))(none.Int64Counter(metricFallbackSkips)),
+			metric.WithDescription("Backends a Messages call cannot fall back to with its model, once per call, backend and model, by backend and reason (no_model_id: give Backend.Models; unsupported_beta, top_level_cache_control, inference_geo, mcp_servers, unsupported_server_tool: the backend's platform lacks a feature the request uses).")))(none.Int64Counter(metricFallbackSkips)),
 	}
 	m.gen = newGenAIMetrics(meter)
 	return m
