@@ -10,6 +10,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
@@ -189,5 +190,151 @@ func TestSpreadByWeights(t *testing.T) {
 	want := "primary,primary,second,primary,primary,primary,second,primary"
 	if got := strings.Join(order, ","); got != want {
 		t.Fatalf("backends %s, want %s", got, want)
+	}
+}
+
+// Failover routing, the default, starts every call on the primary,
+// whatever the weights.
+func TestRoutingFailoverIgnoresWeights(t *testing.T) {
+	for _, routing := range []string{"", "failover"} {
+		p := spreadPolicy()
+		p.RateLimit = nil
+		p.Fallback.Routing = routing
+		r := newSpreadRig(t, p, [2]dampertest.RateLimits{}, 1000)
+		l := r.run(t, 10, time.Second)
+		if l.errs != 0 || l.first["primary"] != 10 {
+			t.Fatalf("routing %q: calls started on %v, %d errors; want all 10 on the primary", routing, l.first, l.errs)
+		}
+		if got := r.d.Policy().Fallback.Routing; got != "failover" {
+			t.Fatalf("routing %q: the Damper's Policy says %q; want failover", routing, got)
+		}
+	}
+}
+
+// A backend whose concurrency limit is full is passed over: the second
+// call starts on the second backend while the first, a stream on the
+// primary, holds the primary's one slot, whatever the weights say.
+func TestSpreadSkipsFullConcurrency(t *testing.T) {
+	p := spreadPolicy()
+	p.RateLimit = nil
+	p.Concurrency = &damper.ConcurrencyPolicy{Max: 1, MaxWait: damper.None}
+	p.Fallback.PrimaryWeight = 1000
+	r := newSpreadRig(t, p, [2]dampertest.RateLimits{}, 1)
+	var held damper.Report
+	stream := r.client.Messages.NewStreaming(context.Background(), spreadParams, damper.ReportInto(&held))
+	if !stream.Next() {
+		t.Fatalf("stream: %v", stream.Err())
+	}
+	var rep damper.Report
+	if _, err := r.client.Messages.New(context.Background(), spreadParams, damper.ReportInto(&rep)); err != nil {
+		t.Fatal(err)
+	}
+	if held.Backend != "primary" || backends(rep) != "second" || len(rep.Fallbacks) != 0 {
+		t.Fatalf("stream on %q; then attempts on %s, fallbacks %+v: want the stream on the primary, then the second alone, no move", held.Backend, backends(rep), rep.Fallbacks)
+	}
+	for stream.Next() {
+	}
+	if err := stream.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.client.Messages.New(context.Background(), spreadParams, damper.ReportInto(&rep)); err != nil || backends(rep) != "primary" {
+		t.Fatalf("after the stream: %v, attempts on %s; want the primary again", err, backends(rep))
+	}
+}
+
+// Bad routing values and weights are refused, each naming its field or
+// key and the value.
+func TestRoutingConfigErrors(t *testing.T) {
+	second := func(weight int) damper.Setting {
+		return damper.WithBackends(damper.Backend{Name: "second", Provider: damper.ProviderAnthropic, Weight: weight})
+	}
+	for _, tc := range []struct {
+		p      damper.FallbackPolicy
+		weight int
+		want   string
+	}{
+		{damper.FallbackPolicy{Routing: "round-robin"}, 1, `damper: Policy.Fallback.Routing = "round-robin": must be "failover" or "spread"`},
+		{damper.FallbackPolicy{Routing: "Spread"}, 1, `Policy.Fallback.Routing = "Spread": must be "failover" or "spread"`},
+		{damper.FallbackPolicy{Routing: "spread", PrimaryWeight: 1001}, 1, `Policy.Fallback.PrimaryWeight = 1001: must be at most 1000`},
+		{damper.FallbackPolicy{Routing: "spread", PrimaryWeight: -1}, 1, `Policy.Fallback.PrimaryWeight = -1`},
+		{damper.FallbackPolicy{Routing: "spread"}, 1001, `WithBackends: backend 1 ("second"): Weight 1001: must be 1 to 1000 (0 means 1)`},
+		{damper.FallbackPolicy{Routing: "spread"}, -2, `WithBackends: backend 1 ("second"): Weight -2: must be 1 to 1000 (0 means 1)`},
+	} {
+		_, err := damper.New(damper.Policy{Fallback: &tc.p}, second(tc.weight))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v, weight %d: err %v; want it to say %s", tc.p, tc.weight, err, tc.want)
+		}
+	}
+	for file, want := range map[string]string{
+		"fallback: {routing: roundrobin}":  `fallback.routing`,
+		"fallback: {primary_weight: 1001}": `fallback.primary_weight`,
+		"fallback: {primary_weight: 0}":    `fallback.primary_weight`,
+	} {
+		_, err := damper.ParsePolicyYAML([]byte(file))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v; want it to name %s", file, err, want)
+		}
+	}
+	p, err := damper.ParsePolicyYAML([]byte("fallback: {routing: spread, primary_weight: 3}"))
+	if err != nil || p.Fallback.Routing != "spread" || p.Fallback.PrimaryWeight != 3 {
+		t.Fatalf("routing spread, primary_weight 3: %+v, %v", p.Fallback, err)
+	}
+}
+
+// A spread call says on its damper.request span that it was spread and
+// why it started where it did; damper.routing.choices counts the calls by
+// the backend they started on. Failover calls carry neither.
+func TestTelemetrySpread(t *testing.T) {
+	second := dampertest.NewServer(dampertest.InMemory())
+	t.Cleanup(second.Close)
+	backend := damper.Backend{Name: "second", Provider: damper.ProviderAnthropic, Options: []option.RequestOption{
+		option.WithBaseURL(dampertest.MemoryURL), option.WithAPIKey("second-key"),
+		option.WithHTTPClient(&http.Client{Transport: dampertest.Transport(second.Handler())}),
+	}}
+	r := newTelRig(t, damper.Policy{Fallback: &damper.FallbackPolicy{Routing: "spread"}}, []damper.Setting{damper.WithBackends(backend)})
+	var answered []string
+	for range 3 {
+		rep, err := r.call(t, "spread", "claude-sonnet-4-5", dampertest.OK())
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered = append(answered, rep.Backend)
+	}
+	if got := strings.Join(answered, ","); got != "primary,second,primary" {
+		t.Fatalf("answered by %s; want primary,second,primary", got)
+	}
+	m := r.metricValues(t)
+	for key, want := range map[string]float64{
+		"damper.routing.choices{damper.backend=primary,damper.routing.basis=weights}": 2,
+		"damper.routing.choices{damper.backend=second,damper.routing.basis=weights}":  1,
+		"damper.attempts{damper.backend=second,damper.provider=anthropic}":            1,
+	} {
+		if m[key] != want {
+			t.Errorf("%s = %v, want %v; have %v", key, m[key], want, strings.Join(keysWith(m, "routing"), " "))
+		}
+	}
+	for _, s := range r.spans.GetSpans() {
+		if s.Name != "damper.request" {
+			continue
+		}
+		a := attribute.NewSet(s.Attributes...)
+		routing, _ := a.Value("damper.routing")
+		basis, _ := a.Value("damper.routing.basis")
+		if routing.AsString() != "spread" || basis.AsString() != "weights" {
+			t.Errorf("request span: damper.routing %q, damper.routing.basis %q; want spread, weights", routing.AsString(), basis.AsString())
+		}
+	}
+
+	f := newTelRig(t, damper.Policy{}, []damper.Setting{damper.WithBackends(backend)})
+	if _, err := f.call(t, "failover", "claude-sonnet-4-5", dampertest.OK()); err != nil {
+		t.Fatal(err)
+	}
+	if keys := keysWith(f.metricValues(t), "routing"); len(keys) != 0 {
+		t.Errorf("failover: %v; want no routing metric", keys)
+	}
+	for _, s := range f.spans.GetSpans() {
+		if a := attribute.NewSet(s.Attributes...); a.HasValue("damper.routing") {
+			t.Errorf("failover: span %s has damper.routing", s.Name)
+		}
 	}
 }
