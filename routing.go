@@ -18,11 +18,9 @@ import (
 // (FallbackPolicy.Routing). Either way a failed call moves on in the
 // routes' order (fallback.go).
 
-// The values of FallbackPolicy.Routing.
-const (
-	routingFailover = "failover"
-	routingSpread   = "spread"
-)
+// routingSpread is FallbackPolicy.Routing's value for spread routing; its
+// tag lists the values.
+const routingSpread = "spread"
 
 // The bases of a spread call's first choice, in damper.routing.choices
 // and on the damper.request span.
