@@ -65,7 +65,16 @@ type Backend struct {
 	// buckets; nil keeps them in memory. Give each backend a store of its
 	// own (for Redis, a name of its own).
 	Store fleet.Store
+	// Weight is the backend's weight under spread routing
+	// ([FallbackPolicy].Routing): its headroom counts Weight times, and
+	// while no limit is known, it gets Weight calls for every one of a
+	// backend of weight 1. 0 means 1; at most 1000. Failover routing
+	// ignores it.
+	Weight int
 }
+
+// maxWeight bounds a backend's weight under spread routing.
+const maxWeight = 1000
 
 // WithBackends adds backends that a Messages call falls back to, in order,
 // after the client's own (see [FallbackPolicy] for when a call moves on).
@@ -83,6 +92,8 @@ func WithBackends(backends ...Backend) Setting {
 				return fmt.Errorf("damper: %s: Name %q is taken (%q is the client's own backend)", field, b.Name, PrimaryBackend)
 			case b.Provider != ProviderAnthropic && b.Provider != ProviderBedrock && b.Provider != ProviderVertex:
 				return fmt.Errorf("damper: %s: Provider %q: must be %q, %q or %q", field, b.Provider, ProviderAnthropic, ProviderBedrock, ProviderVertex)
+			case b.Weight < 0 || b.Weight > maxWeight:
+				return fmt.Errorf("damper: %s: Weight %d: must be 1 to %d (0 means 1)", field, b.Weight, maxWeight)
 			}
 			for from, to := range b.Models {
 				if from == "" || to == "" {
@@ -110,6 +121,14 @@ type backend struct {
 	gates
 	budget  fleet.Budget // the budget gate's, read for the report's balance
 	limiter *limiter     // the rate limiter gate's, nil without Policy.RateLimit
+
+	// What spread routing reads (routing.go): the weight, the breaker
+	// (nil without Policy.Breaker) and its state as last heard, and the
+	// concurrency limit (nil without Policy.Concurrency).
+	weight  int
+	breaker fleet.Breaker
+	circuit circuitView
+	conc    *concLimit
 }
 
 // newBackend makes a backend whose parts keep their state in store s

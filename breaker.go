@@ -71,10 +71,15 @@ func newCircuitGate(d *Damper, b *backend) (hooks, error) {
 	if p.Breaker == nil {
 		return hooks{}, nil
 	}
-	br, err := fromStore("Breaker", b.store, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name))
+	s := breakerSettings(p.Breaker, p.PerAttemptTimeout, d.tel, b.name)
+	if d.spread != nil {
+		s.OnChange = b.circuit.hears(s.OnChange)
+	}
+	br, err := fromStore("Breaker", b.store, fleet.BreakerStore.Breaker, fleet.MemoryStore.Breaker, s)
 	if err != nil {
 		return hooks{}, err
 	}
+	b.breaker = br
 	return hooks{attempt: circuitGate{b: br, tel: d.tel}}, nil
 }
 

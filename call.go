@@ -66,6 +66,9 @@ type call struct {
 	maxTokens   int
 
 	routes // where the attempts go (fallback.go)
+	// routing is why a spread call starts where it does (routing.go);
+	// "" under failover routing.
+	routing string
 
 	report callReport
 	ending endOnce // see end
@@ -118,6 +121,9 @@ func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 		c.report.skipped(Skip{Backend: sk.b.name, Model: sk.model, Reason: sk.reason, Feature: sk.feature})
 		sk.b.skipped(c.ctx, d.tel, sk.model, sk.reason, sk.feature)
 	}
+	if d.spread != nil {
+		c.spread()
+	}
 	return c, nil
 }
 
@@ -135,7 +141,7 @@ func (c *call) run() (*http.Response, error) {
 	c.trace = &c.traceBuf
 	c.d.tel.startCall(c.trace, c.ctx, callFacts{
 		provider: c.report.Provider, model: c.report.Model, tenant: c.report.Tenant, stream: c.stream,
-		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start,
+		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start, routing: c.routing,
 	}, c.req.URL)
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {

@@ -182,7 +182,8 @@ func newConcurrencyGate(d *Damper, b *backend) (hooks, error) {
 	if p == nil {
 		return hooks{}, nil
 	}
-	return hooks{attempt: newConcLimit(p, d.clock, b.name)}, nil
+	b.conc = newConcLimit(p, d.clock, b.name)
+	return hooks{attempt: b.conc}, nil
 }
 
 // concLimit is one backend's concurrency limit: its slots, its line and,

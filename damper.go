@@ -36,6 +36,7 @@ type Damper struct {
 	budget fleet.Budget // WithBudget's, until New gives it to the primary
 	store  fleet.Store  // where the primary's gates keep their state
 	hedge  *hedger      // nil without Policy.Hedge
+	spread *spread      // nil but with spread routing and backends (routing.go)
 
 	// callContexts are the stores and budget that keep a note of each
 	// call, in its context.
@@ -121,10 +122,21 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		d.noteCalls(s)
 		b := d.newBackend(spec.Name, s, nil)
 		b.provider, b.models, b.client = spec.Provider, spec.Models, newBackendClient(spec.Options)
+		b.weight = max(spec.Weight, 1)
 		d.fallbacks = append(d.fallbacks, b)
+	}
+	d.primary.weight = 1
+	if f := p.Fallback; f != nil {
+		d.primary.weight = f.PrimaryWeight
+		if f.Routing == routingSpread && len(d.fallbacks) > 0 {
+			d.spread = new(spread)
+		}
 	}
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock)
 	d.tel.m.backends = len(d.fallbacks) > 0
+	if d.spread != nil {
+		d.tel.m.routingChoices = newRoutingChoices(d.tel.m.meter)
+	}
 	if err := d.wire(d.primary); err != nil {
 		return nil, err
 	}

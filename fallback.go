@@ -50,6 +50,18 @@ type FallbackPolicy struct {
 	// sibling is priced by Policy.PriceTable for the cost ceiling. At most
 	// 1,000 models, 16 siblings per model, and 256 bytes of UTF-8 a name.
 	Models map[string][]string `key:"models" max:"1000" unit:"models"`
+	// Routing says where a call starts: "failover" (the default, also
+	// "") starts every call on the primary and moves on in order;
+	// "spread" starts each call on the backend with the most headroom
+	// left under its rate limits, as a share of each limit, times its
+	// weight, skipping a backend whose breaker is open or whose
+	// concurrency limit is full; while no backend's limits are known yet,
+	// the weights alone share the calls out. A call that fails moves on
+	// as in failover, in order. See routing.go.
+	Routing string `key:"routing" default:"failover" enum:"failover,spread"`
+	// PrimaryWeight is the primary's weight under spread routing (see
+	// [Backend].Weight). Default 1; at most 1000.
+	PrimaryWeight int `key:"primary_weight" default:"1" min:"1" max:"1000"`
 }
 
 // check is what the tags of FallbackPolicy cannot say: the models' names
@@ -357,16 +369,8 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 	if pastDeadline(c, c.d.clock.Now().Add(minAttempt)) || afterAttempt && pastCostCeiling(c, c.retryCost, r) {
 		return false
 	}
-	if r.b.client != nil || r.sendAs != "" {
-		sendAs := r.sendAs
-		if sendAs == c.report.Model {
-			sendAs = "" // the body names it already
-		}
-		body, err := c.out.withModel(sendAs)
-		if err != nil {
-			return false
-		}
-		r.body = body
+	if !c.prepare(r) {
+		return false
 	}
 	from := c.route
 	c.at, c.route, c.routeFrom = next, r, c.report.Attempts
@@ -380,6 +384,25 @@ func (c *call) move(reason string, afterAttempt bool) bool {
 	}
 	c.report.moved(fb, provider)
 	c.trace.fallback(fb, provider)
+	return true
+}
+
+// prepare makes the body of r's attempts when they cannot send the
+// caller's as it is: on another backend's client, or with another model.
+// It reports false when the body cannot be read again.
+func (c *call) prepare(r *route) bool {
+	if r.b.client == nil && r.sendAs == "" {
+		return true
+	}
+	sendAs := r.sendAs
+	if sendAs == c.report.Model {
+		sendAs = "" // the body names it already
+	}
+	body, err := c.out.withModel(sendAs)
+	if err != nil {
+		return false
+	}
+	r.body = body
 	return true
 }
 

@@ -231,6 +231,12 @@ func (r *callReport) limitGroup(name string) {
 	r.mu.Unlock()
 }
 
+// startOn notes that the call starts on backend, of provider, rather than
+// the primary; before the call begins.
+func (r *callReport) startOn(backend, provider string) {
+	r.Backend, r.Provider = backend, provider
+}
+
 // moved notes the call's move fb, to a backend of provider.
 func (r *callReport) moved(fb Fallback, provider string) {
 	r.mu.Lock()

@@ -277,6 +277,7 @@ type callFacts struct {
 	stream, priced  bool
 	estimateUSD     float64 // one attempt's estimated cost, when priced
 	start           time.Time
+	routing         string // a spread call's basis of choice (routing.go); "" under failover
 }
 
 // callTrace is the telemetry of one call: its facts, its spans and the
@@ -312,7 +313,7 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 	if !span.IsRecording() {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs := make([]attribute.KeyValue, 0, 9)
 	attrs = append(attrs, keyBudgetRatio.Float64(t.ratio))
 	if t.named {
 		attrs = append(attrs, t.name)
@@ -328,6 +329,9 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 	}
 	if f.priced {
 		attrs = append(attrs, keyCostEstimate.Float64(f.estimateUSD))
+	}
+	if f.routing != "" {
+		attrs = append(attrs, keyRouting.String(routingSpread), keyRoutingBasis.String(f.routing))
 	}
 	span.SetAttributes(attrs...)
 }

@@ -55,6 +55,9 @@ type metrics struct {
 	fallbacks metric.Int64Counter
 	// fallbackSkips counts the backends a call cannot move to (fallback.go).
 	fallbackSkips metric.Int64Counter
+	// routingChoices counts spread calls by their first backend
+	// (routing.go); nil but with spread routing.
+	routingChoices metric.Int64Counter
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool

@@ -41,6 +41,17 @@ type RateAmounts [3]float64
 // a batch request takes only while every bucket keeps the share of its
 // limit that BatchShare leaves to interactive requests. A bucket whose
 // limit is neither configured nor learned yet admits everything.
+//
+// LimitBuckets may also have a method
+//
+//	KnownState(now time.Time) [3]RateLimitState
+//
+// returning what State would, as far as the buckets know without asking
+// their store (for a store across a network, as last heard from it), at
+// no cost. A Damper with spread routing reads it as each call starts, to
+// choose the backend with the most headroom; buckets without it, unless
+// in memory, count as knowing nothing of their limits. The buckets of
+// [MemoryStore] have it.
 type LimitBuckets interface {
 	// Reserve asks for cost at now, for a request that can be sent no
 	// later than latest. It either takes (r.Taken()) and the request may
@@ -270,6 +281,12 @@ func (m memoryBuckets) State(_ context.Context, now time.Time) ([3]RateLimitStat
 		}
 	}
 	return out, nil
+}
+
+// KnownState is State, which asks no store.
+func (m memoryBuckets) KnownState(now time.Time) [3]RateLimitState {
+	out, _ := m.State(context.Background(), now)
+	return out
 }
 
 func (m memoryBuckets) Leave(_ context.Context, _ time.Time, t *RateTicket) error {

@@ -561,6 +561,37 @@ func (b *buckets) State(ctx context.Context, now time.Time) ([3]fleet.RateLimitS
 	return out, err
 }
 
+// KnownState returns the buckets as last heard from Redis, without a
+// round trip (see [fleet.LimitBuckets]): each limit and level the last
+// Reserve's reply told, the level refilled at the limit since and never
+// above it; a pause, and a bucket never heard of, as the local twin has
+// them. While Redis fails, the local twin's, which has heard this
+// process's traffic all along.
+func (b *buckets) KnownState(now time.Time) [3]fleet.RateLimitState {
+	out, _ := b.local.State(context.Background(), now)
+	if b.link.down.Load() {
+		return out
+	}
+	b.mu.Lock()
+	h := b.heard
+	b.mu.Unlock()
+	if !h.ok {
+		return out
+	}
+	for k := range out {
+		if h.limit[k] <= 0 || !out[k].PausedUntil.IsZero() {
+			continue
+		}
+		level := h.level[k]
+		if now.After(h.at) {
+			level += h.limit[k] * now.Sub(h.at).Minutes()
+		}
+		out[k].Limit, out[k].Remaining = h.limit[k], max(min(level, h.limit[k]), 0)
+		out[k].Learned = !b.configured[k]
+	}
+	return out
+}
+
 var bucketNames = [3]string{"requests", "input_tokens", "output_tokens"}
 
 // run runs script s at now with the common arguments and args.

@@ -603,3 +603,46 @@ func TestBucketsBatchLeave(t *testing.T) {
 	_ = first
 	_ = last
 }
+
+// TestBucketsKnownState: KnownState answers from the shared buckets as
+// the last Reserve heard them, refilled since, with no round trip; before
+// any, from the local twin.
+func TestBucketsKnownState(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, now := context.Background(), base
+	settings := fleet.LimitSettings{Group: "g", Limits: fleet.RateLimits{RequestsPerMinute: 60}, BatchShare: 0.8}
+	known := func(b fleet.LimitBuckets, at time.Time) fleet.RateLimitState {
+		t.Helper()
+		kb, ok := b.(interface {
+			KnownState(time.Time) [3]fleet.RateLimitState
+		})
+		if !ok {
+			t.Fatalf("%T has no KnownState", b)
+		}
+		return kb.KnownState(at)[0]
+	}
+	one := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "known"), settings)
+	other := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "known"), settings)
+	if st := known(one, now); st.Limit != 60 || st.Remaining != 60 || st.Learned {
+		t.Fatalf("before any Reserve: %+v; want the twin's, 60 of 60, configured", st)
+	}
+	if _, _, err := other.Reserve(ctx, now, fleet.RateAmounts{10, 0, 0}, fleet.Interactive, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := known(one, now); st.Remaining != 60 {
+		t.Fatalf("after the other's Reserve: %v remaining; want 60, as nothing was heard", st.Remaining)
+	}
+	if _, _, err := one.Reserve(ctx, now, fleet.RateAmounts{5, 0, 0}, fleet.Interactive, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := known(one, now); st.Limit != 60 || st.Remaining != 45 {
+		t.Fatalf("after its own Reserve: %+v; want the fleet's 45 of 60", st)
+	}
+	// Refilled at the limit: 10 s of 60 a minute.
+	if st := known(one, now.Add(10*time.Second)); st.Remaining != 55 {
+		t.Fatalf("10 s on: %v remaining; want 55", st.Remaining)
+	}
+	if st := known(one, now.Add(time.Minute)); st.Remaining != 60 {
+		t.Fatalf("a minute on: %v remaining; want 60, the limit", st.Remaining)
+	}
+}

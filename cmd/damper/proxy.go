@@ -57,7 +57,7 @@ type proxyFile struct {
 	Policy             *damper.Policy `key:"policy" doc:"the Damper policy, as damper.ParsePolicyYAML reads it; without one, Damper's defaults"`
 	// Backends are the fallback backends, tried in order after the
 	// upstream (proxy_backends.go).
-	Backends []backendFile `key:"backends" max:"8" unit:"backends" doc:"the fallback backends, tried in order after the upstream: each a name, a provider of anthropic, bedrock or vertex, and its base_url, api_key_env, region, project and models; their credentials and reachability are checked at start"`
+	Backends []backendFile `key:"backends" max:"8" unit:"backends" doc:"the fallback backends, tried in order after the upstream: each a name, a provider of anthropic, bedrock or vertex, and its base_url, api_key_env, region, project, models and weight (under spread routing, policy.fallback.routing); their credentials and reachability are checked at start"`
 	// Store keeps the Damper's state in Redis (proxy_store.go).
 	Store *proxyStoreFile `key:"store" doc:"keeps the Damper's state (retry budget, throttle, breaker, rate limits) in Redis, shared by every proxy given the same store, with the keys address or url, username_env and password_env (the names of the variables that hold the credentials), tls, ca_file, name, timeout, fail_closed, lease and lease_for. The proxy does not start when a PING finds Redis refusing its credentials, TLS or user, nor, with fail_closed, unreachable; without fail_closed it starts on state in memory and joins Redis when it answers"`
 

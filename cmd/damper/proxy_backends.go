@@ -49,6 +49,9 @@ type backendFile struct {
 	// Models maps a model, as callers name it, to this backend's ID for
 	// it (damper.Backend.Models).
 	Models map[string]string `key:"models" max:"1000" unit:"models"`
+	// Weight is the backend's weight under spread routing
+	// (policy.fallback.routing: damper.Backend.Weight).
+	Weight int `key:"weight" default:"1" min:"1" max:"1000"`
 }
 
 // What a file may put in a backend's keys.
@@ -231,7 +234,7 @@ func buildBackends(ctx context.Context, files []backendFile, storeFor func(backe
 	out := make([]fallbackBackend, 0, len(files))
 	for i, f := range files {
 		fb := fallbackBackend{index: i, name: f.Name}
-		fb.backend = damper.Backend{Name: f.Name, Provider: backendProviders[f.Provider], Models: f.Models}
+		fb.backend = damper.Backend{Name: f.Name, Provider: backendProviders[f.Provider], Models: f.Models, Weight: f.Weight}
 		var base *url.URL
 		if f.BaseURL != "" {
 			var err error

@@ -87,7 +87,10 @@ func TestBackendsFileErrors(t *testing.T) {
 		{"  - {name: a, provider: bedrock, region: us-east-1, models: {claude-sonnet-4-6: ''}}\n", `backends[0].models: "claude-sonnet-4-6": "": a model and its ID are each 1 to 256`},
 		{"  - {name: a, provider: bedrock, region: us-east-1, models: {'': x}}\n", `backends[0].models: "": "x": a model and its ID`},
 		{"  - {name: a, provider: bedrock, region: us-east-1, models: {m: " + strings.Repeat("x", 257) + "}}\n", `backends[0].models: "m": "` + strings.Repeat("x", 64) + `"...: a model and its ID are each 1 to 256`},
-		{"  - {name: a, provider: bedrock, region: us-east-1, api_key: " + backendSecret + "}\n", `backends[0].api_key: unknown key (known: name, provider, base_url, api_key_env, region, project, models)`},
+		{"  - {name: a, provider: bedrock, region: us-east-1, api_key: " + backendSecret + "}\n", `backends[0].api_key: unknown key (known: name, provider, base_url, api_key_env, region, project, models, weight)`},
+		{"  - {name: a, provider: bedrock, region: us-east-1, weight: 1001}\n", `backends[0].weight: 1001: must be at most 1000`},
+		{"  - {name: a, provider: bedrock, region: us-east-1, weight: 0}\n", `backends[0].weight: 0:`},
+		{"  - {name: a, provider: bedrock, region: us-east-1, weight: heavy}\n", `backends[0].weight: "heavy"`},
 		{nine, `backends: 9 backends: must be at most 8`},
 		{many.String(), `backends[0].models: 1001 models: must be at most 1000`},
 	} {

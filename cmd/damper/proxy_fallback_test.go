@@ -350,3 +350,59 @@ policy:
 		t.Errorf("the upstream got %q, Bedrock %d requests; want opus then the sibling sonnet upstream, and opus once on Bedrock between them", models, bedrock.Count(""))
 	}
 }
+
+// TestProxySpreadFromTheFile: the file's policy.fallback.routing spread,
+// primary_weight and backends[i].weight are read: with nothing learned,
+// the calls go to the upstream and the second organisation by their
+// weights, 1:3, in a smooth order, each answered by the one it started on.
+func TestProxySpreadFromTheFile(t *testing.T) {
+	cloudEnv(t, false)
+	t.Setenv("DAMPER_TEST_SECOND_ORG_KEY", secondOrgKey)
+	answer := func(from string) dampertest.ServerOption {
+		return dampertest.WithStepFunc(func(dampertest.Request) dampertest.Step { return dampertest.OK().WithText("from " + from) })
+	}
+	primary := dampertest.NewServer(answer("the upstream"))
+	t.Cleanup(primary.Close)
+	second := dampertest.NewServer(answer("the second org"))
+	t.Cleanup(second.Close)
+	setUpstreamKey(t)
+	s, err := parseProxyFile(t, `
+upstream: `+primary.URL()+`
+`+tenantsYAML+`backends:
+  - {name: second-org, provider: anthropic, base_url: '`+second.URL()+`', api_key_env: DAMPER_TEST_SECOND_ORG_KEY, weight: 3}
+policy:
+  fallback: {routing: spread, primary_weight: 1}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.policy.Fallback == nil || s.policy.Fallback.Routing != "spread" || s.Backends[0].Weight != 3 {
+		t.Fatalf("read policy.fallback %+v, backends %+v; want routing spread and weight 3", s.policy.Fallback, s.Backends)
+	}
+	p := startProxy(t, s.Upstream, func(ps *proxySettings) {
+		ps.policy, ps.Backends, ps.tenants, ps.upstreamKey = s.policy, s.Backends, s.tenants, s.upstreamKey
+	})
+	var got []string
+	for range 8 {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}`))
+		req.Header.Set("X-Api-Key", testKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		backend := res.Header.Get("Damper-Backend")
+		if res.StatusCode != 200 || res.Header.Get("Damper-Attempts") != "1" || !strings.Contains(string(body), map[string]string{"primary": "from the upstream", "second-org": "from the second org"}[backend]) {
+			t.Fatalf("%d from %q, Damper-Attempts %q: %s", res.StatusCode, backend, res.Header.Get("Damper-Attempts"), body)
+		}
+		got = append(got, backend)
+	}
+	want := "second-org,primary,second-org,second-org,second-org,primary,second-org,second-org"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("answered by %s; want %s", strings.Join(got, ","), want)
+	}
+	if primary.Count("") != 2 || second.Count("") != 6 {
+		t.Fatalf("the upstream got %d calls, the second org %d; want 2 and 6", primary.Count(""), second.Count(""))
+	}
+}

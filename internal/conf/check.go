@@ -89,6 +89,9 @@ func sample(v reflect.Value, none bool) error {
 			fv.SetBool(true)
 		case kindString:
 			fv.SetString("sample-" + f.key)
+			if len(f.enum) > 0 {
+				fv.SetString(f.enum[len(f.enum)-1])
+			}
 		case kindEnum:
 			if fv.CanInt() {
 				fv.SetInt(int64(len(f.enum) - 1))

@@ -142,6 +142,9 @@ func fill(v reflect.Value, a at, file *read) error {
 			if fv.String() == "" && f.def.IsValid() {
 				fv.Set(f.def)
 			}
+			if v := fv.String(); len(f.enum) > 0 && !slices.Contains(f.enum, v) {
+				return &FieldError{Field: fa.field, Key: fa.key, Value: Text(quoteCut(v)), Why: "must be " + quoteList(f.enum)}
+			}
 		case kindInline:
 			if err := fill(fv, a, file); err != nil {
 				return err
@@ -306,3 +309,11 @@ func cloneSlice(v reflect.Value) reflect.Value {
 
 // absent reports whether a file was read and did not have key.
 func (r *read) absent(key string) bool { return r != nil && !r.present[key] }
+
+// quoteCut quotes a string value for an error: its first 64 bytes.
+func quoteCut(s string) string {
+	if len(s) <= 64 {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:64]) + "..."
+}

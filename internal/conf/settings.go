@@ -70,9 +70,10 @@ func (s *schema) lookup(k string) (*field, reflect.StructField, error) {
 
 // rangeText says what a value of the field must be, for a usage text.
 func (f *field) rangeText() string {
-	switch f.kind {
-	case kindEnum:
+	if len(f.enum) > 0 { // an enum, or a string of a set of values
 		return orList(f.enum)
+	}
+	switch f.kind {
 	case kindMap, kindSlice:
 		if !f.hasHi {
 			return ""

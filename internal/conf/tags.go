@@ -20,7 +20,9 @@
 //     None does ("means 0").
 //   - zero: what 0 means in a field without a default ("no ceiling").
 //   - enum: the names of an integer type's values, from 0, each with its
-//     Go constant: "raise:RaiseBudgetExhausted,passthrough:...".
+//     Go constant: "raise:RaiseBudgetExhausted,passthrough:...". On a
+//     string field, the values it may hold: "failover,spread" ("" too,
+//     when it has a default).
 //
 // A zero field means its default; in a file, a key left out does. A value
 // written 0 is None in a field that takes it, 0 where 0 means something
@@ -202,6 +204,9 @@ func readField(i int, sf reflect.StructField) (*field, error) {
 	switch {
 	case t == durationType:
 		f.kind = kindDuration
+	case sf.Tag.Get("enum") != "" && t.Kind() == reflect.String:
+		f.kind = kindString
+		f.enum = strings.Split(sf.Tag.Get("enum"), ",")
 	case sf.Tag.Get("enum") != "":
 		f.kind = kindEnum
 		for _, e := range strings.Split(sf.Tag.Get("enum"), ",") {
