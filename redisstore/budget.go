@@ -329,16 +329,24 @@ func (b *Budget) owe(id, successes, used int64) {
 // one budget, not one before, one in and one after the fault. A charge
 // that failed after Redis was asked is kept for its units only: a success
 // counted twice would grant more than the budget, a unit counted twice
-// fewer.
+// fewer. So while Redis fails, when the charge is the probe, it carries
+// the units only, and the successes follow in a record once the probe is
+// answered: a probe that fails may have reached Redis or not, and every
+// probe of a fault would otherwise take the successes owed with it.
 func (b *Budget) charge(ctx context.Context, wait bool) {
-	if !wait && b.link.down.Load() {
+	down := b.link.down.Load()
+	if !wait && down {
 		return
 	}
 	b.mu.Lock()
 	o := b.owed
 	b.owed = owed{window: o.window}
+	if down {
+		b.owed.successes, o.successes = o.successes, 0
+	}
+	waiting := b.owed.successes
 	b.mu.Unlock()
-	if o.successes == 0 && o.used == 0 {
+	if o.successes == 0 && o.used == 0 && waiting == 0 {
 		return
 	}
 	args := []any{strconv.FormatInt(o.window, 10), b.ttl, o.successes, o.used}
@@ -353,7 +361,13 @@ func (b *Budget) charge(ctx context.Context, wait bool) {
 		}
 	}
 	if wait {
-		heard(b.link.run(ctx, "charge", chargeScript, b.keys, args...))
+		v, err := b.link.run(ctx, "charge", chargeScript, b.keys, args...)
+		heard(v, err)
+		if err == nil && waiting > 0 {
+			// Redis answered the probe: the successes go ahead of the
+			// operation, which the queue sends after them.
+			b.charge(ctx, false)
+		}
 		return
 	}
 	if err := b.link.record(ctx, "charge", chargeScript, b.keys, args, nil, heard); err != nil {
