@@ -291,7 +291,7 @@ func (b *Budget) Observe(ctx context.Context, now time.Time, a fleet.AttemptOutc
 	}
 	b.local.FirstAttemptSucceeded(now)
 	id := windowNumber(now, b.window)
-	b.charge(ctx, false)
+	_ = b.charge(ctx, false)
 	err := b.link.record(ctx, "observe", observeScript, b.keys, b.args(id), nil, func(v any, err error) {
 		if err == nil {
 			_, _ = b.read("observe", id, v)
@@ -329,17 +329,30 @@ func (b *Budget) owe(id, successes, used int64) {
 // one budget, not one before, one in and one after the fault. A charge
 // that failed after Redis was asked is kept for its units only: a success
 // counted twice would grant more than the budget, a unit counted twice
-// fewer.
-func (b *Budget) charge(ctx context.Context, wait bool) {
-	if !wait && b.link.down.Load() {
-		return
+// fewer. So while Redis fails, when the charge is the probe, it carries
+// the units only, and the successes follow in a record once the probe is
+// answered: a probe that fails may have reached Redis or not, and every
+// probe of a fault would otherwise take the successes owed with it.
+//
+// A decision's charge returns the error of a charge Redis did not answer,
+// whether or not it was asked: the decision is then the fallback's, since
+// asking Redis itself, as the probe, would decide on books without the
+// charge.
+func (b *Budget) charge(ctx context.Context, wait bool) error {
+	down := b.link.down.Load()
+	if !wait && down {
+		return nil
 	}
 	b.mu.Lock()
 	o := b.owed
 	b.owed = owed{window: o.window}
+	if down {
+		b.owed.successes, o.successes = o.successes, 0
+	}
+	waiting := b.owed.successes
 	b.mu.Unlock()
-	if o.successes == 0 && o.used == 0 {
-		return
+	if o.successes == 0 && o.used == 0 && waiting == 0 {
+		return nil
 	}
 	args := []any{strconv.FormatInt(o.window, 10), b.ttl, o.successes, o.used}
 	heard := func(v any, err error) {
@@ -353,12 +366,19 @@ func (b *Budget) charge(ctx context.Context, wait bool) {
 		}
 	}
 	if wait {
-		heard(b.link.run(ctx, "charge", chargeScript, b.keys, args...))
-		return
+		v, err := b.link.run(ctx, "charge", chargeScript, b.keys, args...)
+		heard(v, err)
+		if err == nil && waiting > 0 {
+			// Redis answered the probe: the successes go ahead of the
+			// operation, which the queue sends after them.
+			_ = b.charge(ctx, false)
+		}
+		return err
 	}
 	if err := b.link.record(ctx, "charge", chargeScript, b.keys, args, nil, heard); err != nil {
 		heard(nil, err)
 	}
+	return nil
 }
 
 // Acquire implements [fleet.Budget]. While Redis fails it returns the
@@ -369,7 +389,9 @@ func (b *Budget) charge(ctx context.Context, wait bool) {
 // takes a new lease of up to Lease units in one decision (see the package
 // documentation, Leases).
 func (b *Budget) Acquire(ctx context.Context, now time.Time) (bool, error) {
-	b.charge(ctx, true)
+	if err := b.charge(ctx, true); err != nil {
+		return b.fallback(now, err)
+	}
 	if b.lease.size > 1 {
 		return b.acquireLeased(ctx, now)
 	}
@@ -403,8 +425,11 @@ func (b *Budget) fallback(now time.Time, err error) (bool, error) {
 // fails it returns the local budget's balance (0 with FailClosed) and the
 // error.
 func (b *Budget) Available(ctx context.Context, now time.Time) (float64, error) {
-	b.charge(ctx, true)
-	r, err := b.run(ctx, "available", availableScript, now)
+	err := b.charge(ctx, true)
+	var r books
+	if err == nil {
+		r, err = b.run(ctx, "available", availableScript, now)
+	}
 	if err != nil {
 		if b.link.failClosed {
 			return 0, err

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -64,9 +65,12 @@ func outagePair(t *testing.T, srv *redistest.Server, ctxTimeout bool, o budgetOp
 // TestRedisKilledAndRestarted kills Redis in the middle of a run and starts
 // it again on the same port. No operation waits past the timeout; while
 // Redis is gone the local budget, which heard this process's successes and
-// grants all along, decides on this process's share, and the error is returned; one log line marks
-// the fallback and one the return, which comes within one probe interval
-// (the timeout) of Redis answering again.
+// grants all along, decides on this process's share, and the error is
+// returned; one log line marks the fallback and one the return, which
+// comes within one probe interval (the timeout) of Redis answering again.
+// The return charges the restarted Redis's books of the window with the
+// fallback's grants and the successes Redis never heard, every one of
+// them, though the probes of the outage failed.
 func TestRedisKilledAndRestarted(t *testing.T) {
 	eachClientKind(t, func(t *testing.T, ctxTimeout bool) {
 		srv := redistest.Start(t)
@@ -80,13 +84,22 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		mustNil(t, err)
 		ctx, now := context.Background(), base.Add(10*time.Second)
 
-		// Shared: 4 successes here and 4 elsewhere give 2 + 0.5 × 8 = 6 units.
+		// Shared: 4 successes elsewhere and 4 here give 2 + 0.5 × 8 = 6
+		// units. The peer's records, its membership with them, reach Redis
+		// first, so b's membership, sent with its first record, counts 2.
+		for range 4 {
+			mustNil(t, peer.Observe(ctx, now, success))
+		}
+		flushBudget(t, peer)
 		for range 4 {
 			mustNil(t, b.Observe(ctx, now, success))
 			local.FirstAttemptSucceeded(now)
-			mustNil(t, peer.Observe(ctx, now, success))
 		}
-		flushBudget(t, peer) // another process's records, read at once
+		flushBudget(t, b)
+		const members = 2
+		if n := redisstore.BudgetMembers(b); n != members {
+			t.Fatalf("members known before the outage = %d, want %d", n, members)
+		}
 		for range 3 {
 			granted, err := b.Acquire(ctx, now)
 			if !granted || err != nil {
@@ -99,18 +112,21 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		}
 
 		srv.Kill()
-		// The local budget decides as one of the processes sharing the
-		// budget that b last heard of (1 or 2: its peer's first record may
-		// reach Redis after b's).
-		members := redisstore.BudgetMembers(b)
+		// The local budget decides as one of the 2 processes sharing the
+		// budget: 2 / 2 + 0.5 × its successes (4, then one more after each
+		// Acquire), less its 3 units, grants at the 3rd, 5th, ... 15th
+		// Acquire: 7 units.
 		bound := outageTimeout + slack
-		var unasked int
+		var unasked, grants int
 		for i := range 15 {
 			var granted bool
 			var err error
 			timed(t, "Acquire with Redis down", bound, func() { granted, err = b.Acquire(ctx, now) })
 			if want := local.TryAcquireShare(now, members); granted != want || err == nil {
 				t.Fatalf("Acquire %d with Redis down = %v, %v; want %v, the local budget's, and an error", i, granted, err, want)
+			}
+			if granted {
+				grants++
 			}
 			if errors.Is(err, redisstore.ErrUnavailable) {
 				unasked++
@@ -127,6 +143,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		if grants != 7 {
+			t.Fatalf("%d grants with Redis down, want 7", grants)
+		}
 		if st := b.Stats(); st.State != redisstore.StateFallback || st.Fallbacks != 1 || st.Failures == 0 || st.Unasked == 0 || unasked == 0 {
 			t.Fatalf("Stats with Redis down = %+v (%d unasked Acquires)", st, unasked)
 		}
@@ -142,15 +161,23 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		}
 		t.Logf("shared again %v after Redis answered PING", time.Since(back))
 
-		// The restarted Redis has no books: the fleet starts the window again
-		// from MinTokens, and sees the peer's grants.
-		for range 2 {
-			if granted, err := peer.Acquire(ctx, now); !granted || err != nil {
-				t.Fatalf("peer Acquire after restart = %v, %v; want a grant", granted, err)
+		// The restarted Redis lost the books from before the outage; the
+		// probe charged the window's new books with the 7 units the fallback
+		// granted, and the 15 successes counted in it followed, before the
+		// probing Available read them. Nothing else reached Redis: a dial
+		// refused sends nothing. So 2 + 0.5 × 15 - 7 = 2.5 units are left.
+		checkHash(t, newClient1(t, srv.Addr), redisstore.Key("killed"),
+			map[string]string{"w": fmt.Sprint(now.Unix() / 60), "s": "15", "u": "7"})
+		if got, err := b.Available(ctx, now); got != 2.5 || err != nil {
+			t.Fatalf("Available after restart = %v, %v; want 2.5", got, err)
+		}
+		for i := range 3 {
+			if granted, err := peer.Acquire(ctx, now); granted != (i < 2) || err != nil {
+				t.Fatalf("peer Acquire %d after restart = %v, %v; want %v: 2 of the 2.5 units", i, granted, err, i < 2)
 			}
 		}
-		if got, err := b.Available(ctx, now); got != 0 || err != nil {
-			t.Fatalf("Available after the peer took both units = %v, %v; want 0", got, err)
+		if got, err := b.Available(ctx, now); got != 0.5 || err != nil {
+			t.Fatalf("Available after the peer took 2 units = %v, %v; want 0.5", got, err)
 		}
 		if st := b.Stats(); st.State != redisstore.StateShared || st.Fallbacks != 1 || st.Recoveries != 1 {
 			t.Fatalf("Stats after restart = %+v", st)
@@ -208,16 +235,17 @@ func TestRedisHangs(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		t.Logf("shared again %v after Redis was resumed", time.Since(back))
-		// The Acquires that timed out reached Redis and run once it resumed:
-		// their units are spent, for callers the fallback had answered. The
-		// fleet's budget errs towards fewer retries, never more.
-		used, err := client.HGet(ctx, redisstore.Key("hangs"), "u").Int()
-		mustNil(t, err)
-		if used < 1 || used > 3 {
-			t.Fatalf("units used after resume = %d, want 1 to 3", used)
-		}
-		if got, err := b.Available(ctx, now); got != float64(3-used) || err != nil {
-			t.Fatalf("Available after resume = %v, %v; want %d, the shared books'", got, err, 3-used)
+		// 4 units used of 3: the shared grant; the Acquire that timed out,
+		// which reached Redis on its open connection and ran once Redis
+		// resumed, its caller answered by the fallback; and the fallback's 2
+		// grants, charged by the probe. A unit is counted twice, erring
+		// towards fewer retries. The probes of the stop (charges) reached no
+		// script: each waited on a new connection's HELLO, and with
+		// ReadTimeout the one stuck until the resume found the charge script
+		// unknown to this Redis and its expired context kept the EVAL unsent.
+		checkHash(t, client, redisstore.Key("hangs"), map[string]string{"w": fmt.Sprint(now.UnixNano() / int64(budgetSettings(0, 0, 0).Window)), "s": "0", "u": "4"})
+		if got, err := b.Available(ctx, now); got != 0 || err != nil {
+			t.Fatalf("Available after resume = %v, %v; want 0, the shared books'", got, err)
 		}
 	})
 }
