@@ -2,10 +2,12 @@
 // the full outage at several start times, Damper's retry throttle and
 // breaker at several settings, the rate-limit scenario with one replica
 // and with -replicas, the fallback to a second provider through the
-// primary's full outage, and a surge past the capacity of a provider that
-// slows with the attempts it holds) and writes the "Brownout simulation" section of
-// docs/BENCHMARKS.md and the charts docs/brownout-*.svg. Run it from the
-// bench module (it takes a few minutes):
+// primary's full outage, failover against spread routing over two
+// rate-limited organisations with prompt caches, and a surge past the
+// capacity of a provider that slows with the attempts it holds) and
+// writes the "Brownout simulation" section of docs/BENCHMARKS.md and the
+// charts docs/brownout-*.svg. Run it from the bench module (it takes a
+// few minutes):
 //
 //	cd bench && go run ./cmd/brownout
 //
@@ -74,16 +76,21 @@ func run(docs string, replicas int) error {
 	if err != nil {
 		return err
 	}
+	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders())
+	if err != nil {
+		return err
+	}
 	saturation, err := brownout.RunSaturation(brownout.SaturationScenario(replicas), brownout.SaturationContenders(replicas))
 	if err != nil {
 		return err
 	}
-	md := suite.Markdown(contenders, sweep, breakers, chart) + rates.Markdown() + "\n" + fallback.Markdown() + "\n" + saturation.Markdown()
+	md := suite.Markdown(contenders, sweep, breakers, chart) + rates.Markdown() + "\n" + fallback.Markdown() + "\n" + routing.Markdown() + "\n" + saturation.Markdown()
 	if err := brownout.UpdateSection(filepath.Join(docs, "BENCHMARKS.md"), brownout.SectionHeading, md); err != nil {
 		return err
 	}
 	checks := append(suite.Checks(), rates.Checks()...)
 	checks = append(checks, fallback.Checks()...)
+	checks = append(checks, routing.Checks()...)
 	for _, c := range append(checks, saturation.Checks()...) {
 		status := "shown"
 		if !c.Pass {

@@ -1,0 +1,115 @@
+package brownout
+
+import (
+	"fmt"
+	"strings"
+)
+
+// RoutingHeading is the heading of the routing part of the section.
+const RoutingHeading = "### Routing: two organisations, failover or spread, and prompt caches"
+
+// The routing targets.
+const (
+	routingTargetServed   = "routing: spread serves at least as many requests as failover"
+	routingTarget429      = "routing: spread gets fewer 429s from the organisations than failover"
+	routingTargetP99      = "routing: spread's p99 latency lower than failover's"
+	routingTargetAttempts = "routing: spread sends fewer attempts per request than failover"
+	routingTargetAffinity = "routing: spread with cache affinity reads the prompt cache at least as often as spread without it"
+)
+
+// Checks evaluates the routing targets.
+func (s *RoutingSuite) Checks() []Check {
+	var checks []Check
+	add := func(target string, pass bool, detail string, args ...any) {
+		checks = append(checks, Check{Target: target, Pass: pass, Detail: fmt.Sprintf(detail, args...)})
+	}
+	f := s.figures()
+	o, sp, a := f[failoverName], f[spreadName], f[affinityName]
+	ok := o.Requests > 0 && sp.Requests > 0
+	add(routingTargetServed, ok && sp.Served >= o.Served, "%d against %d of %d", sp.Served, o.Served, sp.Requests)
+	add(routingTarget429, ok && sp.Provider429 < o.Provider429, "%d against %d", sp.Provider429, o.Provider429)
+	add(routingTargetP99, ok && sp.P99 < o.P99, "%s against %s", secs(sp.P99), secs(o.P99))
+	add(routingTargetAttempts, ok && sp.PerRequest < o.PerRequest, "%.3f against %.3f", sp.PerRequest, o.PerRequest)
+	add(routingTargetAffinity, a.Cached > 0 && sp.Cached > 0 && a.HitShare >= sp.HitShare,
+		"%.1f %% of %d against %.1f %% of %d", 100*a.HitShare, a.Cached, 100*sp.HitShare, sp.Cached)
+	return checks
+}
+
+// Markdown returns the routing part of the section: setup, contenders,
+// the table, the targets and what the run shows.
+func (s *RoutingSuite) Markdown() string {
+	var b strings.Builder
+	sc := s.Scenario
+	p := sc.Provider
+	admitted := RoutingAdmitted()
+	fmt.Fprintf(&b, "%s\n\n", RoutingHeading)
+	fmt.Fprintf(&b, "**Setup.** Two simulated organisations (two API keys of two organisations, or two workspaces), each the rate-limited provider of the rate-limit scenario with a limit of its own: %s input tokens and %s requests a minute, taught through the `anthropic-ratelimit-*` headers of every answer and enforced with 429 `rate_limit_error` and `retry-after`. ",
+		thousands(RoutingITPM), thousands(RoutingRPM))
+	fmt.Fprintf(&b, "Every request counts %s input tokens, so one organisation admits %.0f requests a minute; requests arrive at %.0f a minute, %gx that (%.0f %% of the two limits together), for %v, spread at random over %d replicas, each with a %v deadline. A served attempt takes %v–%v; the organisations' capacity is never the bound. ",
+		thousands(PromptTokens), admitted, 60*sc.Rate, RoutingLoad, 100*RoutingLoad/2, sc.Duration, sc.Replicas, sc.Deadline, p.ServiceMin, p.ServiceMax)
+	fmt.Fprintf(&b, "%.0f %% of the requests carry a cached prompt prefix, one of %d system prompts drawn alike, each a block with a `cache_control` breakpoint, then a short question; the others send a plain prompt. ",
+		100*sc.Cached.Share, sc.Cached.Prefixes)
+	fmt.Fprintf(&b, "Each organisation has a prompt cache of its own, as the API's caches are: a served request with a breakpoint reads its prefix from the cache (a *hit*) when the same organisation served that prefix within the last %s, and writes it otherwise; either keeps the entry for another %s. The limits count every input token, read from the cache or not, so the cache changes no figure but its own. ",
+		secs0(CacheLifetime), secs0(CacheLifetime))
+	fmt.Fprintf(&b, "Damper reaches organisation A as its client's own backend (`primary`) and organisation B as `damper.Backend{Name: %q, Provider: damper.ProviderAnthropic}` over the simulated transport. The figures are over the requests issued from %s on (the buckets start full and the caches empty) to the end of arrivals, and the attempts that reached either organisation meanwhile.\n\n",
+		OrgBBackend, secs0(RoutingSteadyFrom))
+
+	b.WriteString("| contender | configuration and code path |\n|---|---|\n")
+	for _, r := range s.Results {
+		fmt.Fprintf(&b, "| %s | %s |\n", r.Contender, routingContenderPath(r.Contender))
+	}
+	b.WriteString("\n")
+	b.WriteString("**Figures.** *Served* is the requests that succeeded; *429s* the attempts that either organisation refused for its limit; latency is from issue to the end of the call, failures included; *attempts* is the attempts at either organisation per request; *by B* the share of the served requests that organisation B answered; *cache hits* the share of the served requests with a cached prefix that read it from the cache of the organisation that answered, and *prefix moves* those answered by another organisation than the one that answered the same prefix last.\n\n")
+	b.WriteString("| contender | served | 429s | p50 | p99 | attempts per request | by B | cache hits | prefix moves |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range s.Results {
+		f := r.RoutingFigures()
+		fmt.Fprintf(&b, "| %s | %d of %d (%.2f %%) | %d | %s | %s | %.3f | %.1f %% | %.1f %% of %d | %d |\n",
+			r.Contender, f.Served, f.Requests, 100*f.ServedShare, f.Provider429, secs(f.P50), secs(f.P99),
+			f.PerRequest, 100*f.ByB, 100*f.HitShare, f.Cached, f.PrefixMoves)
+	}
+	b.WriteString("\n")
+
+	writeChecks(&b, "#### Routing targets", s.Checks())
+	b.WriteString("\n")
+	s.writeRoutingWhy(&b)
+	return b.String()
+}
+
+// routingContenderPath is the configuration and code path of the routing
+// contender called name.
+func routingContenderPath(name string) string {
+	for _, c := range RoutingContenders() {
+		if c.Name == name {
+			return c.Path
+		}
+	}
+	return ""
+}
+
+// writeRoutingWhy explains what the figures show.
+func (s *RoutingSuite) writeRoutingWhy(b *strings.Builder) {
+	f := s.figures()
+	o, sp, a := f[failoverName], f[spreadName], f[affinityName]
+	fmt.Fprintf(b, "**Failover.** Every call starts on organisation A, which admits %.0f of the %.0f requests a minute: A's limiter, which learns A's limit from its headers, fills A's bucket and then holds each call in line for room, up to its `MaxWait` (30 s) and the call's deadline, and moves it to B only once the wait would be longer. So B answers %.1f %% of the requests, those that found A's line too long, and the others wait: p50 %s, p99 %s. ",
+		RoutingAdmitted(), 60*s.Scenario.Rate, 100*o.ByB, secs(o.P50), secs(o.P99))
+	fmt.Fprintf(b, "Each replica's limiter learns what the others take a response at a time, so some calls reach A with no room left: %d 429s, each retried or moved, %.3f attempts a request. ",
+		o.Provider429, o.PerRequest)
+	fmt.Fprintf(b, "It serves %d of %d requests.\n\n", o.Served, o.Requests)
+	fmt.Fprintf(b, "**Spread.** Each call starts on the organisation with the most of its learned limits left, as a share of each: the two refill alike, so the calls split about evenly (B answers %.1f %%), each organisation at %.0f %% of its limit, where neither runs out: %d 429s, %.3f attempts a request, p99 %s, the service time alone; it serves %d of %d.\n\n",
+		100*sp.ByB, 100*RoutingLoad/2, sp.Provider429, sp.PerRequest, secs(sp.P99), sp.Served, sp.Requests)
+	fmt.Fprintf(b, "**Prompt caches.** With %d prefixes, each comes back to a given organisation every few minutes, around the cache's lifetime, so where it goes decides whether the cache still holds it. Spread sends each prefix to either organisation alike: %.1f %% of the cached requests read the cache, %d of %d answered by another organisation than the prefix's last. Failover keeps more of them on A, and reads the cache a little more often (%.1f %%), at the price of its waits. ",
+		s.Scenario.Cached.Prefixes, 100*sp.HitShare, sp.PrefixMoves, sp.Cached, 100*o.HitShare)
+	if a.Served == sp.Served && a.HitShare == sp.HitShare && a.P99 == sp.P99 {
+		b.WriteString("Spread with cache affinity has the same figures as spread: the Damper of this run has no cache affinity to turn on, and the two contenders run the same policy. ")
+	} else {
+		fmt.Fprintf(b, "Cache affinity keeps a prefix on the organisation that served it last while that one has headroom: %.1f %% of the cached requests read the cache, %d of %d moved, with %d 429s and p99 %s. ",
+			100*a.HitShare, a.PrefixMoves, a.Cached, a.Provider429, secs(a.P99))
+	}
+	if s.Few != nil {
+		few := s.Few.RoutingFigures()
+		fmt.Fprintf(b, "With a few hot prefixes, %d, every organisation keeps each of them warm, and spread reads the cache for %.1f %% of the cached requests: the cost of spreading a prefix is a write at each organisation that has not served it within the lifetime, which matters for many prefixes each used now and then (documents, conversations), not for a few shared system prompts.",
+			RoutingFewPrefixes, 100*few.HitShare)
+	}
+	b.WriteString("\n")
+}
