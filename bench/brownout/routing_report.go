@@ -3,6 +3,7 @@ package brownout
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // RoutingHeading is the heading of the routing part of the section.
@@ -50,9 +51,10 @@ func (s *RoutingSuite) Markdown() string {
 	fmt.Fprintf(&b, "%.0f %% of the requests carry a cached prompt prefix, one of %d system prompts drawn alike, each a block with a `cache_control` breakpoint, then a short question; the others send a plain prompt. ",
 		100*sc.Cached.Share, sc.Cached.Prefixes)
 	fmt.Fprintf(&b, "Each organisation has a prompt cache of its own, as the API's caches are: a served request with a breakpoint reads its prefix from the cache (a *hit*) when the same organisation served that prefix within the last %s, and writes it otherwise; either keeps the entry for another %s. The limits count every input token, read from the cache or not, so the cache changes no figure but its own. ",
-		secs0(CacheLifetime), secs0(CacheLifetime))
-	fmt.Fprintf(&b, "Damper reaches organisation A as its client's own backend (`primary`) and organisation B as `damper.Backend{Name: %q, Provider: damper.ProviderAnthropic}` over the simulated transport. The figures are over the requests issued from %s on (the buckets start full and the caches empty) to the end of arrivals, and the attempts that reached either organisation meanwhile.\n\n",
-		OrgBBackend, secs0(RoutingSteadyFrom))
+		minutes(CacheLifetime), minutes(CacheLifetime))
+	fmt.Fprintf(&b, "Damper reaches organisation A as its client's own backend (`primary`) and organisation B as `damper.Backend{Name: %q, Provider: damper.ProviderAnthropic}` over the simulated transport. The figures are over the requests issued from %s into the run (the buckets start full and the caches empty; from one lifetime on, what a cache holds depends on that lifetime's requests alone) to the end of arrivals, and the attempts that reached either organisation meanwhile. ",
+		OrgBBackend, minutes(RoutingSteadyFrom))
+	b.WriteString("`cd bench && go test -run 'TestRouting|TestPromptCache' ./brownout/` checks the targets below and the run's invariants with 2 replicas over 10 minutes, in seconds; add `-args -routing.full` for the published run.\n\n")
 
 	b.WriteString("| contender | configuration and code path |\n|---|---|\n")
 	for _, r := range s.Results {
@@ -87,19 +89,27 @@ func routingContenderPath(name string) string {
 	return ""
 }
 
+// affinityOfFailover says how failover's lopsided split compares with
+// spread's for the cache.
+func affinityOfFailover(o, sp RoutingFigures) string {
+	if o.HitShare > sp.HitShare {
+		return "a prefix that goes to the same organisation more often finds it warm more often, but failover pays for it with its waits"
+	}
+	return "its lopsided split buys it no more hits than spread's"
+}
+
 // writeRoutingWhy explains what the figures show.
 func (s *RoutingSuite) writeRoutingWhy(b *strings.Builder) {
 	f := s.figures()
 	o, sp, a := f[failoverName], f[spreadName], f[affinityName]
-	fmt.Fprintf(b, "**Failover.** Every call starts on organisation A, which admits %.0f of the %.0f requests a minute: A's limiter, which learns A's limit from its headers, fills A's bucket and then holds each call in line for room, up to its `MaxWait` (30 s) and the call's deadline, and moves it to B only once the wait would be longer. So B answers %.1f %% of the requests, those that found A's line too long, and the others wait: p50 %s, p99 %s. ",
+	fmt.Fprintf(b, "**Failover.** Every call starts on organisation A, which admits %.0f of the %.0f requests a minute. A's limiter, which learns A's limit from its headers, lets A's bucket run dry and then puts each call in line for room, to wait up to its `MaxWait` (30 s) and no later than leaves the call's deadline room for an attempt; a call whose turn would come later moves to B at once (`rate_limited`). So B answers %.1f %% of the served requests, and the calls that find a place in A's line wait for it: p50 %s, p99 %s. ",
 		RoutingAdmitted(), 60*s.Scenario.Rate, 100*o.ByB, secs(o.P50), secs(o.P99))
-	fmt.Fprintf(b, "Each replica's limiter learns what the others take a response at a time, so some calls reach A with no room left: %d 429s, each retried or moved, %.3f attempts a request. ",
-		o.Provider429, o.PerRequest)
-	fmt.Fprintf(b, "It serves %d of %d requests.\n\n", o.Served, o.Requests)
+	fmt.Fprintf(b, "Each replica's limiter learns what the others take a response at a time, so some attempts reach A with no room left: %d 429s, each retried or moved, %.3f attempts a request. It serves %d of %d requests.\n\n",
+		o.Provider429, o.PerRequest, o.Served, o.Requests)
 	fmt.Fprintf(b, "**Spread.** Each call starts on the organisation with the most of its learned limits left, as a share of each: the two refill alike, so the calls split about evenly (B answers %.1f %%), each organisation at %.0f %% of its limit, where neither runs out: %d 429s, %.3f attempts a request, p99 %s, the service time alone; it serves %d of %d.\n\n",
 		100*sp.ByB, 100*RoutingLoad/2, sp.Provider429, sp.PerRequest, secs(sp.P99), sp.Served, sp.Requests)
-	fmt.Fprintf(b, "**Prompt caches.** With %d prefixes, each comes back to a given organisation every few minutes, around the cache's lifetime, so where it goes decides whether the cache still holds it. Spread sends each prefix to either organisation alike: %.1f %% of the cached requests read the cache, %d of %d answered by another organisation than the prefix's last. Failover keeps more of them on A, and reads the cache a little more often (%.1f %%), at the price of its waits. ",
-		s.Scenario.Cached.Prefixes, 100*sp.HitShare, sp.PrefixMoves, sp.Cached, 100*o.HitShare)
+	fmt.Fprintf(b, "**Prompt caches.** With %d prefixes, each comes back to a given organisation every few minutes, around the cache's lifetime, so where it goes decides whether the cache still holds it. Spread sends each prefix to either organisation alike: %.1f %% of the cached requests read the cache, %d of %d answered by another organisation than the prefix's last. Failover sends %.1f %% of the served requests to A, and reads the cache for %.1f %% (%d prefix moves): %s. ",
+		s.Scenario.Cached.Prefixes, 100*sp.HitShare, sp.PrefixMoves, sp.Cached, 100*(1-o.ByB), 100*o.HitShare, o.PrefixMoves, affinityOfFailover(o, sp))
 	if a.Served == sp.Served && a.HitShare == sp.HitShare && a.P99 == sp.P99 {
 		b.WriteString("Spread with cache affinity has the same figures as spread: the Damper of this run has no cache affinity to turn on, and the two contenders run the same policy. ")
 	} else {
@@ -112,4 +122,9 @@ func (s *RoutingSuite) writeRoutingWhy(b *strings.Builder) {
 			RoutingFewPrefixes, 100*few.HitShare)
 	}
 	b.WriteString("\n")
+}
+
+// minutes writes d in whole minutes.
+func minutes(d time.Duration) string {
+	return fmt.Sprintf("%.0f %s", d.Minutes(), plural(int(d.Minutes()), "minute", "minutes"))
 }

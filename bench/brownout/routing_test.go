@@ -2,6 +2,8 @@ package brownout
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -199,5 +201,33 @@ func TestRoutingNeeds(t *testing.T) {
 	sc.Cached = nil
 	if _, err := Run(sc, RoutingContenders()[1]); err == nil || !strings.Contains(err.Error(), "Cached") {
 		t.Errorf("Run of spread without cached prompts: err = %v, want one naming Cached", err)
+	}
+}
+
+// TestUpdateSubsection rewrites one "###" part of a section, and nothing
+// else; a part not there yet is an error.
+func TestUpdateSubsection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "B.md")
+	doc := "# B\n\n## Sim\n\n### One\n\nold one\n\n### Two\n\nold two\n#### Two targets\n\nrows\n\n### Three\n\nthree\n\n## Next\n\nnext\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateSubsection(path, "### Two", "### Two\n\nnew two\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "# B\n\n## Sim\n\n### One\n\nold one\n\n### Two\n\nnew two\n\n### Three\n\nthree\n\n## Next\n\nnext\n"
+	if string(got) != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if err := UpdateSubsection(path, "### Three", "### Three\n\nnew three"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = os.ReadFile(path)
+	if want = strings.Replace(want, "three\n\n## Next", "new three\n\n## Next", 1); string(got) != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if err := UpdateSubsection(path, "### Four", "x"); err == nil || !strings.Contains(err.Error(), `"### Four"`) {
+		t.Errorf("a part not there: err = %v, want one naming it", err)
 	}
 }

@@ -11,6 +11,9 @@
 //
 //	cd bench && go run ./cmd/brownout
 //
+// With -routing, it runs the routing scenario alone and rewrites only its
+// part of the section, which a whole run has written before (seconds).
+//
 // It prints each target and whether the run showed it; a missed target is
 // written to the docs with the reason, not hidden, and does not fail the
 // command (the bench module's tests assert the targets that must hold).
@@ -28,8 +31,13 @@ import (
 func main() {
 	docs := flag.String("docs", "../docs", "directory holding BENCHMARKS.md and the charts")
 	replicas := flag.Int("replicas", brownout.DefaultReplicas, "client replicas, each with its own retry state")
+	routingOnly := flag.Bool("routing", false, "run the routing scenario alone and rewrite only its part of the section")
 	flag.Parse()
-	if err := run(*docs, *replicas); err != nil {
+	do := run
+	if *routingOnly {
+		do = runRouting
+	}
+	if err := do(*docs, *replicas); err != nil {
 		fmt.Fprintln(os.Stderr, "brownout:", err)
 		os.Exit(1)
 	}
@@ -91,12 +99,30 @@ func run(docs string, replicas int) error {
 	checks := append(suite.Checks(), rates.Checks()...)
 	checks = append(checks, fallback.Checks()...)
 	checks = append(checks, routing.Checks()...)
-	for _, c := range append(checks, saturation.Checks()...) {
+	printChecks(append(checks, saturation.Checks()...))
+	return nil
+}
+
+// runRouting runs the routing scenario and rewrites its part of the
+// section.
+func runRouting(docs string, replicas int) error {
+	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders())
+	if err != nil {
+		return err
+	}
+	if err := brownout.UpdateSubsection(filepath.Join(docs, "BENCHMARKS.md"), brownout.RoutingHeading, routing.Markdown()); err != nil {
+		return err
+	}
+	printChecks(routing.Checks())
+	return nil
+}
+
+func printChecks(checks []brownout.Check) {
+	for _, c := range checks {
 		status := "shown"
 		if !c.Pass {
 			status = "MISSED"
 		}
 		fmt.Printf("%-7s %s: %s\n", status, c.Target, c.Detail)
 	}
-	return nil
 }
