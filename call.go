@@ -67,8 +67,9 @@ type call struct {
 
 	routes // where the attempts go (fallback.go)
 	// routing is why a spread call starts where it does (routing.go);
-	// "" under failover routing.
-	routing string
+	// "" under failover routing. affinity is what the cache affinity
+	// table said of its cached prefix (affinity.go); "" when none.
+	routing, affinity string
 
 	report callReport
 	ending endOnce // see end
@@ -93,7 +94,7 @@ type call struct {
 // newCall starts the logical call of req, from the client in front f.
 func (d *Damper) newCall(req *http.Request, f front) (*call, error) {
 	c := &call{d: d, client: f.client, next: f.next, ctx: req.Context(), req: req, start: d.clock.Now(), tenant: f.tenant}
-	c.out = request{req: req, changes: f.changesRequest, parity: len(d.fallbacks) > 0}
+	c.out = request{req: req, changes: f.changesRequest, parity: len(d.fallbacks) > 0, affinity: d.affinity != nil}
 	for _, cc := range d.callContexts {
 		c.ctx = cc.CallContext(c.ctx)
 	}
@@ -141,7 +142,7 @@ func (c *call) run() (*http.Response, error) {
 	c.trace = &c.traceBuf
 	c.d.tel.startCall(c.trace, c.ctx, callFacts{
 		provider: c.report.Provider, model: c.report.Model, tenant: c.report.Tenant, stream: c.stream,
-		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start, routing: c.routing,
+		priced: c.report.Priced, estimateUSD: c.report.EstimatedCostUSD, start: c.start, routing: c.routing, affinity: c.affinity,
 	}, c.req.URL)
 	var r attemptResult // the last attempt's
 	for n := 1; ; n++ {
@@ -339,6 +340,9 @@ func (c *call) close(outcome Outcome) {
 		c.storeError(partBudget, "available", err)
 	}
 	c.report.settle(outcome, now.Sub(c.start), balance)
+	if key := c.out.facts.prefix; key != 0 && outcome == OutcomeSuccess {
+		c.d.affinity.record(key, c.route.b) // the backend that served the prefix: its cache holds it now
+	}
 	rep, last, n := c.report.final()
 	c.spend(rep.Usage, now)
 	c.trace.end(&rep, last, n, now)

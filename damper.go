@@ -37,6 +37,9 @@ type Damper struct {
 	store  fleet.Store  // where the primary's gates keep their state
 	hedge  *hedger      // nil without Policy.Hedge
 	spread *spread      // nil but with spread routing and backends (routing.go)
+	// affinity is the cache affinity table; nil but with spread routing
+	// and FallbackPolicy.CacheAffinity (affinity.go).
+	affinity *affinity
 
 	// callContexts are the stores and budget that keep a note of each
 	// call, in its context.
@@ -130,12 +133,18 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 		d.primary.weight = f.PrimaryWeight
 		if f.Routing == routingSpread && len(d.fallbacks) > 0 {
 			d.spread = new(spread)
+			if f.CacheAffinity > 0 {
+				d.affinity = newAffinity(f.CacheAffinity)
+			}
 		}
 	}
 	d.tel = newTelemetry(d.telCfg, &d.policy, d.clock)
 	d.tel.m.backends = len(d.fallbacks) > 0
 	if d.spread != nil {
 		d.tel.m.routingChoices = newRoutingChoices(d.tel.m.meter)
+	}
+	if d.affinity != nil {
+		d.tel.m.routingAffinity = newRoutingAffinity(d.tel.m.meter)
 	}
 	if err := d.wire(d.primary); err != nil {
 		return nil, err

@@ -62,6 +62,16 @@ type FallbackPolicy struct {
 	// PrimaryWeight is the primary's weight under spread routing (see
 	// [Backend].Weight). Default 1; at most 1000.
 	PrimaryWeight int `key:"primary_weight" default:"1" min:"1" max:"1000"`
+	// CacheAffinity is the size of the cache affinity table under spread
+	// routing: a call whose prompt has a cache breakpoint (cache_control
+	// on a tool, a system block or a message's content block, or a
+	// top-level one) starts on the backend that last served the same
+	// prefix, model and prompt up to its first breakpoint, while that
+	// backend has a tenth of its known limits left and is not refused;
+	// prompt caches live per account. The table keeps the most recently
+	// used prefixes. Default 4096; [None] turns cache affinity off; at
+	// most 1,000,000. See affinity.go.
+	CacheAffinity int `key:"cache_affinity" default:"4096" none:"turns cache affinity off" min:"0" max:"1000000" unit:"prefixes"`
 }
 
 // check is what the tags of FallbackPolicy cannot say: the models' names

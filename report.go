@@ -47,6 +47,13 @@ type Report struct {
 	// when the call starts, so it is filled in whether or not the call
 	// needed to move.
 	Skipped []Skip
+	// CacheAffinity is what cache affinity did for a call whose prompt has
+	// a cache breakpoint, under spread routing (see
+	// [FallbackPolicy].CacheAffinity): "hit", it started on the backend
+	// that last served the prompt's cached prefix; "moved", that backend
+	// lacked headroom or was refused; "new", none had served it. Empty
+	// for any other call.
+	CacheAffinity string
 
 	Attempts int
 	// Outcome is how the call ended; empty while a stream is still open.
@@ -235,6 +242,12 @@ func (r *callReport) limitGroup(name string) {
 // the primary; before the call begins.
 func (r *callReport) startOn(backend, provider string) {
 	r.Backend, r.Provider = backend, provider
+}
+
+// cacheAffinity notes what cache affinity did for the call; before the
+// call begins.
+func (r *callReport) cacheAffinity(result string) {
+	r.CacheAffinity = result
 }
 
 // moved notes the call's move fb, to a backend of provider.

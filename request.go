@@ -36,8 +36,9 @@ type request struct {
 	facts   bodyFacts
 	factsIn factsWriter // reads facts in place, kept here: no allocation
 	// parity: read the body's features too (bodyFacts.features), for a
-	// Damper with backends to fall back to.
-	parity bool
+	// Damper with backends to fall back to; affinity: the key of its
+	// cached prefix (bodyFacts.prefix), for one with cache affinity.
+	parity, affinity bool
 }
 
 // keptRequest is what a retry needs of a request that the attempts may
@@ -143,7 +144,7 @@ func (q *request) readFacts() error {
 		// The SDK's body is a bytes.Reader: it hands its bytes to Write
 		// in one call, and they are read there, with no copy.
 		w := &q.factsIn
-		*w = factsWriter{facts: &q.facts, length: req.ContentLength, parity: q.parity}
+		*w = factsWriter{facts: &q.facts, length: req.ContentLength, parity: q.parity, affinity: q.affinity}
 		_, err := wt.WriteTo(w)
 		switch {
 		case err == nil && w.read:
@@ -163,7 +164,7 @@ func (q *request) readFacts() error {
 	if err != nil {
 		return fmt.Errorf("damper: reading the request body: %w", err)
 	}
-	q.facts = readBodyFacts(body, q.parity)
+	q.facts = readFacts(body, q.parity, q.affinity)
 	return nil
 }
 
@@ -224,10 +225,11 @@ func (q *request) withModel(model string) ([]byte, error) {
 // factsWriter reads the facts of a body written to it whole, in one Write
 // of length bytes; a body written in parts is refused, to be read again.
 type factsWriter struct {
-	facts  *bodyFacts
-	length int64
-	read   bool
-	parity bool // read the body's features too
+	facts    *bodyFacts
+	length   int64
+	read     bool
+	parity   bool // read the body's features too
+	affinity bool // and the key of its cached prefix
 }
 
 // errPartialWrite stops a WriteTo that writes a body in parts.
@@ -238,7 +240,7 @@ func (w *factsWriter) Write(p []byte) (int, error) {
 		w.read = false
 		return 0, errPartialWrite
 	}
-	*w.facts = readBodyFacts(p, w.parity) // p is not kept
+	*w.facts = readFacts(p, w.parity, w.affinity) // p is not kept
 	w.read = true
 	return len(p), nil
 }
@@ -290,6 +292,9 @@ type bodyFacts struct {
 	// when asked for: a top-level cache_control, inference_geo or
 	// mcp_servers, and the server tools among the tools.
 	features bodyFeature
+	// prefix is the key of the prompt's cached prefix (affinity.go), read
+	// when asked for; 0 when it has no cache breakpoint.
+	prefix uint64
 }
 
 // readBodyFacts reads the model, max_tokens and stream members of a
@@ -301,7 +306,16 @@ type bodyFacts struct {
 // not follow (a key with an escape, a body that is not an object) is left
 // to gjson and estimate.InputTokens.
 func readBodyFacts(body []byte, parity bool) bodyFacts {
+	return readFacts(body, parity, false)
+}
+
+// readFacts is readBodyFacts that, with affinity, also reads the key of
+// the prompt's cached prefix (promptSections.key) from the places of the
+// members the pass found. A body left to gjson gets no key: its call is
+// spread as one without a breakpoint.
+func readFacts(body []byte, parity, affinity bool) bodyFacts {
 	var f bodyFacts
+	var sections promptSections
 	s := bodyScan{b: body}
 	var seen [4]bool
 	var seenFeatures bodyFeature
@@ -330,6 +344,9 @@ func readBodyFacts(body []byte, parity bool) bodyFacts {
 			s.count(start, i)
 		}
 		value := body[start:i]
+		if affinity {
+			sections.note(key, value, start, i)
+		}
 		switch k := string(key); {
 		case k == "model" && !seen[0]:
 			f.model, seen[0] = jsonString(value), true
@@ -355,6 +372,9 @@ func readBodyFacts(body []byte, parity bool) bodyFacts {
 		}
 	}
 	f.inputTokens = estimate.FromCounts(len(body), s.dataBytes, s.blocks)
+	if affinity {
+		f.prefix = sections.key(body, f.model)
+	}
 	return f
 }
 

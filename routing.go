@@ -28,6 +28,7 @@ const (
 	basisHeadroom = "headroom" // the most headroom, times the weight
 	basisWeights  = "weights"  // headroom told the backends apart in nothing: the weights' turn
 	basisNone     = "none"     // every backend refused at once: the failover order
+	basisAffinity = "affinity" // the backend that last served the prompt's cached prefix (affinity.go)
 )
 
 // spread is what spread routing keeps between calls: the smooth weighted
@@ -54,12 +55,23 @@ const maxCandidates = 16
 // spread chooses the route c starts on, among the routes of its own model
 // (the primary and each backend with an ID for it), and puts it first, the
 // others following in their order. It runs as the call starts, before its
-// first attempt.
+// first attempt. A call whose prompt has a cached prefix that a backend
+// served last starts there, while that backend is a candidate with
+// headroom of at least affinityFloor (cache affinity, affinity.go).
 func (c *call) spread() {
 	d := c.d
 	now := d.clock.Now()
+	var pinned *backend // the backend that last served the call's cached prefix
+	affinity := ""
+	if key := c.out.facts.prefix; key != 0 {
+		affinity = affinityNew
+		if b, ok := d.affinity.lookup(key); ok {
+			pinned, affinity = b, affinityMoved
+		}
+	}
 	var buf [maxCandidates]candidate
 	cands := buf[:0]
+	pin := -1
 	cost := fleet.RateAmounts{1, float64(c.inputTokens), float64(c.maxTokens)}
 	for i := range c.list {
 		r := &c.list[i]
@@ -70,11 +82,14 @@ func (c *call) spread() {
 			continue
 		}
 		h, capacity := r.b.headroom(r.model, now, cost)
+		if r.b == pinned && h >= affinityFloor {
+			pin = len(cands)
+		}
 		cands = append(cands, candidate{at: i, headroom: h, capacity: capacity})
 	}
 	at, basis := 0, basisNone
 	if len(cands) > 0 {
-		at, basis = d.spread.choose(c.list, cands)
+		at, basis = d.spread.choose(c.list, cands, pin)
 	}
 	if at > 0 && !c.prepare(&c.list[at]) {
 		at, basis = 0, basisNone // its body cannot be made: the failover order
@@ -93,16 +108,25 @@ func (c *call) spread() {
 	c.route = &c.list[0]
 	c.routing = basis
 	d.tel.m.routed(c.ctx, c.route.b.name, basis)
+	if affinity != "" {
+		if c.route.b == pinned {
+			affinity = affinityHit
+		}
+		c.affinity = affinity
+		c.report.cacheAffinity(affinity)
+		d.tel.m.affinity(c.ctx, affinity)
+	}
 }
 
 // choose returns the index in routes of the candidate to start on, and
-// why: the most headroom times the weight, the first in order among
-// equals; or, when every candidate has the same headroom (none known, or
-// every limit full), the turn of a smooth weighted round robin. Every
-// choice is charged to the round robin, so that its turns make up for
-// the choices headroom made: a backend whose limits refill in proportion
+// why: cands[pin] when pin is not -1 (cache affinity's); else the most
+// headroom times the weight, the first in order among equals; or, when
+// every candidate has the same headroom (none known, or every limit
+// full), the turn of a smooth weighted round robin. Every choice is
+// charged to the round robin, so that its turns make up for the choices
+// headroom and affinity made: a backend whose limits refill in proportion
 // to the others' gets the calls in that proportion at any load.
-func (s *spread) choose(routes []route, cands []candidate) (int, string) {
+func (s *spread) choose(routes []route, cands []candidate, pin int) (int, string) {
 	// Each candidate's share of the round robin: its weight, times its
 	// capacity when every capacity is known.
 	byCapacity := true
@@ -142,7 +166,10 @@ func (s *spread) choose(routes []route, cands []candidate) (int, string) {
 			turn = k.at
 		}
 	}
-	if same {
+	switch {
+	case pin >= 0:
+		best, basis = cands[pin].at, basisAffinity
+	case same:
 		best, basis = turn, basisWeights
 	}
 	// Bounded, so that a long spell of choices by headroom is not made up
@@ -284,7 +311,7 @@ const (
 func newRoutingChoices(meter metric.Meter) metric.Int64Counter {
 	var none noop.Meter
 	return instrument(meter.Int64Counter(metricRoutingChoices, metric.WithUnit("{call}"),
-		metric.WithDescription("Calls under spread routing by the backend they start on, and why: headroom (the most left of its rate limits, times its weight), weights (no headroom told the backends apart), none (every backend refused at once: the failover order).")))(none.Int64Counter(metricRoutingChoices))
+		metric.WithDescription("Calls under spread routing by the backend they start on, and why: headroom (the most left of its rate limits, times its weight), weights (no headroom told the backends apart), affinity (the backend that last served the call's cached prompt prefix), none (every backend refused at once: the failover order).")))(none.Int64Counter(metricRoutingChoices))
 }
 
 // routed counts a spread call that starts on backend, chosen on basis.

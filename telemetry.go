@@ -278,6 +278,7 @@ type callFacts struct {
 	estimateUSD     float64 // one attempt's estimated cost, when priced
 	start           time.Time
 	routing         string // a spread call's basis of choice (routing.go); "" under failover
+	affinity        string // a spread call's cache affinity result (affinity.go); "" when none
 }
 
 // callTrace is the telemetry of one call: its facts, its spans and the
@@ -332,6 +333,9 @@ func (t *telemetry) startCall(ct *callTrace, ctx context.Context, f callFacts, u
 	}
 	if f.routing != "" {
 		attrs = append(attrs, keyRouting.String(routingSpread), keyRoutingBasis.String(f.routing))
+	}
+	if f.affinity != "" {
+		attrs = append(attrs, keyRoutingAffinity.String(f.affinity))
 	}
 	span.SetAttributes(attrs...)
 }

@@ -58,6 +58,9 @@ type metrics struct {
 	// routingChoices counts spread calls by their first backend
 	// (routing.go); nil but with spread routing.
 	routingChoices metric.Int64Counter
+	// routingAffinity counts spread calls with a cached prefix by the
+	// affinity table's answer (affinity.go); nil but with cache affinity.
+	routingAffinity metric.Int64Counter
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool
