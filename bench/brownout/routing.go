@@ -146,27 +146,32 @@ func RoutingContenders() []Contender {
 // policy, the rate limiter learning each backend's limits from its
 // headers (spread's headroom), and routing; affinity keeps a call whose
 // prompt has a cache breakpoint on the backend that served its prefix
-// last.
+// last (FallbackPolicy.CacheAffinity at its default), and without it
+// cache affinity is off.
 func routingPolicy(routing string, affinity bool) damper.Policy {
 	p := damper.RecommendedPolicy()
 	p.RateLimit = &damper.RateLimitPolicy{}
 	p.Fallback = &damper.FallbackPolicy{Routing: routing}
-	_ = affinity // Damper has no setting for cache affinity yet: spread is spread, with it or not.
+	if !affinity {
+		p.Fallback.CacheAffinity = damper.None
+	}
 	return p
 }
 
 // routingPath is the configuration and code path of a routing contender.
 func routingPath(routing string, affinity bool) string {
 	what := "every call starts on the primary (organisation A) and moves to org-b when A refuses or fails it"
+	fields := fmt.Sprintf("Routing: %q", routing)
 	if routing == "spread" {
 		what = "each call starts on the organisation with the most headroom left under its learned limits"
 		if affinity {
-			what += ", a call with a cached prefix on the organisation that served the prefix last while it has headroom"
+			what += ", a call with a cached prefix on the organisation that served the prefix last while it has a tenth of its limits left (cache affinity at its default, a table of 4096 prefixes)"
 		} else {
-			what += ", whatever its prompt"
+			fields += ", CacheAffinity: damper.None"
+			what += ", whatever its prompt (cache affinity off)"
 		}
 	}
-	return fmt.Sprintf("real code: SDK v2 client + damper.New(p, damper.WithBackends(org-b)) middleware, p := damper.RecommendedPolicy() with p.RateLimit = &damper.RateLimitPolicy{} (limits learned from each organisation's headers) and p.Fallback = &damper.FallbackPolicy{Routing: %q}: %s; on the virtual clock", routing, what)
+	return fmt.Sprintf("real code: SDK v2 client + damper.New(p, damper.WithBackends(org-b)) middleware, p := damper.RecommendedPolicy() with p.RateLimit = &damper.RateLimitPolicy{} (limits learned from each organisation's headers) and p.Fallback = &damper.FallbackPolicy{%s}: %s; on the virtual clock", fields, what)
 }
 
 // routingContender is Damper with routingPolicy(routing, affinity), the
@@ -308,16 +313,27 @@ func (r *Result) RoutingFigures() RoutingFigures {
 }
 
 // RoutingSuite is the routing scenario with the results of its
-// contenders, and of spread with RoutingFewPrefixes prefixes.
+// contenders, of spread with RoutingFewPrefixes prefixes, and of spread
+// without and with cache affinity at other replica counts.
 type RoutingSuite struct {
 	Scenario Scenario
 	Results  []*Result // in contender order
 	Few      *Result
+	// ByReplicas is, for other replica counts than the scenario's,
+	// spread's result and spread with affinity's.
+	ByReplicas map[int][2]*Result
 }
 
-// RunRouting runs sc with every contender, and spread with sc's cached
-// prompts drawn from RoutingFewPrefixes prefixes.
-func RunRouting(sc Scenario, contenders []Contender) (*RoutingSuite, error) {
+// AffinityReplicas are the replica counts at which spread without and
+// with cache affinity are compared: each replica's Damper has a table of
+// its own.
+var AffinityReplicas = []int{1, 2, RoutingReplicas}
+
+// RunRouting runs sc with every contender, spread with sc's cached
+// prompts drawn from RoutingFewPrefixes prefixes, and spread without and
+// with cache affinity at each of replicas but sc's own (the published run
+// takes AffinityReplicas).
+func RunRouting(sc Scenario, contenders []Contender, replicas []int) (*RoutingSuite, error) {
 	if sc.Secondary == nil || sc.Cached == nil {
 		return nil, fmt.Errorf("brownout: scenario %q: the routing scenario needs a Secondary provider and Cached prompts", sc.Name)
 	}
@@ -329,12 +345,44 @@ func RunRouting(sc Scenario, contenders []Contender) (*RoutingSuite, error) {
 	for i := range scs {
 		scs[i] = sc
 	}
-	results, err := runPairs(append(scs, few), append(slices.Clone(contenders), routingContender(spreadName, "spread", false)))
+	cs := append(slices.Clone(contenders), routingContender(spreadName, "spread", false))
+	scs = append(scs, few)
+	var counts []int
+	for _, n := range replicas {
+		if n != sc.Replicas {
+			counts = append(counts, n)
+			x := sc
+			x.Replicas = n
+			scs = append(scs, x, x)
+			cs = append(cs, routingContender(spreadName, "spread", false), routingContender(affinityName, "spread", true))
+		}
+	}
+	results, err := runPairs(scs, cs)
 	if err != nil {
 		return nil, err
 	}
 	n := len(contenders)
-	return &RoutingSuite{Scenario: sc, Results: results[:n], Few: results[n]}, nil
+	s := &RoutingSuite{Scenario: sc, Results: results[:n], Few: results[n], ByReplicas: map[int][2]*Result{}}
+	for i, count := range counts {
+		s.ByReplicas[count] = [2]*Result{results[n+1+2*i], results[n+2+2*i]}
+	}
+	return s, nil
+}
+
+// affinityRows returns, by replica count, spread's figures and spread
+// with affinity's, the scenario's own count among them.
+func (s *RoutingSuite) affinityRows() (counts []int, rows map[int][2]RoutingFigures) {
+	rows = map[int][2]RoutingFigures{}
+	f := s.figures()
+	rows[s.Scenario.Replicas] = [2]RoutingFigures{f[spreadName], f[affinityName]}
+	for n, r := range s.ByReplicas {
+		rows[n] = [2]RoutingFigures{r[0].RoutingFigures(), r[1].RoutingFigures()}
+	}
+	for n := range rows {
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	return counts, rows
 }
 
 func (s *RoutingSuite) figures() map[string]RoutingFigures {

@@ -108,14 +108,21 @@ func (s *RoutingSuite) writeRoutingWhy(b *strings.Builder) {
 		o.Provider429, o.PerRequest, o.Served, o.Requests)
 	fmt.Fprintf(b, "**Spread.** Each call starts on the organisation with the most of its learned limits left, as a share of each: the two refill alike, so the calls split about evenly (B answers %.1f %%), each organisation at %.0f %% of its limit, where neither runs out: %d 429s, %.3f attempts a request, p99 %s, the service time alone; it serves %d of %d.\n\n",
 		100*sp.ByB, 100*RoutingLoad/2, sp.Provider429, sp.PerRequest, secs(sp.P99), sp.Served, sp.Requests)
-	fmt.Fprintf(b, "**Prompt caches.** With %d prefixes, each comes back to a given organisation every few minutes, around the cache's lifetime, so where it goes decides whether the cache still holds it. Spread sends each prefix to either organisation alike: %.1f %% of the cached requests read the cache, %d of %d answered by another organisation than the prefix's last. Failover sends %.1f %% of the served requests to A, and reads the cache for %.1f %% (%d prefix moves): %s. ",
+	fmt.Fprintf(b, "**Prompt caches.** With %d prefixes, each comes back to a given organisation every few minutes, around the cache's lifetime, so where it goes decides whether the cache still holds it. Spread sends each prefix to either organisation alike: %.1f %% of the cached requests read the cache, %d of %d answered by another organisation than the prefix's last. Failover sends %.1f %% of the served requests to A, and reads the cache for %.1f %% (%d prefix moves): %s.\n\n",
 		s.Scenario.Cached.Prefixes, 100*sp.HitShare, sp.PrefixMoves, sp.Cached, 100*(1-o.ByB), 100*o.HitShare, o.PrefixMoves, affinityOfFailover(o, sp))
-	if a.Served == sp.Served && a.HitShare == sp.HitShare && a.P99 == sp.P99 {
-		b.WriteString("Spread with cache affinity has the same figures as spread: the Damper of this run has no cache affinity to turn on, and the two contenders run the same policy. ")
-	} else {
-		fmt.Fprintf(b, "Cache affinity keeps a prefix on the organisation that served it last while that one has headroom: %.1f %% of the cached requests read the cache, %d of %d moved, with %d 429s and p99 %s. ",
-			100*a.HitShare, a.PrefixMoves, a.Cached, a.Provider429, secs(a.P99))
+	fmt.Fprintf(b, "**Cache affinity.** It keeps a prefix on the organisation that served it last while that one has a tenth of its limits left: with %d replicas, %.1f %% of the cached requests read the cache, %d of %d moved, with %d 429s and p99 %s.\n\n",
+		s.Scenario.Replicas, 100*a.HitShare, a.PrefixMoves, a.Cached, a.Provider429, secs(a.P99))
+	counts, rows := s.affinityRows()
+	b.WriteString("**Affinity and replicas.** Each replica's Damper has an affinity table of its own, which knows where that replica sent a prefix last, not where the others did; the same scenario at other replica counts, spread without and with affinity:\n\n")
+	b.WriteString("| replicas | cache hits, spread | cache hits, spread+affinity | prefix moves, spread | prefix moves, spread+affinity | 429s, spread+affinity | p99, spread+affinity |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range counts {
+		x, y := rows[n][0], rows[n][1]
+		fmt.Fprintf(b, "| %d | %.1f %% | %.1f %% | %d of %d | %d of %d | %d | %s |\n", n, 100*x.HitShare, 100*y.HitShare, x.PrefixMoves, x.Cached, y.PrefixMoves, y.Cached, y.Provider429, secs(y.P99))
 	}
+	one := rows[counts[0]]
+	fmt.Fprintf(b, "\nWith %d %s, affinity keeps each prefix where it went first (%d %s) and reads the cache for %.1f %% of the cached requests, against %.1f %% for spread (the misses are the prefixes that come back after more than the cache's lifetime); with more replicas, each sends a prefix where it sent it last, the replicas' choices differ, and the more replicas, the more the prefix goes back and forth between the organisations, as with spread. ",
+		counts[0], plural(counts[0], "replica", "replicas"), one[1].PrefixMoves, plural(one[1].PrefixMoves, "move", "moves"), 100*one[1].HitShare, 100*one[0].HitShare)
 	if s.Few != nil {
 		few := s.Few.RoutingFigures()
 		fmt.Fprintf(b, "With a few hot prefixes, %d, every organisation keeps each of them warm, and spread reads the cache for %.1f %% of the cached requests: the cost of spreading a prefix is a write at each organisation that has not served it within the lifetime, which matters for many prefixes each used now and then (documents, conversations), not for a few shared system prompts.",

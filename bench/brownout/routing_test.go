@@ -18,9 +18,9 @@ var routingFull = flag.Bool("routing.full", false, "run the routing scenario's t
 // -race; with -routing.full, the published run.
 var routingSuite = sync.OnceValues(func() (*RoutingSuite, error) {
 	if *routingFull {
-		return RunRouting(RoutingScenario(RoutingReplicas, RoutingDuration), RoutingContenders())
+		return RunRouting(RoutingScenario(RoutingReplicas, RoutingDuration), RoutingContenders(), AffinityReplicas)
 	}
-	return RunRouting(RoutingScenario(2, 10*time.Minute), RoutingContenders())
+	return RunRouting(RoutingScenario(2, 10*time.Minute), RoutingContenders(), []int{1})
 })
 
 func TestRoutingTargets(t *testing.T) {
@@ -65,6 +65,21 @@ func TestRoutingTargets(t *testing.T) {
 		if x.Cached == 0 || x.HitShare < 0.3 || x.HitShare > 0.9 || x.PrefixMoves == 0 {
 			t.Errorf("%s: %d cached requests, %.3f hits, %d prefix moves; want some, 0.3 to 0.9, some", name, x.Cached, x.HitShare, x.PrefixMoves)
 		}
+	}
+	// One replica's affinity table knows where every prefix went: each
+	// stays where it went first, and the cache is read far more often
+	// than under spread; the more replicas, the less it knows.
+	counts, rows := s.affinityRows()
+	if counts[0] != 1 || len(counts) < 2 {
+		t.Fatalf("affinity compared at %v replicas, want 1 and more", counts)
+	}
+	most := counts[len(counts)-1]
+	if one := rows[1]; one[1].HitShare < one[0].HitShare+0.1 || one[1].PrefixMoves*100 > one[1].Cached {
+		t.Errorf("1 replica: affinity %.3f hits, %d of %d moved; spread %.3f; want a tenth more hits than spread, at most 1 %% moved",
+			one[1].HitShare, one[1].PrefixMoves, one[1].Cached, one[0].HitShare)
+	}
+	if rows[1][1].HitShare <= rows[most][1].HitShare {
+		t.Errorf("affinity's hits: %.3f with 1 replica, %.3f with %d; want fewer with more", rows[1][1].HitShare, rows[most][1].HitShare, most)
 	}
 	if few := s.Few.RoutingFigures(); few.Cached == 0 || few.HitShare < 0.99 {
 		t.Errorf("spread with %d prefixes: %.3f hits of %d; want 0.99 at least", RoutingFewPrefixes, few.HitShare, few.Cached)
@@ -186,7 +201,7 @@ func TestPromptCache(t *testing.T) {
 func TestRoutingNeeds(t *testing.T) {
 	sc := RoutingScenario(1, time.Minute)
 	sc.Secondary = nil
-	if _, err := RunRouting(sc, RoutingContenders()); err == nil || !strings.Contains(err.Error(), "Secondary") {
+	if _, err := RunRouting(sc, RoutingContenders(), nil); err == nil || !strings.Contains(err.Error(), "Secondary") {
 		t.Errorf("RunRouting without a secondary: err = %v, want one naming Secondary", err)
 	}
 	sc = RoutingScenario(1, time.Minute)

@@ -84,7 +84,7 @@ func run(docs string, replicas int) error {
 	if err != nil {
 		return err
 	}
-	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders())
+	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders(), brownout.AffinityReplicas)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func run(docs string, replicas int) error {
 // runRouting runs the routing scenario and rewrites its part of the
 // section.
 func runRouting(docs string, replicas int) error {
-	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders())
+	routing, err := brownout.RunRouting(brownout.RoutingScenario(replicas, brownout.RoutingDuration), brownout.RoutingContenders(), brownout.AffinityReplicas)
 	if err != nil {
 		return err
 	}
