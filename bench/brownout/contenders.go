@@ -40,8 +40,12 @@ type replicaEnv struct {
 	rng       *rand.Rand
 	// circuit records the changes of the replica's circuit breaker.
 	circuit func(damper.CircuitChange)
-	// params is the request of every logical request.
+	// params is the request of every logical request, but with
+	// Scenario.Cached.
 	params anthropic.MessageNewParams
+	// request, with Scenario.Cached, returns the request of the logical
+	// request running now: params, or one with a cached prefix.
+	request func() anthropic.MessageNewParams
 	// secondary reaches the scenario's secondary provider; nil without one.
 	secondary http.RoundTripper
 	// moved records why the running request first moved to another

@@ -37,6 +37,17 @@ type Provider struct {
 	// RateLimit, when set, is the organisation's rate limit, which every
 	// replica's attempts share as they share one API key.
 	RateLimit *RateLimit
+	// CacheLifetime, when set (with a RateLimit, whose count reads the
+	// body), is the lifetime of the organisation's prompt cache: a served
+	// attempt whose prompt has a cache breakpoint reads the prefix up to
+	// it from the cache (a hit) when this organisation served the same
+	// prefix within the lifetime, and writes it otherwise; either renews
+	// the entry for another lifetime, as the API's ephemeral cache does.
+	// The cache is the organisation's own: another's entries do not count.
+	// It changes no other figure: the limit counts every input token,
+	// read from the cache or not, and the answer's usage reports them all
+	// as input tokens.
+	CacheLifetime time.Duration
 }
 
 // RateLimit is an organisation's rate limit as the Messages API enforces
@@ -94,6 +105,47 @@ type providerState struct {
 	// a run are alike, and decoding each would be most of a run's work.
 	counted       []byte
 	countedTokens int
+	// cache is, with a CacheLifetime, when each prefix (by its key) was
+	// last served; prefixes memoizes the key of each body seen (a run has
+	// a few bodies), "" for one without a breakpoint.
+	cache    map[string]time.Time
+	prefixes map[string]string
+}
+
+// CacheOutcome is what a served attempt did with the organisation's
+// prompt cache.
+type CacheOutcome int8
+
+const (
+	// NoCache: the prompt has no cache breakpoint, or the provider no cache.
+	NoCache CacheOutcome = iota
+	// CacheWrite: the prefix was not in this organisation's cache.
+	CacheWrite
+	// CacheHit: the prefix was read from this organisation's cache.
+	CacheHit
+)
+
+// prefixOf returns the cache key of body's prefix, "" without a breakpoint.
+func (p *providerState) prefixOf(body []byte) string {
+	key, ok := p.prefixes[string(body)]
+	if !ok {
+		key = cachePrefix(body)
+		p.prefixes[string(body)] = key
+	}
+	return key
+}
+
+// useCache is the cache's answer to a served attempt with prefix key at now.
+func (p *providerState) useCache(now time.Time, key string) CacheOutcome {
+	if key == "" || p.cache == nil {
+		return NoCache
+	}
+	last, seen := p.cache[key]
+	p.cache[key] = now
+	if seen && now.Sub(last) < p.CacheLifetime {
+		return CacheHit
+	}
+	return CacheWrite
 }
 
 // count returns countInputTokens(body).
@@ -165,6 +217,8 @@ type response struct {
 	// inputTokens is the attempt's input, which a success reports in its
 	// usage; 0 without a rate limit (the answer then reports a fixed one).
 	inputTokens int
+	// cache is what a served attempt did with the prompt cache.
+	cache CacheOutcome
 }
 
 func (p *providerState) capacityAt(now time.Time) float64 {
@@ -180,12 +234,17 @@ func (p *providerState) inIncident(now time.Time) bool {
 }
 
 // attempt decides the fate of an attempt arriving at now with inputTokens
-// of input (counted only for a rate limit).
-func (p *providerState) attempt(now time.Time, inputTokens int) response {
+// of input (counted only for a rate limit) and the cache key of its
+// prompt's prefix ("" for none).
+func (p *providerState) attempt(now time.Time, inputTokens int, prefix string) response {
 	if p.RateLimit == nil {
 		return p.serve(now)
 	}
-	return p.limited(now, inputTokens)
+	res := p.limited(now, inputTokens)
+	if res.status == 200 {
+		res.cache = p.useCache(now, prefix)
+	}
+	return res
 }
 
 // limited is attempt under the rate limit: the limit is checked first, and

@@ -58,7 +58,7 @@ func TestProviderRateLimit(t *testing.T) {
 		req, _ := http.NewRequest("POST", "http://provider.sim/v1/messages", nil)
 		return httpResponse(req, r).Header
 	}
-	r := p.attempt(epoch, 2500)
+	r := p.attempt(epoch, 2500, "")
 	h := header(r)
 	if r.status != 200 || h.Get("anthropic-ratelimit-input-tokens-remaining") != "3500" || h.Get("anthropic-ratelimit-requests-remaining") != "99" ||
 		h.Get("anthropic-ratelimit-input-tokens-limit") != "6000" || h.Get("retry-after") != "" {
@@ -68,15 +68,15 @@ func TestProviderRateLimit(t *testing.T) {
 	if got := h.Get("anthropic-ratelimit-input-tokens-reset"); got != epoch.Add(25*time.Second).Format(time.RFC3339) {
 		t.Errorf("reset = %s, want 25 s on", got)
 	}
-	p.attempt(epoch, 2500)
+	p.attempt(epoch, 2500, "")
 	// 1,000 left; 2,500 needs 1,500 more: 15 s at 100 a second.
-	r = p.attempt(epoch.Add(100*time.Millisecond), 2500)
+	r = p.attempt(epoch.Add(100*time.Millisecond), 2500, "")
 	h = header(r)
 	if r.status != 429 || r.errType != "rate_limit_error" || r.latency != 50*time.Millisecond || h.Get("retry-after") != "15" ||
 		h.Get("anthropic-ratelimit-input-tokens-remaining") != "1010" {
 		t.Fatalf("attempt out of room: %d %s after %v, headers %v", r.status, r.errType, r.latency, h)
 	}
-	if r = p.attempt(epoch.Add(15*time.Second), 2500); r.status != 200 {
+	if r = p.attempt(epoch.Add(15*time.Second), 2500, ""); r.status != 200 {
 		t.Errorf("attempt after retry-after: %d, want 200", r.status)
 	}
 	if got := okBodyWith(2500); !strings.Contains(got, `"input_tokens":2500,`) {

@@ -269,3 +269,31 @@ func UpdateSection(path, heading, section string) error {
 	doc = doc[:start] + section + doc[end:]
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
+
+// UpdateSubsection replaces, in the Markdown file at path, the part that
+// starts with the line heading (a "###" heading) and ends before the next
+// "###" or "##" heading, with text; the rest of the file is left as it is.
+// The part must be there: the whole section's run writes it first.
+func UpdateSubsection(path, heading, text string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	doc := string(data)
+	start := strings.Index(doc, heading+"\n")
+	if start < 0 {
+		return fmt.Errorf("%s has no %q: run the whole section first", path, heading)
+	}
+	end := len(doc)
+	rest := doc[start+len(heading)+1:]
+	for _, next := range []string{"\n### ", "\n## "} {
+		if i := strings.Index(rest, next); i >= 0 {
+			end = min(end, start+len(heading)+1+i+1)
+		}
+	}
+	text = strings.TrimRight(text, "\n") + "\n"
+	if end < len(doc) {
+		text += "\n"
+	}
+	return os.WriteFile(path, []byte(doc[:start]+text+doc[end:]), 0o644)
+}

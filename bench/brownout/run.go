@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
 	"github.com/damper-ai/damper-go"
 )
 
@@ -47,7 +49,33 @@ type Scenario struct {
 	Saturating *SaturatingProvider
 	// Surge, when set, raises the offered load for a while.
 	Surge *Surge
+	// Cached, when set, gives a share of the requests a cached prompt
+	// prefix instead of Prompt.
+	Cached *CachedPrompts
 }
+
+// CachedPrompts is the share of a scenario's requests that carry a
+// cached prompt prefix: each such request draws one of Prefixes system
+// prompts, alike in length but for their text, each a block with a cache
+// breakpoint (cache_control, ephemeral), followed by a short user
+// question; the others send the scenario's Prompt. Each prompt, cached
+// or not, counts as many input tokens.
+type CachedPrompts struct {
+	Share    float64
+	Prefixes int
+}
+
+// validate reports the first setting that cannot describe cached prompts.
+func (c CachedPrompts) validate() error {
+	if c.Share <= 0 || c.Share > 1 || c.Prefixes < 1 || c.Prefixes > maxPrefixes {
+		return fmt.Errorf("Cached = {Share: %g, Prefixes: %d}: need 0 < Share <= 1 and 1 <= Prefixes <= %d", c.Share, c.Prefixes, maxPrefixes)
+	}
+	return nil
+}
+
+// maxPrefixes bounds a scenario's cached prefixes, each a request body the
+// run keeps.
+const maxPrefixes = 10_000
 
 // Surge multiplies a scenario's Rate by Factor over [Start, Start+Length).
 type Surge struct {
@@ -112,6 +140,11 @@ type Request struct {
 	// LastSent is when its last attempt reached a provider, from the
 	// start of the run; 0 if it made none.
 	LastSent time.Duration
+	// Prefix is the request's cached prompt prefix, numbered from 1; 0
+	// for none. Cache is what its answer did with the cache of the
+	// provider that gave it.
+	Prefix int
+	Cache  CacheOutcome
 }
 
 // Attempt is one provider attempt: when it arrived, from the start of the
@@ -227,6 +260,13 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
 		}
 	}
+	var prompts []anthropic.MessageNewParams // by prefix, 0 the plain prompt
+	if c := sc.Cached; c != nil {
+		if err := c.validate(); err != nil {
+			return nil, fmt.Errorf("brownout: scenario %q: %w", sc.Name, err)
+		}
+		prompts = cachedParams(c.Prefixes, countInputTokens(mustMarshal(paramsFor(sc.Prompt))))
+	}
 	seconds := int(math.Ceil((sc.Duration + sc.Deadline + time.Minute).Seconds()))
 	res := &Result{
 		Scenario:          sc,
@@ -268,6 +308,15 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 			params:    paramsFor(sc.Prompt),
 			moved:     run.noteMove,
 		}
+		if prompts != nil {
+			prompts[0] = env.params
+			env.request = func() anthropic.MessageNewParams {
+				if p := s.cur; p != nil {
+					return prompts[p.prefix]
+				}
+				return prompts[0]
+			}
+		}
 		if run.secondary != nil {
 			env.secondary = simTransport{run: run, replica: i, secondary: true}
 		}
@@ -287,11 +336,17 @@ func Run(sc Scenario, c Contender) (*Result, error) {
 	}
 
 	arrivals := rand.New(rand.NewPCG(sc.Seed, 2))
+	// Stream 4: the cached prompts' draws, apart from the arrivals'.
+	draws := rand.New(rand.NewPCG(sc.Seed, 4))
 	end := epoch.Add(sc.Duration)
 	var arrive func()
 	arrive = func() {
 		replica := replicas[arrivals.IntN(len(replicas))]
-		run.start(replica, sc.Deadline)
+		prefix := 0
+		if c := sc.Cached; c != nil && draws.Float64() < c.Share {
+			prefix = 1 + draws.IntN(c.Prefixes)
+		}
+		run.start(replica, sc.Deadline, prefix)
 		var next time.Time
 		if sc.Surge == nil {
 			next = s.now.Add(time.Duration(arrivals.ExpFloat64() / sc.Rate * float64(time.Second)))
@@ -348,6 +403,9 @@ func newProviderState(p Provider, seed, stream uint64) *providerState {
 		last:     epoch,
 		left:     p.Capacity,
 	}
+	if p.CacheLifetime > 0 {
+		ps.cache, ps.prefixes = map[string]time.Time{}, map[string]string{}
+	}
 	if rl := p.RateLimit; rl != nil {
 		ps.requests = newRateBucket(rl.RequestsPerMinute, epoch)
 		ps.inputTokens = newRateBucket(rl.InputTokensPerMinute, epoch)
@@ -355,16 +413,18 @@ func newProviderState(p Provider, seed, stream uint64) *providerState {
 	return ps
 }
 
-// start issues one logical request on replica.
-func (r *runState) start(replica call, deadline time.Duration) {
+// start issues one logical request on replica, with the cached prompt
+// prefix numbered prefix (0: none).
+func (r *runState) start(replica call, deadline time.Duration, prefix int) {
 	s := r.s
 	issued := s.now
 	ctx, cancel := newDeadlineCtx(issued.Add(deadline))
 	idx := len(r.res.Requests)
-	r.res.Requests = append(r.res.Requests, Request{Issued: issued.Sub(epoch)})
+	r.res.Requests = append(r.res.Requests, Request{Issued: issued.Sub(epoch), Prefix: prefix})
 	var expire *event
 	done := false
 	p := s.spawn(ctx, func(p *proc) {
+		p.prefix = prefix
 		err := replica(ctx)
 		rec := &r.res.Requests[idx]
 		rec.Ended = s.now.Sub(epoch)
@@ -372,6 +432,9 @@ func (r *runState) start(replica call, deadline time.Duration) {
 		rec.TimedOut = ctx.expired
 		rec.Attempts = p.attempt
 		rec.Secondary, rec.BySecondary, rec.Moved = p.secondary, p.bySecondary, p.moved
+		if rec.OK {
+			rec.Cache = p.cache
+		}
 		rec.CircuitOpen = errors.Is(err, damper.ErrCircuitOpen)
 		rec.RateLimited = errors.Is(err, damper.ErrRateLimited)
 		rec.ConcurrencyLimited = concurrencyLimited(err)

@@ -160,7 +160,7 @@ func runAt(sc Scenario, c Contender, at ...time.Duration) (*Result, error) {
 		return nil, err
 	}
 	for _, t := range at {
-		s.at(epoch.Add(t), nil, func() { run.start(replica, sc.Deadline) })
+		s.at(epoch.Add(t), nil, func() { run.start(replica, sc.Deadline, 0) })
 	}
 	s.run(epoch.Add(time.Hour))
 	return res, nil

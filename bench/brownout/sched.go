@@ -149,9 +149,11 @@ type proc struct {
 	// bySecondary is true when the last answer of 200 came from it.
 	secondary   int
 	bySecondary bool
-	moved       string    // the reason of its first move to another backend
-	sleeping    bool      // parked in simClock.Sleep
-	sent        time.Time // when its last attempt reached a provider
+	moved       string       // the reason of its first move to another backend
+	cache       CacheOutcome // what the answer of 200 did with the prompt cache
+	prefix      int          // the request's cached prefix, 1 on; 0 for none
+	sleeping    bool         // parked in simClock.Sleep
+	sent        time.Time    // when its last attempt reached a provider
 }
 
 type wakeup struct {

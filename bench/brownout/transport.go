@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,6 +63,54 @@ func countInputTokens(body []byte) int {
 	return n
 }
 
+// cachePrefix returns the key of the prefix of a Messages request body up
+// to its last cache breakpoint (a block with cache_control), in the
+// order the API caches it: the system blocks, then the messages' blocks;
+// "" when it has none. The key is the model and the prefix's text.
+func cachePrefix(body []byte) string {
+	type block struct {
+		Text         string          `json:"text"`
+		CacheControl json.RawMessage `json:"cache_control"`
+	}
+	var req struct {
+		Model    string          `json:"model"`
+		System   json.RawMessage `json:"system"`
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return ""
+	}
+	var all []block
+	add := func(content json.RawMessage) {
+		var blocks []block
+		if json.Unmarshal(content, &blocks) == nil {
+			all = append(all, blocks...)
+		}
+	}
+	add(req.System)
+	for _, m := range req.Messages {
+		add(m.Content)
+	}
+	end := -1
+	for i, b := range all {
+		if len(b.CacheControl) > 0 && string(b.CacheControl) != "null" {
+			end = i
+		}
+	}
+	if end < 0 {
+		return ""
+	}
+	var key strings.Builder
+	key.WriteString(req.Model)
+	for _, b := range all[:end+1] {
+		key.WriteString("\x00")
+		key.WriteString(b.Text)
+	}
+	return key.String()
+}
+
 // textTokens counts the text of content: a string, or a list of blocks.
 func textTokens(content json.RawMessage) int {
 	var s string
@@ -84,11 +133,14 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.secondary {
 		provider = t.run.secondary
 	}
-	inputTokens := 0
+	inputTokens, prefix := 0, ""
 	if req.Body != nil {
 		if provider.RateLimit != nil {
 			body, _ := io.ReadAll(req.Body)
 			inputTokens = provider.count(body)
+			if provider.cache != nil {
+				prefix = provider.prefixOf(body)
+			}
 		} else {
 			_, _ = io.Copy(io.Discard, req.Body)
 		}
@@ -107,13 +159,13 @@ func (t simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ps := t.run.saturating; ps != nil && !t.secondary {
 		return t.saturated(req, ps, p)
 	}
-	res := provider.attempt(s.now, inputTokens)
+	res := provider.attempt(s.now, inputTokens, prefix)
 	p.attempt++
 	if t.secondary {
 		p.secondary++
 	}
 	if res.status == http.StatusOK {
-		p.bySecondary = t.secondary
+		p.bySecondary, p.cache = t.secondary, res.cache
 	}
 	t.run.recordAttempt(s.now, t.replica, res.status, t.secondary)
 
