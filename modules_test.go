@@ -98,3 +98,45 @@ func isModule(p string) bool {
 	_, err := os.Stat(filepath.Join(p, "go.mod"))
 	return err == nil
 }
+
+// maxFileLines bounds a production file: past it a file holds more than
+// one concern, and is split by them.
+const maxFileLines = 600
+
+// TestNoProductionFileTooLong: no Go file of any module but a test, a
+// fixture or generated code is longer than maxFileLines.
+func TestNoProductionFileTooLong(t *testing.T) {
+	checked := 0
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != "." && (d.Name() == "testdata" || d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "\n// Code generated ") {
+			return nil
+		}
+		checked++
+		if n := strings.Count(string(b), "\n"); n > maxFileLines {
+			t.Errorf("%s has %d lines, over %d: split it by concern", p, n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d production files; the walk missed the tree", checked)
+	}
+}
