@@ -238,16 +238,14 @@ func (r *callReport) limitGroup(name string) {
 	r.mu.Unlock()
 }
 
-// startOn notes that the call starts on backend, of provider, rather than
-// the primary; before the call begins.
-func (r *callReport) startOn(backend, provider string) {
-	r.Backend, r.Provider = backend, provider
-}
-
-// cacheAffinity notes what cache affinity did for the call; before the
-// call begins.
-func (r *callReport) cacheAffinity(result string) {
-	r.CacheAffinity = result
+// routed notes where spread routing starts the call, before it begins:
+// on backend, of provider, when it is not the primary (backend ""), and
+// what cache affinity did ("" when it had no say).
+func (r *callReport) routed(backend, provider, affinity string) {
+	if backend != "" {
+		r.Backend, r.Provider = backend, provider
+	}
+	r.CacheAffinity = affinity
 }
 
 // moved notes the call's move fb, to a backend of provider.

@@ -94,16 +94,16 @@ func (c *call) spread() {
 	if at > 0 && !c.prepare(&c.list[at]) {
 		at, basis = 0, basisNone // its body cannot be made: the failover order
 	}
+	var startOn, provider string
 	if at > 0 {
 		chosen := c.list[at]
 		copy(c.list[1:at+1], c.list[:at])
 		c.list[0] = chosen
 		b := chosen.b
-		provider := b.provider
+		startOn, provider = b.name, b.provider
 		if provider == "" {
 			provider = providerOf(c.req)
 		}
-		c.report.startOn(b.name, provider)
 	}
 	c.route = &c.list[0]
 	c.routing = basis
@@ -113,9 +113,9 @@ func (c *call) spread() {
 			affinity = affinityHit
 		}
 		c.affinity = affinity
-		c.report.cacheAffinity(affinity)
 		d.tel.m.affinity(c.ctx, affinity)
 	}
+	c.report.routed(startOn, provider, affinity)
 }
 
 // choose returns the index in routes of the candidate to start on, and
