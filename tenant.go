@@ -6,7 +6,6 @@ import (
 
 	"github.com/damper-ai/damper-go/fleet"
 	"github.com/damper-ai/damper-go/internal/core"
-	"github.com/damper-ai/damper-go/internal/gates/budget"
 )
 
 // Tenant is a client of a [Proxy] in key mode: a name, and the keys its
@@ -165,10 +164,4 @@ func (t *tenant) forGates() *core.Tenant {
 		return nil
 	}
 	return &t.gate
-}
-
-// budget is the retry budget of a call for t on backend b: t's own, or
-// b's when the call has no tenant.
-func (t *tenant) budget(b *backend) fleet.Budget {
-	return budget.TenantBudget(b.parts, t.forGates())
 }
