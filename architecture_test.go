@@ -249,7 +249,7 @@ func TestArchitectureNames(t *testing.T) {
 	}
 	// The check itself: names that exist, and names that do not.
 	for tok, want := range map[string]bool{
-		"admitAttempt": true, "limiter.admitAttempt": true, "Damper.wire": true, "sse.Scanner.TrackUsage": true,
+		"admitAttempt": true, "Limiter.AdmitAttempt": true, "Damper.wire": true, "sse.Scanner.TrackUsage": true,
 		"internal/ratelimit.Group": true, "telemetry*.go": true, "http.Handler": true, "proxy_backends.go": true,
 		"redisstore.Options.Lease": true, "damper.circuit.changes": true, "Allow(now)": true, "guide/": true,
 		"call.admitAttempt": false, "admitAttempts": false, "fleet.NoSuchPart": false, "nosuch.go": false,

@@ -100,7 +100,7 @@ func (c *call) startAttempt(a *attempt) {
 	if a.span != nil {
 		for _, p := range a.passes {
 			if sp, ok := p.(spanPass); ok {
-				a.span.SetAttributes(sp.spanAttributes()...)
+				a.span.SetAttributes(sp.SpanAttributes()...)
 			}
 		}
 	}
@@ -148,7 +148,7 @@ func (a *attempt) end(ar AttemptReport) {
 	}
 	ar.Duration = a.duration
 	for _, n := range a.notes {
-		ar = n.noteAttempt(ar)
+		ar = n.NoteAttempt(ar)
 	}
 	ar.Hedge = a.hedge
 	ar.RateLimitWait = a.queued
@@ -160,11 +160,11 @@ func (a *attempt) end(ar AttemptReport) {
 // tell tells the attempt's passes (settle) and its backend's observers
 // how it ended.
 func (a *attempt) tell(e attemptEvent) {
-	e.tenant = a.c.tenant
+	e.Tenant = a.c.tenant.forGates()
 	a.settle(e)
 	now := a.c.d.clock.Now()
 	for _, o := range a.route.b.observers {
-		o.observeAttempt(a.c.ctx, now, e)
+		o.ObserveAttempt(a.c.ctx, now, e)
 	}
 }
 
@@ -176,8 +176,8 @@ func (a *attempt) settle(e attemptEvent) {
 	}
 	now := a.c.d.clock.Now()
 	for _, p := range a.passes {
-		p.settle(now, e)
-		if ep, ok := p.(endPass); ok && e.streamOpen {
+		p.Settle(now, e)
+		if ep, ok := p.(endPass); ok && e.StreamOpen {
 			a.endPasses = append(a.endPasses, ep)
 		}
 	}
@@ -192,7 +192,7 @@ func (a *attempt) settleEnd(u usage) {
 	}
 	now := a.c.d.clock.Now()
 	for _, p := range a.endPasses {
-		p.settleEnd(now, u)
+		p.SettleEnd(now, u.public())
 	}
 	a.endPasses = nil
 }
@@ -266,18 +266,11 @@ func (a *attempt) send() attemptResult {
 	return a.readWhole(res)
 }
 
-// latencyPass is a pass that compares the provider's latency: the
-// adaptive concurrency limit's, while its attempt is one of a cohort.
-type latencyPass interface {
-	pass
-	timesProvider() bool
-}
-
 // timesProvider reports whether a pass of the attempt wants its exchange
 // timed (sendTrace).
 func (a *attempt) timesProvider() bool {
 	for _, p := range a.passes {
-		if lp, ok := p.(latencyPass); ok && lp.timesProvider() {
+		if lp, ok := p.(latencyPass); ok && lp.TimesProvider() {
 			return true
 		}
 	}

@@ -10,6 +10,10 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/gates/breaker"
+	"github.com/damper-ai/damper-go/internal/gates/concurrency"
+	"github.com/damper-ai/damper-go/internal/gates/ratelimit"
 )
 
 // Backends: the places a Messages call can be sent. The client a call
@@ -119,16 +123,16 @@ type backend struct {
 	gaps     skipLog     // the features logged as lacking on its platform (parity.go)
 
 	gates
-	budget  fleet.Budget // the budget gate's, read for the report's balance
-	limiter *limiter     // the rate limiter gate's, nil without Policy.RateLimit
+	gb      core.Backend       // the backend as its gates see it
+	budget  fleet.Budget       // the budget gate's, read for the report's balance
+	limiter *ratelimit.Limiter // the rate limiter gate's, nil without Policy.RateLimit
 
 	// What spread routing reads (routing.go): the weight, the breaker
-	// (nil without Policy.Breaker) and its state as last heard, and the
-	// concurrency limit (nil without Policy.Concurrency).
+	// (nil without Policy.Breaker) and the concurrency limit (nil without
+	// Policy.Concurrency).
 	weight  int
-	breaker fleet.Breaker
-	circuit circuitView
-	conc    *concLimit
+	breaker *breaker.Circuit
+	conc    *concurrency.Limit
 }
 
 // newBackend makes a backend whose parts keep their state in store s

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // A logical call: its state, its loop (run) and its single end.
 
 // minAttempt is the least time worth giving another attempt: a retry whose
 // wait leaves less than this before the deadline is not started.
-const minAttempt = 500 * time.Millisecond
+const minAttempt = core.MinAttempt
 
 // sendFunc sends one attempt: the next handler of the client's chain.
 type sendFunc = func(*http.Request) (*http.Response, error)
@@ -157,7 +158,7 @@ func (c *call) run() (*http.Response, error) {
 		case canceled:
 			return c.surface(r, OutcomeCanceled, nil)
 		case refused != nil:
-			return c.surface(r, refused.gate.outcome, refused.err())
+			return c.surface(r, refused.Gate.Outcome, refused.Err())
 		}
 
 		// Send, alone or raced against a hedge when one is due (race.go),
@@ -180,9 +181,9 @@ func (c *call) run() (*http.Response, error) {
 			// published now, without an outcome, and again then. A stream
 			// also ends with the call's context, between its caller's
 			// reads.
-			e := attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Success: true}, header: r.res.Header, usage: r.usage, streamOpen: c.stream}
+			e := attemptEvent{Outcome: fleet.AttemptOutcome{First: a.first, Success: true}, Header: r.res.Header, Usage: r.usage.public(), StreamOpen: c.stream}
 			if a.timing != nil {
-				e.latency, e.timed = a.timing.latency(c.stream), true
+				e.Latency, e.Timed = a.timing.latency(c.stream), true
 			}
 			a.tell(e)
 			if !c.stream {
@@ -220,8 +221,10 @@ func (c *call) run() (*http.Response, error) {
 			continue
 		}
 		if refused != nil {
-			refused.note(&c.report)
-			return c.surface(r, refused.gate.outcome, refused.err())
+			if refused.Detail != nil {
+				c.report.note(refused.Detail)
+			}
+			return c.surface(r, refused.Gate.Outcome, refused.Err())
 		}
 		c.addRetryCost()
 		c.trace.retry(a.n, c.report.backoff(wait), cls, wait, c.retryCost) // a.n: a race may end on its first attempt
@@ -240,12 +243,12 @@ func (c *call) judge(a *attempt, r attemptResult) (cls Classification, canceled 
 	if c.ctx.Err() != nil {
 		cls = Classification{Class: NotRetryable, Kind: "canceled"}
 		a.end(failed(r.failure, cls))
-		a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first}, class: NotRetryable, header: r.failure.Header, failure: r.failure})
+		a.tell(attemptEvent{Outcome: fleet.AttemptOutcome{First: a.first}, Class: NotRetryable, Header: r.failure.Header, Failure: r.failure})
 		return cls, true
 	}
 	cls = c.d.classify(*r.failure)
 	a.end(failed(r.failure, cls))
-	a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first, Signal: cls.Signal}, class: cls.Class, header: r.failure.Header, failure: r.failure})
+	a.tell(attemptEvent{Outcome: fleet.AttemptOutcome{First: a.first, Signal: cls.Signal}, Class: cls.Class, Header: r.failure.Header, Failure: r.failure})
 	return cls, false
 }
 

@@ -15,31 +15,6 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Class is what Damper does with a failed attempt.
-type Class int
-
-const (
-	// Retryable failures are retried, subject to every admission gate.
-	Retryable Class = iota + 1
-	// NotRetryable failures are returned to the caller at once.
-	NotRetryable
-	// Ambiguous failures happened after content reached the caller: they
-	// are returned, never retried.
-	Ambiguous
-)
-
-func (c Class) String() string {
-	switch c {
-	case Retryable:
-		return "retryable"
-	case NotRetryable:
-		return "not_retryable"
-	case Ambiguous:
-		return "ambiguous"
-	}
-	return "none"
-}
-
 // Signal says whose health a failure speaks of. A circuit breaker listens
 // to provider signals only; a rate limiter to caller traffic.
 type Signal = fleet.Signal
@@ -65,22 +40,6 @@ type Classification struct {
 	// "truncated", "stall", "hold_back_exceeded", "invalid_response" (a
 	// success status whose body is not JSON) or "other".
 	Kind string
-}
-
-// Failure describes one failed attempt, for classification.
-type Failure struct {
-	// StatusCode is the HTTP status, or 0 when no response arrived (or a
-	// stream failed after its 200 header).
-	StatusCode int
-	// Header holds the response headers, when a response arrived.
-	Header http.Header
-	// Body is the start of the error body (at most 1 MiB), or the data of
-	// an SSE error event.
-	Body []byte
-	// Err is the transport or stream error, when there is one.
-	Err error
-	// AfterContent is true when content had already reached the caller.
-	AfterContent bool
 }
 
 // Classifier decides what to do with a failed attempt. It is given

@@ -51,23 +51,8 @@ func newConcRig(t *testing.T, p Policy) *concRig {
 	return &concRig{d: d, srv: srv, client: client, spans: spans, reader: reader}
 }
 
-// limit is the primary backend's concurrency limit.
-func (r *concRig) limit() *concLimit {
-	for _, g := range r.d.primary.attemptGates {
-		if l, ok := g.(*concLimit); ok {
-			return l
-		}
-	}
-	return nil
-}
-
 // held is the slots held, and the attempts waiting, on the primary.
-func (r *concRig) held() (held, waiting int) {
-	l := r.limit()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held[Interactive] + l.held[Batch], l.line[Interactive].n + l.line[Batch].n
-}
+func (r *concRig) held() (held, waiting int) { return r.d.primary.conc.Held() }
 
 func concParams() anthropic.MessageNewParams {
 	return anthropic.MessageNewParams{
@@ -208,7 +193,7 @@ func TestConcurrencySlotPassesToTheLine(t *testing.T) {
 		var waits []float64
 		for _, s := range r.spans.Ended() {
 			for _, kv := range s.Attributes() {
-				if kv.Key == keyConcurrencyWait {
+				if kv.Key == "damper.concurrency.wait_s" {
 					waits = append(waits, kv.Value.AsFloat64())
 				}
 			}
@@ -412,11 +397,11 @@ func TestConcurrencyGauges(t *testing.T) {
 			}
 			return out
 		}
-		if g := gauges(); g[metricConcurrencyLimit] != 7 || g[metricConcurrencyHeld] != 1 {
+		if g := gauges(); g["damper.concurrency.limit"] != 7 || g["damper.concurrency.in_flight"] != 1 {
 			t.Errorf("gauges %v during the attempt, want limit 7 and 1 in flight", g)
 		}
 		_, _ = first()
-		if g := gauges(); g[metricConcurrencyHeld] != 0 {
+		if g := gauges(); g["damper.concurrency.in_flight"] != 0 {
 			t.Errorf("gauges %v after it, want none in flight", g)
 		}
 	})

@@ -103,10 +103,7 @@ func latencyLimit(t *testing.T, p ConcurrencyPolicy, stream bool, rounds ...late
 			wg.Wait()
 		}
 		r.assertNoneHeld(t)
-		l := r.limit()
-		l.mu.Lock()
-		got = l.slots()
-		l.mu.Unlock()
+		got = r.d.primary.conc.Slots()
 	})
 	return got
 }

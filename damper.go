@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/gates/ratelimit"
 )
 
 // Damper owns the retries of Messages calls for every client built with its
@@ -23,7 +25,9 @@ type Damper struct {
 	realClock    bool
 	timeoutCause error
 	tel          *telemetry
-	telCfg       telemetryConfig // as the Settings left it, until New builds tel
+	env          *core.Env          // what the gates see of the Damper
+	backoff      core.BackoffPolicy // what a retry's wait is drawn from
+	telCfg       telemetryConfig    // as the Settings left it, until New builds tel
 
 	// primary is the backend of a call's own client; fallbacks are the
 	// backends of WithBackends, in order (backend.go). Each holds the
@@ -146,6 +150,8 @@ func New(p Policy, settings ...Setting) (*Damper, error) {
 	if d.affinity != nil {
 		d.tel.m.routingAffinity = newRoutingAffinity(d.tel.m.meter)
 	}
+	d.env = newGateEnv(d.clock, d.tel)
+	d.backoff = backoffOf(&d.policy)
 	if err := d.wire(d.primary); err != nil {
 		return nil, err
 	}
@@ -179,8 +185,11 @@ func (d *Damper) Policy() Policy {
 // memory with the Damper's: by the part's own clone when it holds maps or
 // slices, else whole.
 func clonePart(f reflect.Value) reflect.Value {
-	if c, ok := f.Interface().(interface{ clonePolicy() any }); ok {
+	switch c := f.Interface().(type) {
+	case interface{ clonePolicy() any }:
 		return reflect.ValueOf(c.clonePolicy())
+	case *RateLimitPolicy:
+		return reflect.ValueOf(ratelimit.Clone(c))
 	}
 	cp := reflect.New(f.Type().Elem())
 	cp.Elem().Set(f.Elem())
@@ -211,6 +220,11 @@ func (d *Damper) noteCalls(x any) {
 	if c, ok := x.(fleet.CallContexter); ok {
 		d.callContexts = append(d.callContexts, c)
 	}
+}
+
+// backoffOf is what a retry's wait is drawn from under p.
+func backoffOf(p *Policy) core.BackoffPolicy {
+	return core.BackoffPolicy{Base: p.BackoffBase, Max: p.BackoffMax, MaxRetryAfter: p.MaxRetryAfter, IgnoreRetryAfter: p.IgnoreRetryAfter}
 }
 
 // fromStore makes a part with made, when store implements P (the part's

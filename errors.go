@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // Sentinels for the ends of a call that no gate decided. Every error
@@ -23,57 +25,8 @@ var (
 	ErrEventTooLarge = errors.New("damper: stream sent an SSE event larger than Policy.MaxEventBytes")
 	// ErrAttemptTimeout: one attempt took longer than
 	// Policy.PerAttemptTimeout. It is what a timed-out attempt's error wraps.
-	ErrAttemptTimeout = errors.New("damper: attempt timed out")
+	ErrAttemptTimeout = core.ErrAttemptTimeout
 )
-
-// Error is a call that Damper ended. Reason is one of the sentinels of this
-// package; Last is the provider error of the final attempt (an
-// *anthropic.Error for an error status, a transport error otherwise), so
-// errors.As(err, &apiErr) and errors.Is(err, context.DeadlineExceeded) reach
-// it through the Error.
-type Error struct {
-	Reason error
-	Last   error
-	// RetryAfter is the provider's delay, for ErrRetryAfterTooLong, the
-	// time until NextProbe, for ErrCircuitOpen, or the time until
-	// AdmitAt, for ErrRateLimited.
-	RetryAfter time.Duration
-	// NextProbe is, for ErrCircuitOpen, when to try again: when the
-	// breaker's open period ends, or when its probe in flight is due to
-	// answer; never later than the current open period from the refusal
-	// (see ErrCircuitOpen).
-	NextProbe time.Time
-	// AdmitAt is when the rate limiter could have admitted the attempt,
-	// for ErrRateLimited.
-	AdmitAt time.Time
-	Report  *Report
-}
-
-func (e *Error) Error() string {
-	msg := e.Reason.Error()
-	if e.RetryAfter > 0 {
-		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
-	}
-	if e.Report != nil {
-		if e.Report.Attempts == 1 {
-			msg += " (1 attempt)"
-		} else {
-			msg += fmt.Sprintf(" (%d attempts)", e.Report.Attempts)
-		}
-	}
-	if e.Last != nil {
-		msg += ": " + e.Last.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the reason and the last provider error.
-func (e *Error) Unwrap() []error {
-	if e.Last == nil {
-		return []error{e.Reason}
-	}
-	return []error{e.Reason, e.Last}
-}
 
 // attemptTimeoutError is a per-attempt timeout: it is ErrAttemptTimeout and,
 // like the SDK's own timeouts, context.DeadlineExceeded.

@@ -1,5 +1,7 @@
 package damper
 
+import "github.com/damper-ai/damper-go/internal/core"
+
 // Names the engine keeps to itself, for the tests outside the package.
 const (
 	HeaderTimeout          = headerTimeout
@@ -12,7 +14,7 @@ const (
 const SkipNoModelID = skipNoModelID
 
 var (
-	ParseRetryAfter = parseRetryAfter
+	ParseRetryAfter = core.ParseRetryAfter
 	ModelFamily     = modelFamily
 	Classify        = classifyFailure
 )

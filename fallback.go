@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // Fallback: a call's routes, each a backend and a model, and when the call
@@ -99,11 +100,17 @@ func (p *FallbackPolicy) check(FallbackPolicy) error {
 	return nil
 }
 
+// quoteKey quotes the start of a key too long or not UTF-8, for an error.
+func quoteKey(key string) string {
+	if len(key) <= 64 {
+		return strconv.Quote(key)
+	}
+	return strconv.Quote(key[:64]) + "..."
+}
+
 // boundedName reports whether a model named in a Policy is short, valid
 // text: it becomes a map key, and may reach a log line.
-func boundedName(s string) bool {
-	return len(s) <= maxModelID && utf8.ValidString(s)
-}
+func boundedName(s string) bool { return core.BoundedName(s) }
 
 // clonePolicy is clone, for Damper.Policy.
 func (p *FallbackPolicy) clonePolicy() any { return p.clone() }
@@ -118,40 +125,6 @@ func (p *FallbackPolicy) clone() *FallbackPolicy {
 		}
 	}
 	return &c
-}
-
-// A Fallback is one move of a call from a backend to the next.
-type Fallback struct {
-	// From and To are the backends' names ("primary" for the client's own).
-	From, To string
-	// Model is the model sent to To, as To names it.
-	Model string
-	// Reason is why the call moved: the outcome of the gate that refused
-	// the next attempt where it was (OutcomeCircuitOpen, OutcomeRateLimited,
-	// OutcomeBudgetExhausted, OutcomeAttemptsExhausted, ...), or
-	// "spend_limit".
-	Reason string
-}
-
-// A Skip is a backend a call cannot fall back to with one of its models.
-type Skip struct {
-	// Backend is the backend's name.
-	Backend string
-	// Model is the model, as the caller, or Policy.Fallback for a sibling,
-	// names it.
-	Model string
-	// Reason is why: "no_model_id", the backend has no ID for the model:
-	// neither its Models nor [DefaultModelID] for its Provider gives one
-	// (Backend.Models is the cure); or a feature the request uses that the
-	// backend's platform is documented to lack, named by Feature:
-	// "unsupported_beta" (an anthropic-beta value), "top_level_cache_control"
-	// (automatic prompt caching), "inference_geo", "mcp_servers" (the MCP
-	// connector), "unsupported_server_tool" (web_search, web_fetch or
-	// code_execution). The fallback guide has the table.
-	Reason string
-	// Feature is the feature the platform lacks ("" for no_model_id): the
-	// beta value, the body member, or the server tool's family.
-	Feature string
 }
 
 // skipNoModelID is the Reason of a Skip whose backend has no ID for the
@@ -169,8 +142,8 @@ type route struct {
 	price         Price
 	priced        bool
 	cost          float64 // the estimated cost of one attempt, when priced
-	rate          *callRate
-	body          []byte // the request body for sendAs, made by move
+	gateState     any     // one gate's state of the route (core.Call.RouteState)
+	body          []byte  // the request body for sendAs, made by move
 }
 
 // sentModel is the model an attempt on r sends.
@@ -340,20 +313,20 @@ func (b *backend) modelID(model string) (string, bool) {
 // before it was sent, refused, is one whose refusal moves a call
 // (gate.moves: the breaker, the limiter, the concurrency limit).
 func (c *call) moveOnAt(refused *denial) bool {
-	if !refused.gate.moves {
+	if !refused.Gate.Moves {
 		return false
 	}
-	return c.move(string(refused.gate.outcome), false)
+	return c.move(string(refused.Gate.Outcome), false)
 }
 
 // moveOnRefusal moves the call on after an attempt that failed as cls,
 // whose retry where it is refused refuses, unless its gate keeps the call
 // (gate.moves: the cost ceiling, the call's wherever it goes).
 func (c *call) moveOnRefusal(cls Classification, refused *denial) bool {
-	if cls.Signal != ProviderHealth && cls.Signal != CallerTraffic || !refused.gate.moves {
+	if cls.Signal != ProviderHealth && cls.Signal != CallerTraffic || !refused.Gate.Moves {
 		return false
 	}
-	return c.move(string(refused.gate.outcome), true)
+	return c.move(string(refused.Gate.Outcome), true)
 }
 
 // moveOnFinal moves the call on after an attempt that failed as cls, not

@@ -14,64 +14,38 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/gates/toy"
 )
 
-// The toy gate, declared as a real gate is, in one place: its refusal
-// (outcome, sentinel, the proxy's answer, whether a call moves on), its
-// part on each backend (it refuses every attempt on the primary) and its
-// metric, a count of its refusals.
+// The toy gate (package internal/gates/toy) is a gate as a real one is,
+// a package of its own: it joins the engine by one line in the list.
 
-const outcomeToy Outcome = "toy_refused"
+const outcomeToy = toy.Outcome
 
-var errToyRefused = errors.New("toy gate: refused")
+var errToyRefused = toy.ErrRefused
 
-const metricToyRefusals = "damper.toy.refusals"
+const metricToyRefusals = toy.MetricRefusals
 
-func newToyGate(moves bool) *gate {
-	return &gate{
-		outcome: outcomeToy, reason: errToyRefused,
-		status: http.StatusServiceUnavailable, apiType: "toy_error", moves: moves,
-		part: func(_ *Damper, b *backend) (hooks, error) {
-			return hooks{attempt: toyPart{refuses: b.name == PrimaryBackend}}, nil
-		},
-		instruments: func(meter metric.Meter, _ *Damper) any {
-			c, err := meter.Int64Counter(metricToyRefusals)
-			if err != nil {
-				return nil
-			}
-			return c
-		},
-	}
-}
-
-// toyPart is the toy gate on one backend: an attempt gate.
-type toyPart struct{ refuses bool }
-
-func (p toyPart) admitAttempt(c *call, _ *attempt, _ time.Time) admission {
-	if !p.refuses {
-		return admission{}
-	}
-	if n, ok := c.d.tel.m.instrumentsOf(outcomeToy).(metric.Int64Counter); ok {
-		n.Add(c.ctx, 1)
-	}
-	return admission{refused: &denial{gate: refusedBy(errToyRefused)}}
-}
-
-func (toyPart) refusesAt(*call, time.Time, time.Time) *denial { return nil }
-
-// withToyGate places the toy gate last in the list for the test's length.
-func withToyGate(t *testing.T, moves bool) {
+// withToy places the toy gate last in the list for the test's length,
+// with policy part p: one line, as a gate's in gateList.
+func withToy(t *testing.T, moves bool, p *toy.Policy) {
 	t.Helper()
 	saved := gateList
-	gateList = append(slices.Clip(gateList), newToyGate(moves))
+	gateList = append(slices.Clip(gateList), core.Use(toy.For(moves), toy.Part, func(*Policy) *toy.Policy { return p }))
 	t.Cleanup(func() { gateList = saved })
+}
+
+// withToyGate places the toy gate, refusing every attempt on the
+// primary, last in the list.
+func withToyGate(t *testing.T, moves bool) {
+	withToy(t, moves, &toy.Policy{RefusesOn: PrimaryBackend, Moves: moves})
 }
 
 // toyDamper is a Damper on a virtual clock, with a ManualReader of its
@@ -186,31 +160,10 @@ func TestToyGateMovesOnItsFlag(t *testing.T) {
 	}
 }
 
-// toyPass is what the toy gate hands an attempt it admits: its span
-// attribute, set from the gate's own file.
-type toyPass struct{}
-
-func (toyPass) settle(time.Time, attemptEvent) {}
-func (toyPass) spanAttributes() []attribute.KeyValue {
-	return []attribute.KeyValue{attribute.Bool("damper.toy.admitted", true)}
-}
-
-// toyAdmits is the toy gate's part when it admits every attempt with a pass.
-type toyAdmits struct{}
-
-func (toyAdmits) admitAttempt(*call, *attempt, time.Time) admission {
-	return admission{pass: toyPass{}}
-}
-func (toyAdmits) refusesAt(*call, time.Time, time.Time) *denial { return nil }
-
 // A gate's pass puts its attributes on the span of the attempt it admits,
 // with no change to the attempt's or the telemetry's files.
 func TestToyGateSpanAttributes(t *testing.T) {
-	saved := gateList
-	g := newToyGate(false)
-	g.part = func(*Damper, *backend) (hooks, error) { return hooks{attempt: toyAdmits{}}, nil }
-	gateList = append(slices.Clip(gateList), g)
-	t.Cleanup(func() { gateList = saved })
+	withToy(t, false, &toy.Policy{Admits: true})
 
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
@@ -241,34 +194,13 @@ func TestToyGateSpanAttributes(t *testing.T) {
 	}
 }
 
-// toyHooks is a toy part that acts through every hook, counting its calls.
-type toyHooks struct{ admits, retries, hedges, spends, observed int }
-
-func (h *toyHooks) admitAttempt(*call, *attempt, time.Time) admission { h.admits++; return admission{} }
-func (*toyHooks) refusesAt(*call, time.Time, time.Time) *denial       { return nil }
-func (h *toyHooks) refusesRetry(*call, *retryAsk) *denial             { h.retries++; return nil }
-func (h *toyHooks) refusesHedge(*call, time.Time) *denial             { h.hedges++; return nil }
-func (h *toyHooks) spend(*call, time.Time) *denial                    { h.spends++; return nil }
-func (h *toyHooks) observeAttempt(context.Context, time.Time, attemptEvent) {
-	h.observed++
-}
-
 // Every hook a part names in its hooks is run where the list runs it: a
 // call that fails once with 529 and is then answered admits two attempts,
 // checks and spends for one retry, and is heard twice; no hedge is asked
 // for without a hedge policy.
 func TestToyGateEveryHookRuns(t *testing.T) {
-	h := &toyHooks{}
-	saved := gateList
-	g := newToyGate(false)
-	g.part = func(_ *Damper, b *backend) (hooks, error) {
-		if b.name != PrimaryBackend {
-			return hooks{}, nil
-		}
-		return hooks{attempt: h, retry: h, hedge: h, spend: h, observe: h}, nil
-	}
-	gateList = append(slices.Clip(gateList), g)
-	t.Cleanup(func() { gateList = saved })
+	h := &toy.Counts{}
+	withToy(t, false, &toy.Policy{Counts: h, On: PrimaryBackend})
 
 	clk := dampertest.NewClock(time.Now().Truncate(time.Minute).Add(time.Minute))
 	srv := dampertest.NewServer(dampertest.WithClock(clk))
@@ -282,7 +214,7 @@ func TestToyGateEveryHookRuns(t *testing.T) {
 	if _, err := client.Messages.New(context.Background(), hookParams()); err != nil {
 		t.Fatal(err)
 	}
-	if *h != (toyHooks{admits: 2, retries: 1, spends: 1, observed: 2}) {
+	if *h != (toy.Counts{Admits: 2, Retries: 1, Spends: 1, Observed: 2}) {
 		t.Fatalf("hooks ran %+v, want 2 admissions, 1 retry check, 1 spend, 2 observations", *h)
 	}
 }

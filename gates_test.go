@@ -13,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 
 	"github.com/damper-ai/damper-go/dampertest"
 )
@@ -48,13 +49,13 @@ func FuzzPlan(f *testing.F) {
 		h := http.Header{}
 		h.Set("retry-after", retryAfter)
 		h.Set("retry-after-ms", retryAfterMs)
-		c := &call{d: &Damper{policy: p}, ctx: ctx}
+		c := &call{d: &Damper{policy: p, backoff: backoffOf(&p)}, ctx: ctx}
 		c.first.b = &backend{name: PrimaryBackend, budget: budget}
 		c.route = &c.first
 		wait, refused := admitRetry(c, n, &Failure{StatusCode: 429, Header: h}, now, 0, func() float64 { return rnd })
 		if refused != nil {
-			if wait != 0 || !isDenial(refused.gate.outcome) {
-				t.Fatalf("refused (%v) with wait %v", refused.gate.outcome, wait)
+			if wait != 0 || !isDenial(refused.Gate.Outcome) {
+				t.Fatalf("refused (%v) with wait %v", refused.Gate.Outcome, wait)
 			}
 			return
 		}
@@ -79,33 +80,33 @@ type testGate struct {
 
 var errTestRefused = errors.New("test gate: refused")
 
-func (g *testGate) admitAttempt(c *call, a *attempt, now time.Time) admission {
-	n := a.n
+func (g *testGate) AdmitAttempt(c core.Call, a core.Attempt, now time.Time) admission {
+	n := a.N
 	g.seen = append(g.seen, n)
 	if n == g.refuseAt {
-		return admission{refused: &denial{gate: &gate{outcome: "test_refused", reason: errTestRefused}}}
+		return admission{Refused: &denial{Gate: &gate{Outcome: "test_refused", Reason: errTestRefused}}}
 	}
 	if n > 1 && g.cancel != nil {
 		g.cancel()
 	}
-	adm := admission{pass: testPass{g}}
+	adm := admission{Pass: testPass{g}}
 	if n > 1 && g.wait > 0 {
-		adm.refused, adm.canceled = waitUntil(c, g, now.Add(g.wait))
+		adm.Refused, adm.Canceled = c.Wait(g, now.Add(g.wait))
 	}
 	return adm
 }
 
-func (g *testGate) refusesAt(_ *call, _, _ time.Time) *denial { return nil }
+func (g *testGate) RefusesAt(_ core.Call, _, _ time.Time) *denial { return nil }
 
 // testPass records what it is settled with in its gate.
 type testPass struct{ g *testGate }
 
-func (p testPass) settle(_ time.Time, e attemptEvent) { p.g.settled = append(p.g.settled, e) }
+func (p testPass) Settle(_ time.Time, e attemptEvent) { p.g.settled = append(p.g.settled, e) }
 
 // testObserver records every attempt's end.
 type testObserver struct{ events []attemptEvent }
 
-func (o *testObserver) observeAttempt(_ context.Context, _ time.Time, e attemptEvent) {
+func (o *testObserver) ObserveAttempt(_ context.Context, _ time.Time, e attemptEvent) {
 	o.events = append(o.events, e)
 }
 
@@ -164,11 +165,11 @@ func TestAttemptGateWaitsAndObserversHear(t *testing.T) {
 		t.Errorf("gate saw %v, server %d, report %d attempts; want both attempts admitted and sent", g.seen, srv.Count(""), rep.Attempts)
 	}
 	if len(o.events) != 2 ||
-		o.events[0].outcome != (fleet.AttemptOutcome{First: true, Signal: ProviderHealth}) || o.events[0].failure == nil || o.events[0].failure.StatusCode != 529 ||
-		o.events[1].outcome != (fleet.AttemptOutcome{Success: true}) || o.events[1].failure != nil || o.events[1].header.Get("request-id") == "" {
+		o.events[0].Outcome != (fleet.AttemptOutcome{First: true, Signal: ProviderHealth}) || o.events[0].Failure == nil || o.events[0].Failure.StatusCode != 529 ||
+		o.events[1].Outcome != (fleet.AttemptOutcome{Success: true}) || o.events[1].Failure != nil || o.events[1].Header.Get("request-id") == "" {
 		t.Errorf("observed %+v, want the 529 then the answer, with their headers", o.events)
 	}
-	if len(g.settled) != 2 || g.settled[0].class != Retryable || g.settled[0].failure == nil || !g.settled[1].outcome.Success {
+	if len(g.settled) != 2 || g.settled[0].Class != Retryable || g.settled[0].Failure == nil || !g.settled[1].Outcome.Success {
 		t.Errorf("passes settled with %+v, want the 529 then the answer", g.settled)
 	}
 }
@@ -189,7 +190,7 @@ func TestAttemptGateWaitEndsWithContext(t *testing.T) {
 		t.Fatalf("server %d, report %+v; want one attempt, canceled", srv.Count(""), rep)
 	}
 	// The second attempt's pass, never sent, is given back with nothing.
-	if len(g.settled) != 2 || g.settled[0].failure == nil || !reflect.DeepEqual(g.settled[1], attemptEvent{}) {
+	if len(g.settled) != 2 || g.settled[0].Failure == nil || !reflect.DeepEqual(g.settled[1], attemptEvent{}) {
 		t.Errorf("passes settled with %+v, want the 529, then a zero event", g.settled)
 	}
 }

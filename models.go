@@ -1,6 +1,10 @@
 package damper
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/damper-ai/damper-go/internal/core"
+)
 
 // The model IDs of each platform. Bedrock and Vertex name the same models
 // differently: claude-sonnet-4-5-20250929 is
@@ -120,15 +124,8 @@ func firstPartyForm(model string) bool {
 		!strings.HasPrefix(model, "arn:") && !strings.Contains(model, "@")
 }
 
-// maxModelID bounds a model ID wherever Damper keeps or checks one (a
-// request's model at the proxy's door, a model named in a Policy): the
-// longest real IDs, Bedrock inference-profile ARNs, are about half of it.
-const maxModelID = 256
+// maxModelID bounds a model ID wherever Damper keeps or checks one.
+const maxModelID = core.MaxModelID
 
-// isModelByte reports whether b is a character of model IDs: first-party
-// ("claude-sonnet-4-5-20250929"), Bedrock ("us.anthropic.claude-...-v1:0",
-// ARNs with ":" and "/") and Vertex ("claude-sonnet-4-5@20250929").
-func isModelByte(b byte) bool {
-	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' ||
-		b == '-' || b == '.' || b == '_' || b == ':' || b == '@' || b == '/'
-}
+// isModelByte reports whether b is a character of model IDs.
+func isModelByte(b byte) bool { return core.IsModelByte(b) }

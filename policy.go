@@ -192,9 +192,6 @@ func (a BudgetExhaustedAction) String() string {
 
 func init() {
 	conf.Register((*Policy).check)
-	conf.Register((*BreakerPolicy).check)
-	conf.Register((*ThrottlePolicy).check)
-	conf.Register((*RateLimitPolicy).check)
 	conf.Register((*HedgePolicy).check)
 	conf.Register((*FallbackPolicy).check)
 }

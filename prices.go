@@ -3,10 +3,10 @@ package damper
 import (
 	"fmt"
 	"math"
-	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // Price is what one model costs, in US dollars per million tokens.
@@ -105,19 +105,8 @@ func (t *PriceTable) Models() []string {
 	return out
 }
 
-var (
-	bedrockPrefix = regexp.MustCompile(`^(?:[a-z]{2,6}\.)?anthropic\.`)
-	modelSuffix   = regexp.MustCompile(`(?:-v\d+(?::\d+)?|-latest|[-@]\d{8})+$`)
-)
-
-// modelFamily returns the family of a model ID: "claude-sonnet-4-5" for
-// "claude-sonnet-4-5-20250929", "claude-sonnet-4-5@20250929" and
-// "us.anthropic.claude-sonnet-4-5-20250929-v1:0".
-func modelFamily(model string) string {
-	m := strings.ToLower(strings.TrimSpace(model))
-	m = bedrockPrefix.ReplaceAllString(m, "")
-	return modelSuffix.ReplaceAllString(m, "")
-}
+// modelFamily returns the family of a model ID (core.ModelFamily).
+func modelFamily(model string) string { return core.ModelFamily(model) }
 
 // DefaultPriceTable returns the built-in snapshot. Entries marked
 // Unconfirmed are prices known in November 2026 that were not checked

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // A call's priority, read by the gates that keep a line (the rate limiter
@@ -22,11 +23,9 @@ const (
 	Batch = fleet.Batch
 )
 
-type priorityKey struct{}
-
 // ContextWithPriority returns ctx marking the Messages calls made with it
 // as of priority p, for the rate limiter and the concurrency limit; it
 // overrides their policies' Priority.
 func ContextWithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
+	return core.WithPriority(ctx, p)
 }

@@ -398,7 +398,7 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 		}
 		// One tenant has the whole limit: its share would cost a
 		// question of the store per call and change nothing.
-		p.tenants[i].shares = len(keys.tenants) > 1
+		p.tenants[i].gate.Shares = len(keys.tenants) > 1
 	}
 	return nil
 }

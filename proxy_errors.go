@@ -52,9 +52,9 @@ func (p *Proxy) writeCallError(w http.ResponseWriter, err error, rep *Report, ba
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(errorEvent(ev.data))
 		return http.StatusOK
-	case refused != nil && refused.status != 0:
+	case refused != nil && refused.Status != 0:
 		// A gate's refusal, shaped as the API's own error for it.
-		return writeAPIError(w, refused.status, refused.apiType, err.Error(), retryAfter(de.RetryAfter))
+		return writeAPIError(w, refused.Status, refused.APIType, err.Error(), retryAfter(de.RetryAfter))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAttemptTimeout):
 		return writeAPIError(w, http.StatusGatewayTimeout, "timeout_error", "damper proxy: "+err.Error(), nil)
 	}

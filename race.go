@@ -133,5 +133,5 @@ func (rc *race) lose(a *attempt, r attemptResult) {
 		}
 	}
 	a.end(AttemptReport{Class: NotRetryable, Kind: "hedge_lost", Err: errHedgeLost.Error(), Lost: true})
-	a.tell(attemptEvent{outcome: fleet.AttemptOutcome{First: a.first}, class: NotRetryable, failure: &Failure{Err: errHedgeLost}})
+	a.tell(attemptEvent{Outcome: fleet.AttemptOutcome{First: a.first}, Class: NotRetryable, Failure: &Failure{Err: errHedgeLost}})
 }

@@ -3,7 +3,6 @@ package damper
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -192,30 +191,10 @@ const maxCredit = 4
 // (asked, taking no probe, only once its open period is over or while
 // half-open), or its concurrency limit full.
 func (b *backend) refusesNow(c *call, now time.Time) bool {
-	if b.conc != nil && b.conc.full(c) {
+	if b.conc != nil && b.conc.Full(c.forGates()) {
 		return true
 	}
-	if b.breaker == nil {
-		return false
-	}
-	state, next := b.circuit.last()
-	switch {
-	case state == 0 || state == CircuitClosed:
-		return false
-	case state == CircuitOpen && now.Before(next):
-		return true
-	}
-	refused, _, err := b.breaker.RefusesAt(keepGoing(c.ctx, b.breaker), now, now)
-	c.storeError(partBreaker, "refuses_at", err)
-	return refused
-}
-
-// full reports whether an attempt of c would find no free slot now.
-func (l *concLimit) full(c *call) bool {
-	p := l.priorityOf(c)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.free(p)
+	return b.breaker != nil && b.breaker.RefusesNow(c.forGates(), now)
 }
 
 // headroom is the least share of its limits that b's rate limiter has
@@ -227,7 +206,7 @@ func (b *backend) headroom(model string, now time.Time, cost fleet.RateAmounts) 
 	if b.limiter == nil {
 		return 1, 0
 	}
-	st, ok := b.limiter.known(model, now)
+	st, ok := b.limiter.Known(model, now)
 	if !ok {
 		return 1, 0
 	}
@@ -244,58 +223,6 @@ func (b *backend) headroom(model string, now time.Time, cost fleet.RateAmounts) 
 		}
 	}
 	return h, capacity
-}
-
-// knownBuckets are buckets that know their state without asking their
-// store (see fleet.LimitBuckets).
-type knownBuckets interface {
-	KnownState(now time.Time) [3]fleet.RateLimitState
-}
-
-// known returns the buckets of model's group as far as they know at no
-// cost, or false when the group is not made yet or its buckets cannot
-// tell. It makes no group.
-func (l *limiter) known(model string, now time.Time) ([3]fleet.RateLimitState, bool) {
-	var g *limitGroup
-	if v, ok := l.byModel.Load(model); ok {
-		g = v.(*limitGroup)
-	} else {
-		l.mu.Lock()
-		g = l.groups[LimitGroup(model)]
-		l.mu.Unlock()
-	}
-	if g == nil || g.users.Load() < 0 {
-		return [3]fleet.RateLimitState{}, false
-	}
-	kb, ok := g.g.(knownBuckets)
-	if !ok {
-		return [3]fleet.RateLimitState{}, false
-	}
-	return kb.KnownState(now), true
-}
-
-// circuitView is a backend's breaker as last heard: its state and, when
-// open, when it admits a probe, as its changes tell them.
-type circuitView struct {
-	state atomic.Uint32 // a CircuitState; 0 before any change
-	next  atomic.Int64  // Unix nanoseconds
-}
-
-// hears returns then, after noting each change in v.
-func (v *circuitView) hears(then func(CircuitChange)) func(CircuitChange) {
-	return func(c CircuitChange) {
-		v.next.Store(c.NextProbe.UnixNano())
-		v.state.Store(uint32(c.To))
-		if then != nil {
-			then(c)
-		}
-	}
-}
-
-// last returns the state last heard, and when an open breaker admits a
-// probe.
-func (v *circuitView) last() (CircuitState, time.Time) {
-	return CircuitState(v.state.Load()), time.Unix(0, v.next.Load())
 }
 
 // metricRoutingChoices counts spread calls by the backend they start on.

@@ -265,8 +265,10 @@ func TestLibraryModuleLeavesTheCommandsDependencies(t *testing.T) {
 
 // TestHookTableNamesEveryPart: the hooks table of docs/ARCHITECTURE.md
 // ("Gates and hooks") names, in its who column, every type of the root
-// package that implements the row's hook, so that a gate's part that
-// takes a hook cannot go unmentioned (a new pass that is a spanPass, say).
+// package, the contract (internal/core) and the gates (internal/gates/*)
+// that implements the row's hook, an interface of the contract, so that a
+// gate's part that takes a hook cannot go unmentioned (a new pass that is
+// a SpanPass, say).
 func TestHookTableNamesEveryPart(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("docs", "ARCHITECTURE.md"))
 	if err != nil {
@@ -277,7 +279,7 @@ func TestHookTableNamesEveryPart(t *testing.T) {
 		t.Fatal("docs/ARCHITECTURE.md has no hooks table")
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
-	ifaces, methods := hookSets(parseRoot(t))
+	ifaces, methods := hookSets(parseGates(t))
 	rows := 0
 	for _, line := range strings.Split(table, "\n") {
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
@@ -288,7 +290,7 @@ func TestHookTableNamesEveryPart(t *testing.T) {
 		hook, _, _ := strings.Cut(strings.Trim(cells[0], "`"), ".")
 		want, ok := ifaces[hook]
 		if !ok {
-			t.Errorf("the hooks table's row %s names no interface of the root package", cells[0])
+			t.Errorf("the hooks table's row %s names no interface of internal/core", cells[0])
 			continue
 		}
 		var missing []string
@@ -314,6 +316,39 @@ func TestHookTableNamesEveryPart(t *testing.T) {
 	if rows < 8 {
 		t.Errorf("read %d rows of the hooks table; it has a row per hook", rows)
 	}
+}
+
+// parseGates parses the files but the tests of the root package, the
+// contract (internal/core) and every gate (internal/gates/*), by path.
+func parseGates(t *testing.T) map[string]*ast.File {
+	t.Helper()
+	files := parseRoot(t)
+	dirs, err := filepath.Glob(filepath.Join("internal", "gates", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs = append(dirs, filepath.Join("internal", "core"))
+	if len(dirs) < 7 {
+		t.Fatalf("found the packages %q: the gates are missing", dirs)
+	}
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[name] = f
+		}
+	}
+	return files
 }
 
 // hookSets returns the root package's interfaces (name → method → its
@@ -370,7 +405,9 @@ func hookSets(files map[string]*ast.File) (ifaces, methods map[string]map[string
 	return ifaces, methods
 }
 
-// signature renders a method's parameter and result types, without names.
+// signature renders a method's parameter and result types, without names
+// and without the contract's package name, so that a gate's method and
+// the contract's interface read alike.
 func signature(ft *ast.FuncType) string {
 	list := func(fl *ast.FieldList) string {
 		var out []string
@@ -383,5 +420,43 @@ func signature(ft *ast.FuncType) string {
 		}
 		return strings.Join(out, ", ")
 	}
-	return "(" + list(ft.Params) + ") (" + list(ft.Results) + ")"
+	return strings.ReplaceAll("("+list(ft.Params)+") ("+list(ft.Results)+")", "core.", "")
+}
+
+// TestGatesImportNoGateNorEngine: a gate's package (internal/gates/*)
+// imports the contract and leaves, never another gate nor the root
+// package, the engine; and the contract imports no gate nor the root.
+func TestGatesImportNoGateNorEngine(t *testing.T) {
+	const module = "github.com/damper-ai/damper-go"
+	dirs, err := filepath.Glob(filepath.Join("internal", "gates", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) < 6 {
+		t.Fatalf("found the gates %q, want every gate's package", dirs)
+	}
+	dirs = append(dirs, filepath.Join("internal", "core"))
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		self := module + "/" + filepath.ToSlash(dir)
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path := strings.Trim(imp.Path.Value, `"`)
+				switch {
+				case path == module:
+					t.Errorf("%s imports the root package, the engine", name)
+				case strings.HasPrefix(path, module+"/internal/gates/") && path != self:
+					t.Errorf("%s imports another gate, %s", name, path)
+				}
+			}
+		}
+	}
 }

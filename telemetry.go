@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damper-ai/damper-go/internal/core"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -212,7 +213,7 @@ func newTelemetry(cfg telemetryConfig, p *Policy, clock Clock) *telemetry {
 	}
 	_, real := clock.(realClock)
 	t := &telemetry{
-		storeErrs:   make([]storeErrors, len(storeParts)),
+		storeErrs:   make([]storeErrors, len(core.StoreParts())),
 		tracer:      tp.Tracer(instrumentationName),
 		placeholder: placeholder,
 		log:         cfg.logger,
@@ -389,8 +390,8 @@ func (ct *callTrace) attemptEnd(span trace.Span, a AttemptReport) {
 			span.SetAttributes(keyStatusCode.Int(a.StatusCode))
 		}
 		for _, g := range gateList {
-			if g.attemptSpan != nil {
-				g.attemptSpan(a, span)
+			if g.Gate.AttemptSpan != nil {
+				g.Gate.AttemptSpan(a, span)
 			}
 		}
 		if ct.t.m.backends {
@@ -479,8 +480,8 @@ func (ct *callTrace) end(rep *Report, last AttemptReport, n int, now time.Time) 
 			attrs = append(attrs, keyCostRetry.Float64(rep.RetryCostUSD))
 		}
 		for _, g := range gateList {
-			if g.callSpan != nil {
-				attrs = g.callSpan(*rep, attrs)
+			if g.Gate.CallSpan != nil {
+				attrs = g.Gate.CallSpan(*rep, attrs)
 			}
 		}
 		if t.m.backends || len(rep.Fallbacks) > 0 {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // A caller names any model it likes, and the limit group follows from the
@@ -27,11 +29,11 @@ const (
 	maxGroupLabels = 8
 	// maxLabelBytes bounds a model or a group as a label or a log field:
 	// model IDs are far shorter.
-	maxLabelBytes = 256
+	maxLabelBytes = core.MaxLabelBytes
 	// otherLabel is the label of every model or group beyond the bound,
 	// and of one that is not valid UTF-8 or longer than maxLabelBytes,
 	// which cannot be a model ID.
-	otherLabel = "other"
+	otherLabel = core.OtherLabel
 )
 
 // labelSet turns models (or limit groups) into the values of metric
@@ -169,29 +171,9 @@ func (s *seriesSet[K]) admit(k K, pool int) bool {
 	return true
 }
 
-// boundedText returns v as a span attribute or a log field may carry it:
-// valid UTF-8 (each invalid byte replaced), cut to at most maxLabelBytes
-// on a character's boundary. A value that is both already is returned as
-// it is.
-func boundedText(v string) string {
-	return cutText(v, maxLabelBytes)
-}
+// boundedText returns v as a span attribute or a log field may carry it
+// (core.BoundedText).
+func boundedText(v string) string { return core.BoundedText(v) }
 
-// cutText returns v as valid UTF-8 (each invalid byte replaced) of at most
-// most bytes, cut on a character's boundary, and no longer sharing v's
-// memory when it was changed. A value that is both already is returned as
-// it is.
-func cutText(v string, most int) string {
-	if len(v) <= most && utf8.ValidString(v) {
-		return v
-	}
-	v = strings.ToValidUTF8(v[:min(len(v), most)], "\uFFFD")
-	if len(v) > most {
-		cut := most
-		for cut > 0 && !utf8.RuneStart(v[cut]) {
-			cut--
-		}
-		v = v[:cut]
-	}
-	return strings.Clone(v)
-}
+// cutText returns v as valid UTF-8 of at most most bytes (core.CutText).
+func cutText(v string, most int) string { return core.CutText(v, most) }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/damper-ai/damper-go/internal/core"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -98,24 +99,6 @@ func (ct *callTrace) logContext() context.Context {
 	return trace.ContextWithSpan(ct.ctx, ct.request)
 }
 
-// storePart is a part of a Damper's state that a [fleet.Store] may keep,
-// made by newStorePart beside the gate whose part it is.
-type storePart uint8
-
-// storePartInfo names a part: its value of damper.store.part, and the log
-// message of its store's errors.
-type storePartInfo struct{ name, message string }
-
-// storeParts are every part, by storePart.
-var storeParts []storePartInfo
-
-// newStorePart adds a part; it is called once per part, as the package's
-// variables are initialized.
-func newStorePart(name, message string) storePart {
-	storeParts = append(storeParts, storePartInfo{name, message})
-	return storePart(len(storeParts) - 1)
-}
-
 // logStoreError counts a failure of a part's store in damper.store.errors
 // and logs it, at Warn: the part still decided, as its store was built to
 // (on state kept in memory, or refusing). A store that is down fails every
@@ -137,7 +120,7 @@ func (t *telemetry) logStoreError(ctx context.Context, part storePart, op string
 		return
 	}
 	pe.errors.Add(-n)
-	t.log.LogAttrs(ctx, slog.LevelWarn, storeParts[part].message, slog.String("op", op), slog.String("error", err.Error()),
+	t.log.LogAttrs(ctx, slog.LevelWarn, core.StoreParts()[part].Message, slog.String("op", op), slog.String("error", err.Error()),
 		slog.Int64("errors", n))
 }
 

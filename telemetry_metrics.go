@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/damper-ai/damper-go/internal/core"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -64,6 +65,8 @@ type metrics struct {
 	// backends is whether the Damper has backends to fall back to: the
 	// attempts, durations and breaker changes then name theirs.
 	backends bool
+	// env is what the gates see of the Damper, for their records.
+	env *core.Env
 	// gates are the gates' own instruments, made on meter once the
 	// backends are wired (registerGates).
 	gates []gateInstruments
@@ -250,7 +253,7 @@ func (m *metrics) request(ctx context.Context, rep *Report) {
 // storeError counts an operation op of part's store that failed.
 func (m *metrics) storeError(ctx context.Context, part storePart, op string) {
 	if m.storeErrs.Enabled(ctx) {
-		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(storeParts[part].name), keyStoreOp.String(op)))
+		m.storeErrs.Add(ctx, 1, m.attrs(keyStorePart.String(core.StoreParts()[part].Name), keyStoreOp.String(op)))
 	}
 }
 

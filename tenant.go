@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // Tenant is a client of a [Proxy] in key mode: a name, and the keys its
@@ -78,34 +79,33 @@ type tenant struct {
 	name     string
 	priority TenantPriority
 	weight   int
-	ceiling  float64                   // DailyCostUSD; 0: none
-	budgets  map[*backend]fleet.Budget // its own, one per backend
-	spend    fleet.Spend               // with a ceiling: from the primary's store
+	ceiling  float64     // DailyCostUSD; 0: none
+	spend    fleet.Spend // with a ceiling: from the primary's store
 
-	// shares: its calls take its weighted share of each limit group's
-	// rate limit (see takeShare); set when its Proxy has other tenants
-	// to share with.
-	shares bool
+	// gate is the tenant as the gates see it; its parts of its own (a
+	// retry budget on each backend) are theirs. gate.Shares: its calls
+	// take its weighted share of each limit group's rate limit.
+	gate core.Tenant
 }
 
 // partSpend is a tenant's spend, a part of the primary backend's store.
-var partSpend = newStorePart("spend", "damper: tenant spend store error")
+var partSpend = core.NewStorePart("spend", "damper: tenant spend store error")
 
 // newTenant makes the parts of t, filled in, from d's backends' stores.
 func (d *Damper) newTenant(t Tenant) (*tenant, error) {
-	ten := &tenant{name: t.Name, priority: t.Priority, weight: t.Weight, ceiling: t.DailyCostUSD,
-		budgets: make(map[*backend]fleet.Budget, 1+len(d.fallbacks))}
-	settings := fleet.BudgetSettings{Ratio: d.policy.RetryBudgetRatio, Window: d.policy.RetryBudgetWindow,
-		MinTokens: d.policy.RetryBudgetMinTokens, Tenant: t.Name}
+	ten := &tenant{name: t.Name, priority: t.Priority, weight: t.Weight, ceiling: t.DailyCostUSD}
+	ten.gate = core.Tenant{Name: t.Name, Weight: t.Weight}
 	if rb := t.RetryBudget; rb != nil {
-		settings.Ratio, settings.MinTokens = rb.Ratio, rb.MinTokens
+		ten.gate.RetryBudget.Set, ten.gate.RetryBudget.Ratio, ten.gate.RetryBudget.MinTokens = true, rb.Ratio, rb.MinTokens
 	}
 	for _, b := range append([]*backend{d.primary}, d.fallbacks...) {
-		budget, err := fromStore("Budget", b.store, fleet.Store.Budget, fleet.MemoryStore.Budget, settings)
-		if err != nil {
-			return nil, err
+		for _, h := range b.parts {
+			if h.Tenant != nil {
+				if err := h.Tenant.AddTenant(&ten.gate); err != nil {
+					return nil, err
+				}
+			}
 		}
-		ten.budgets[b] = budget
 	}
 	if ten.ceiling > 0 {
 		spend, err := fromStore("Spend", d.primary.store, fleet.SpendStore.Spend, fleet.MemoryStore.Spend, fleet.SpendSettings{Tenant: t.Name})
@@ -158,20 +158,10 @@ func (t *tenant) callContext(ctx context.Context) context.Context {
 	return ctx
 }
 
-// budget is the retry budget of a call for t on backend b: t's own, or
-// b's when the call has no tenant.
-func (t *tenant) budget(b *backend) fleet.Budget {
+// forGates is t as the gates see it; nil for no tenant.
+func (t *tenant) forGates() *core.Tenant {
 	if t == nil {
-		return b.budget
+		return nil
 	}
-	return t.budgets[b]
-}
-
-// shareWeight is t's weight in the shares of the concurrency slots: its
-// Weight, or 1 for calls without a tenant.
-func (t *tenant) shareWeight() int {
-	if t == nil || t.weight < 1 {
-		return 1
-	}
-	return t.weight
+	return &t.gate
 }

@@ -4,114 +4,18 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/gates/breaker"
+	"github.com/damper-ai/damper-go/internal/gates/budget"
+	"github.com/damper-ai/damper-go/internal/gates/throttle"
 
 	"github.com/damper-ai/damper-go/dampertest"
 )
-
-// Attempt ends as the throttle hears them.
-var (
-	thrFailed    = attemptEvent{outcome: fleet.AttemptOutcome{Signal: ProviderHealth}, class: Retryable}
-	thrLimited   = attemptEvent{outcome: fleet.AttemptOutcome{Signal: CallerTraffic}, class: Retryable}
-	thrAnswered  = attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}}
-	thrFinal     = attemptEvent{class: NotRetryable}
-	thrSpend     = attemptEvent{outcome: fleet.AttemptOutcome{Signal: CallerTraffic}, class: NotRetryable}
-	thrAmbiguous = attemptEvent{outcome: fleet.AttemptOutcome{Signal: ProviderHealth}, class: Ambiguous}
-	thrCanceled  = attemptEvent{class: NotRetryable} // as the loop records the caller's own end
-)
-
-func thrEvents(seq string) []attemptEvent {
-	var out []attemptEvent
-	for _, c := range seq {
-		switch c {
-		case 'F':
-			out = append(out, thrFailed)
-		case 'L':
-			out = append(out, thrLimited)
-		case 'S':
-			out = append(out, thrAnswered)
-		case 'N':
-			out = append(out, thrFinal)
-		case 'P':
-			out = append(out, thrSpend)
-		case 'A':
-			out = append(out, thrAmbiguous)
-		case 'C':
-			out = append(out, thrCanceled)
-		}
-	}
-	return out
-}
-
-func repeat(s string, n int) string {
-	out := ""
-	for range n {
-		out += s
-	}
-	return out
-}
-
-// The count starts at MaxTokens; every retryable failure takes one token,
-// every answer gives TokenRatio back, within [0, MaxTokens]; a retry needs
-// more than half of MaxTokens.
-func TestRetryThrottleArithmetic(t *testing.T) {
-	tests := []struct {
-		name   string
-		p      ThrottlePolicy
-		seq    string // F, L: retryable failures; S: answer; N, P, A, C: others
-		left   float64
-		allows bool
-	}{
-		{"full", ThrottlePolicy{}, "", 10, true},
-		{"one failure", ThrottlePolicy{}, "F", 9, true},
-		{"a rate limit costs a token", ThrottlePolicy{}, "L", 9, true},
-		{"four failures", ThrottlePolicy{}, "FFFF", 6, true},
-		{"five failures: half left", ThrottlePolicy{}, "FFFFF", 5, false},
-		{"above half again", ThrottlePolicy{}, "FFFFFS", 5.2, true},
-		{"never above MaxTokens", ThrottlePolicy{}, "SSS", 10, true},
-		{"capped, then a failure", ThrottlePolicy{}, "SSSF", 9, true},
-		{"never below zero", ThrottlePolicy{}, repeat("F", 12), 0, false},
-		{"from zero", ThrottlePolicy{}, repeat("F", 12) + "SSS", 0.6, false},
-		{"back to half exactly", ThrottlePolicy{}, "FFFFFFSSSSS", 5, false},
-		{"back above half", ThrottlePolicy{}, "FFFFFFSSSSSS", 5.2, true},
-		{"k failures, s answers", ThrottlePolicy{}, "FFFFFFFF" + repeat("S", 17), 5.4, true},
-		{"final failures take nothing", ThrottlePolicy{}, "FFF" + repeat("NPAC", 20), 7, true},
-		{"one token, a failure", ThrottlePolicy{MaxTokens: 1}, "F", 0, false},
-		{"one token, three answers", ThrottlePolicy{MaxTokens: 1}, "FSSS", 0.6, true},
-		{"one token, two answers", ThrottlePolicy{MaxTokens: 1}, "FSS", 0.4, false},
-		{"ratio 1", ThrottlePolicy{TokenRatio: 1}, "FFFFFS", 6, true},
-		{"ratio rounded to thousandths", ThrottlePolicy{TokenRatio: 0.0015}, repeat("F", 10) + "SSS", 0.006, false},
-		{"1000 tokens", ThrottlePolicy{MaxTokens: 1000, TokenRatio: 0.5}, repeat("F", 500) + "S", 500.5, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := filledPart(tt.p, "Throttle")
-			if err != nil {
-				t.Fatal(err)
-			}
-			tokens, err := fleet.MemoryStore{}.Throttle(fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
-			if err != nil {
-				t.Fatal(err)
-			}
-			th := newRetryThrottle(p, tokens, nil)
-			for _, e := range thrEvents(tt.seq) {
-				th.observeAttempt(context.Background(), time.Time{}, e)
-			}
-			n, _ := tokens.Tokens(context.Background())
-			c := &call{ctx: context.Background()}
-			if got := float64(n) / 1000; got != tt.left || th.allows(c) != tt.allows {
-				t.Fatalf("left %v, allows %v; want %v, %v", got, th.allows(c), tt.left, tt.allows)
-			}
-		})
-	}
-}
 
 // thrRig is a Damper with policy p on a virtual clock in front of the fake
 // API, in memory.
@@ -237,7 +141,7 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk, srv, d, client := thrRig(t, Policy{MaxAttempts: 1, PerAttemptTimeout: time.Second, Throttle: &ThrottlePolicy{}})
-			setTokens(throttleOf(d).t, int64(tt.start*1000))
+			setTokens(throttleOf(d), int64(tt.start*1000))
 			srv.Script("", tt.step)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -267,68 +171,6 @@ func TestThrottleTokensByAttempt(t *testing.T) {
 	}
 }
 
-// Concurrent observers and readers: with -race, no data race, and the
-// count ends exactly where the arithmetic puts it.
-func TestRetryThrottleConcurrent(t *testing.T) {
-	ctx, now := context.Background(), time.Time{}
-	p := &ThrottlePolicy{MaxTokens: 1000, TokenRatio: 0.2}
-	tokens, _ := fleet.MemoryStore{}.Throttle(fleet.ThrottleSettings{MaxTokens: p.MaxTokens, TokenRatio: p.TokenRatio})
-	th := newRetryThrottle(p, tokens, nil)
-	for range 400 {
-		th.observeAttempt(ctx, now, thrFailed)
-	}
-	var stop atomic.Bool
-	var bad atomic.Int64
-	var readers sync.WaitGroup
-	for range 4 {
-		readers.Go(func() {
-			for !stop.Load() {
-				if l := throttleLeft(th); l < 0 || l > 1000 {
-					bad.Add(1)
-				}
-				_ = th.allows(&call{ctx: ctx})
-			}
-		})
-	}
-	run := func(goroutines, rounds int, round func()) {
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Go(func() {
-				for range rounds {
-					round()
-				}
-			})
-		}
-		wg.Wait()
-	}
-	// One failure and five answers cost nothing; from 600, 400 rounds keep
-	// the count within [200, 1000] whatever the order, so it is never
-	// clamped and ends where it started.
-	run(20, 20, func() {
-		th.observeAttempt(ctx, now, thrFailed)
-		for range 5 {
-			th.observeAttempt(ctx, now, thrAnswered)
-		}
-		th.observeAttempt(ctx, now, thrFinal)
-	})
-	if got := throttleLeft(th); got != 600 || !th.allows(&call{ctx: ctx}) {
-		t.Errorf("after balanced rounds: %v left, want 600", got)
-	}
-	run(50, 200, func() { th.observeAttempt(ctx, now, thrAnswered) })
-	if got := throttleLeft(th); got != 1000 {
-		t.Errorf("after 10000 answers: %v left, want 1000", got)
-	}
-	run(50, 50, func() { th.observeAttempt(ctx, now, thrLimited) })
-	if got := throttleLeft(th); got != 0 || th.allows(&call{ctx: ctx}) {
-		t.Errorf("after 2500 failures: %v left, want 0", got)
-	}
-	stop.Store(true)
-	readers.Wait()
-	if bad.Load() != 0 {
-		t.Errorf("%d reads outside [0, 1000]", bad.Load())
-	}
-}
-
 // A zero Policy has neither breaker nor throttle: no attempt gate, the
 // budget alone observing, and no circuit state in its reports.
 func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
@@ -336,7 +178,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 	if d.primary.attemptGates != nil || hasBreaker(d) || throttleOf(d) != nil || len(d.primary.observers) != 1 || d.policy.Breaker != nil || d.policy.Throttle != nil {
 		t.Fatalf("gates %v, breaker %v, throttle %v, %d observers; want none but the budget", d.primary.attemptGates, hasBreaker(d), throttleOf(d), len(d.primary.observers))
 	}
-	if _, ok := d.primary.observers[0].(budgetGate); !ok {
+	if budget.TenantBudget(d.primary.parts, nil) == nil || partOf(d.primary, budget.Gate).Observe != d.primary.observers[0] {
 		t.Fatalf("observer %T, want the budget's", d.primary.observers[0])
 	}
 	srv.Script("", dampertest.Status(529), dampertest.Status(529), dampertest.Status(529))
@@ -362,7 +204,7 @@ func TestZeroPolicyHasNoBreakerNorThrottle(t *testing.T) {
 func TestRetryGatesOrder(t *testing.T) {
 	t.Run("breaker before throttle", func(t *testing.T) {
 		_, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{MinAttempts: 1}, Throttle: &ThrottlePolicy{}})
-		setTokens(throttleOf(d).t, 5500) // one failure leaves 4.5: refused
+		setTokens(throttleOf(d), 5500) // one failure leaves 4.5: refused
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRetryThrottled) {
@@ -371,7 +213,7 @@ func TestRetryGatesOrder(t *testing.T) {
 	})
 	t.Run("throttle before budget", func(t *testing.T) {
 		clk, srv, d, client := thrRig(t, Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RetryBudgetMinTokens: 1})
-		setTokens(throttleOf(d).t, 5500)
+		setTokens(throttleOf(d), 5500)
 		srv.Script("", dampertest.Status(529))
 		_, err := client.Messages.New(context.Background(), hookParams())
 		if !errors.Is(err, ErrRetryThrottled) {
@@ -386,7 +228,7 @@ func TestRetryGatesOrder(t *testing.T) {
 // hasBreaker reports whether d gates its attempts with a circuit breaker.
 func hasBreaker(d *Damper) bool {
 	for _, g := range d.primary.attemptGates {
-		if _, ok := g.(circuitGate); ok {
+		if _, ok := g.(*breaker.Circuit); ok {
 			return true
 		}
 	}
@@ -394,8 +236,8 @@ func hasBreaker(d *Damper) bool {
 }
 
 // throttleLeft returns the tokens a throttle in memory has left.
-func throttleLeft(th *retryThrottle) float64 {
-	n, _ := th.t.Tokens(context.Background())
+func throttleLeft(th fleet.Throttle) float64 {
+	n, _ := th.Tokens(context.Background())
 	return float64(n) / 1000
 }
 
@@ -407,11 +249,14 @@ func setTokens(th fleet.Throttle, n int64) {
 }
 
 // throttleOf returns d's primary throttle, or nil.
-func throttleOf(d *Damper) *retryThrottle {
-	for _, o := range d.primary.observers {
-		if t, ok := o.(*retryThrottle); ok {
-			return t
+func throttleOf(d *Damper) fleet.Throttle { return throttle.Of(d.primary.parts) }
+
+// partOf is the hooks gate g's part made on b.
+func partOf(b *backend, g *gate) hooks {
+	for i, e := range gateList {
+		if e.Gate == g {
+			return b.parts[i]
 		}
 	}
-	return nil
+	return hooks{}
 }

@@ -1,4 +1,4 @@
-package damper
+package core
 
 import (
 	"math"
@@ -13,12 +13,12 @@ import (
 // so that no arithmetic on it overflows.
 const maxHint = 1000 * 24 * time.Hour
 
-// parseRetryAfter reads the provider's delay from the response headers:
+// ParseRetryAfter reads the provider's delay from the response headers:
 // retry-after-ms (milliseconds), else retry-after (seconds, or an HTTP date
 // in any of the three formats net/http accepts, relative to now). A value
 // that is negative, NaN, infinite or unparseable, or a date in the past, is
 // no hint: ok is false. A huge value is clamped, never overflowed.
-func parseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
+func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
 		if d, ok := parseHintNumber(v, float64(time.Millisecond)); ok {
 			return d, true

@@ -1,8 +1,8 @@
-package damper
+package core
 
 import "time"
 
-// backoff returns the wait before retry number retry (1 for the first
+// Backoff returns the wait before retry number retry (1 for the first
 // retry). rnd is a uniform random number in [0, 1).
 //
 // Without a provider hint it is full jitter: uniform in
@@ -10,7 +10,7 @@ import "time"
 // of up to a tenth of it (at most base), so that many clients told the same
 // delay do not return together; the spread never takes the wait past
 // capAfter, the longest provider delay that is honoured.
-func backoff(retry int, base, maxWait time.Duration, hint time.Duration, hasHint bool, capAfter time.Duration, rnd float64) time.Duration {
+func Backoff(retry int, base, maxWait time.Duration, hint time.Duration, hasHint bool, capAfter time.Duration, rnd float64) time.Duration {
 	rnd = clamp01(rnd)
 	if hasHint {
 		spread := time.Duration(rnd * float64(min(hint/10, base)))

@@ -1,9 +1,12 @@
-package damper
+package concurrency
 
 import (
 	"errors"
 	"math"
 	"time"
+
+	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // The adaptive concurrency limit: each answered attempt of a cohort feeds
@@ -48,10 +51,10 @@ func (b *latencyBest) note(logMean float64, short bool) {
 // failure that says nothing of the provider's load, a cancellation, a
 // lost hedge) only counts as an end. Once the whole cohort has ended, the
 // limit moves. The caller holds l.mu.
-func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
+func (l *Limit) sample(took time.Duration, kind int, e core.Event) {
 	w := &l.win
 	switch {
-	case e.failure == nil && e.outcome.Success:
+	case e.Failure == nil && e.Outcome.Success:
 		x := math.Log(max(took, time.Microsecond).Seconds())
 		if b := l.kinds[kind]; b.known {
 			w.logExcess += x - b.log - l.logAllowance(b.log)
@@ -59,7 +62,7 @@ func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
 		}
 		w.logSum[kind] += x
 		w.kindN[kind]++
-	case e.failure != nil && (e.failure.StatusCode == 529 || errors.Is(e.failure.Err, ErrAttemptTimeout)):
+	case e.Failure != nil && (e.Failure.StatusCode == 529 || errors.Is(e.Failure.Err, core.ErrAttemptTimeout)):
 		w.overloads++
 	}
 	if w.ended++; w.ended >= concWindow {
@@ -69,7 +72,7 @@ func (l *concLimit) sample(took time.Duration, kind int, e attemptEvent) {
 
 // logAllowance is ln(allowed / best) for a kind whose best is
 // exp(bestLog) seconds: Tolerance, or 1 + Slack / best when more.
-func (l *concLimit) logAllowance(bestLog float64) float64 {
+func (l *Limit) logAllowance(bestLog float64) float64 {
 	return math.Log(max(l.p.Tolerance, 1+l.p.Slack.Seconds()/math.Exp(bestLog)))
 }
 
@@ -78,7 +81,7 @@ func (l *concLimit) logAllowance(bestLog float64) float64 {
 // demand levels out below it (take). The limit grows only if an
 // attempt found it full: one above the demand stays where it is. The
 // caller holds l.mu.
-func (l *concLimit) adjust() {
+func (l *Limit) adjust() {
 	w := l.win
 	next := l.limit
 	switch {
@@ -107,8 +110,8 @@ func (l *concLimit) adjust() {
 	// Attempts sent while a higher limit fills up find the provider
 	// emptier than it will be: the next cohort waits for it to fill, or
 	// for the demand to show itself below it (take).
-	l.peak, l.unfilled = l.held[Interactive]+l.held[Batch], 0
-	if l.filling = grew && l.held[Interactive]+l.held[Batch] < l.slots(); !l.filling {
+	l.peak, l.unfilled = l.held[fleet.Interactive]+l.held[fleet.Batch], 0
+	if l.filling = grew && l.held[fleet.Interactive]+l.held[fleet.Batch] < l.slots(); !l.filling {
 		l.newCohort()
 	}
 	l.grant()
@@ -116,9 +119,9 @@ func (l *concLimit) adjust() {
 
 // newCohort starts a cohort: the attempts sent from now on are sampled.
 // The caller holds l.mu.
-func (l *concLimit) newCohort() {
+func (l *Limit) newCohort() {
 	l.epoch++
 	l.cohort, l.win, l.filling = 0, concWindowSamples{}, false
-	l.below = l.held[Interactive]+l.held[Batch] < l.slots()
-	l.short = l.line[Interactive].n+l.line[Batch].n > 0
+	l.below = l.held[fleet.Interactive]+l.held[fleet.Batch] < l.slots()
+	l.short = l.line[fleet.Interactive].n+l.line[fleet.Batch].n > 0
 }

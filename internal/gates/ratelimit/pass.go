@@ -1,4 +1,4 @@
-package damper
+package ratelimit
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 	"github.com/damper-ai/damper-go/internal/ratelimit"
-	"github.com/tidwall/gjson"
 )
 
 // The rate limiter's pass: one admitted attempt's reservation, settled by
@@ -36,69 +36,69 @@ func (p *limitPass) release(now time.Time) {
 	}
 }
 
-// settle corrects the buckets from the response's headers, pauses them
+// Settle corrects the buckets from the response's headers, pauses them
 // after a rate-limit 429, and settles the reservation: by the answer's
 // usage; for a failure, with the output it reserved given back (the
 // request and its input may have counted); for an attempt never sent,
-// entirely. A stream still open settles at its end (settleEnd).
-func (p *limitPass) settle(now time.Time, e attemptEvent) {
-	if !e.outcome.Success && e.failure == nil {
+// entirely. A stream still open settles at its end (SettleEnd).
+func (p *limitPass) Settle(now time.Time, e core.Event) {
+	if !e.Outcome.Success && e.Failure == nil {
 		p.settleBy(now, fleet.RateAmounts{}, [3]bool{true, true, true})
 		p.storeError("leave", p.group.leave(p.ctx, p.ticket, now))
 		p.release(now)
 		return
 	}
-	if o, ok := rateHeaders(e.header); ok {
+	if o, ok := rateHeaders(e.Header); ok {
 		p.storeError("observe", p.group.g.Observe(p.ctx, now, p.r, o))
 		p.group.learn(o)
 	}
-	if e.outcome.Success {
+	if e.Outcome.Success {
 		p.group.took.add(now.Sub(p.sent))
 	}
 	switch {
-	case e.failure != nil:
-		if e.class == Retryable && e.outcome.Signal == CallerTraffic {
-			p.pause(now, e.header)
+	case e.Failure != nil:
+		if e.Class == core.Retryable && e.Outcome.Signal == fleet.CallerTraffic {
+			p.pause(now, e.Header)
 		}
 		p.settleBy(now, fleet.RateAmounts{}, [3]bool{ratelimit.OutputTokens: true})
-	case e.streamOpen:
+	case e.StreamOpen:
 		return // settled at the stream's end
 	default:
-		p.settleUsage(now, e.usage)
+		p.settleUsage(now, e.Usage)
 	}
 	p.release(now)
 }
 
-// settleEnd settles a stream's reservation at the stream's end.
-func (p *limitPass) settleEnd(now time.Time, u usage) {
+// SettleEnd settles a stream's reservation at the stream's end.
+func (p *limitPass) SettleEnd(now time.Time, u core.Usage) {
 	p.settleUsage(now, u)
 	p.release(now)
 }
 
 // settleUsage settles the reservation by u; without usage the reservation
 // stands as taken.
-func (p *limitPass) settleUsage(now time.Time, u usage) {
-	if !u.known {
+func (p *limitPass) settleUsage(now time.Time, u core.Usage) {
+	if !u.Known {
 		p.settleBy(now, fleet.RateAmounts{}, [3]bool{})
 		return
 	}
-	in := u.input + u.cacheCreation
+	in := u.InputTokens + u.CacheCreationInputTokens
 	if !p.group.cacheAware {
-		in += u.cacheRead
+		in += u.CacheReadInputTokens
 	}
-	p.settleBy(now, fleet.RateAmounts{1, float64(in), float64(u.output)}, [3]bool{true, true, true})
+	p.settleBy(now, fleet.RateAmounts{1, float64(in), float64(u.OutputTokens)}, [3]bool{true, true, true})
 }
 
 func (p *limitPass) settleBy(now time.Time, used fleet.RateAmounts, known [3]bool) {
 	p.storeError("settle", p.group.g.Settle(p.ctx, now, p.r, used, known))
 	if err := p.share.settle(p.ctx, now, used, known); err != nil {
-		p.group.tel.logStoreError(p.ctx, partShares, "settle", err)
+		p.group.env.LogStoreError(p.ctx, partShares, "settle", err)
 	}
 }
 
 func (p *limitPass) storeError(op string, err error) {
 	if err != nil {
-		p.group.tel.logStoreError(p.ctx, partLimiter, op, err)
+		p.group.env.LogStoreError(p.ctx, partLimiter, op, err)
 	}
 }
 
@@ -106,7 +106,7 @@ func (p *limitPass) storeError(op string, err error) {
 // count is below what the attempt asked, or all three when the response
 // names none) until its retry-after, or else each bucket's reset time.
 func (p *limitPass) pause(now time.Time, h http.Header) {
-	delay, hasDelay := parseRetryAfter(h, now)
+	delay, hasDelay := core.ParseRetryAfter(h, now)
 	var named [ratelimit.NumKinds]bool
 	any := false
 	for k, keys := range rateHeaderKeys {
@@ -180,25 +180,4 @@ func headerFloat(h http.Header, key string) (float64, bool) {
 		return 0, false
 	}
 	return f, true
-}
-
-// usage is an answer's token usage.
-type usage struct {
-	input, cacheCreation, cacheRead, output int64
-	known                                   bool
-}
-
-// answerUsage reads the usage of a plain answer.
-func answerUsage(body []byte) usage {
-	u := gjson.GetBytes(body, "usage")
-	if !u.IsObject() {
-		return usage{}
-	}
-	return usage{
-		input:         u.Get("input_tokens").Int(),
-		cacheCreation: u.Get("cache_creation_input_tokens").Int(),
-		cacheRead:     u.Get("cache_read_input_tokens").Int(),
-		output:        u.Get("output_tokens").Int(),
-		known:         true,
-	}
 }

@@ -1,4 +1,4 @@
-package damper
+package ratelimit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // Tenants' weighted shares of a limit group's rate limit: a call made
@@ -18,17 +19,17 @@ import (
 // attempt did not use goes back as its reservation does.
 
 // partShares is the shares' part of a store.
-var partShares = newStorePart("shares", "damper: tenant shares store error")
+var partShares = core.NewStorePart("shares", "damper: tenant shares store error")
 
 // shares makes the tenants' shares of group: the store's, or, when it
 // keeps none or fails, shares in memory.
-func (l *limiter) shares(group string) fleet.LimitShares {
+func (l *Limiter) shares(group string) fleet.LimitShares {
 	settings := fleet.ShareSettings{Group: group}
 	var s fleet.LimitShares
 	if st, ok := l.store.(fleet.ShareStore); ok {
 		var err error
 		if s, err = st.LimitShares(settings); err != nil {
-			l.tel.logStoreError(context.Background(), partShares, "shares", err)
+			l.env.LogStoreError(context.Background(), partShares, "shares", err)
 			s = nil
 		}
 	}
@@ -82,35 +83,35 @@ type shareHold struct {
 // waiting for it within latest. It returns nil and no refusal when the
 // call takes no share (no tenant sharing, or no limit known yet), and a
 // refusal when the share cannot be had by latest or the wait ended.
-func (l *limiter) takeShare(c *call, cr *callRate, now, latest time.Time) (*shareHold, admission, time.Time) {
-	t := c.tenant
-	if t == nil || !t.shares {
-		return nil, admission{}, now
+func (l *Limiter) takeShare(c core.Call, cr *callRate, now, latest time.Time) (*shareHold, core.Admission, time.Time) {
+	t := c.Tenant()
+	if t == nil || !t.Shares {
+		return nil, core.Admission{}, now
 	}
 	g := cr.group
 	limits := g.knownLimits()
 	f := dominant(limits, cr.cost)
 	if f <= 0 {
-		return nil, admission{}, now
+		return nil, core.Admission{}, now
 	}
 	start := now
-	ask := fleet.ShareAsk{Tenant: t.name, Weight: t.weight, Fraction: f}
+	ask := fleet.ShareAsk{Tenant: t.Name, Weight: t.Weight, Fraction: f}
 	for {
-		r, due, err := g.shares.Take(c.ctx, now, ask, latest)
-		c.storeError(partShares, "take", err)
+		r, due, err := g.shares.Take(c.Context(), now, ask, latest)
+		c.StoreError(partShares, "take", err)
 		if r.Taken() {
-			return &shareHold{shares: g.shares, r: r, limits: limits, cost: cr.cost, f: f}, admission{}, now
+			return &shareHold{shares: g.shares, r: r, limits: limits, cost: cr.cost, f: f}, core.Admission{}, now
 		}
 		if !due.After(now) {
-			return nil, admission{}, now // the store could not decide: no share
+			return nil, core.Admission{}, now // the store could not decide: no share
 		}
 		if due.After(latest) {
-			return nil, admission{refused: rateDenial(now, due), queued: now.Sub(start)}, now
+			return nil, core.Admission{Refused: rateDenial(now, due), Queued: now.Sub(start)}, now
 		}
-		refused, canceled := waitUntil(c, l, due)
+		refused, canceled := c.Wait(l, due)
 		now = l.clock.Now()
 		if refused != nil || canceled {
-			return nil, admission{refused: refused, canceled: canceled, queued: now.Sub(start)}, now
+			return nil, core.Admission{Refused: refused, Canceled: canceled, Queued: now.Sub(start)}, now
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package damper
+package ratelimit
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/conf"
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/core/coretest"
 )
 
 // refuseLater is an attempt gate that admits every attempt now and would
@@ -21,58 +24,65 @@ import (
 // a wait.
 type refuseLater struct{}
 
-var errRefusedLater = &denial{gate: &gate{outcome: "later_refused"}}
+var errRefusedLater = &core.Denial{Gate: &core.Gate{Outcome: "later_refused"}}
 
-func (refuseLater) admitAttempt(*call, *attempt, time.Time) admission { return admission{} }
+func (refuseLater) AdmitAttempt(core.Call, core.Attempt, time.Time) core.Admission {
+	return core.Admission{}
+}
 
-func (refuseLater) refusesAt(_ *call, now, at time.Time) *denial {
+func (refuseLater) RefusesAt(_ core.Call, now, at time.Time) *core.Denial {
 	if at.After(now) {
 		return errRefusedLater
 	}
 	return nil
 }
 
-// limiterCall is a call of model claude-sonnet-4-6 through d, as newCall
-// would make it, without a request.
-func limiterCall(d *Damper, ctx context.Context) *call {
-	c := &call{d: d, ctx: ctx, start: d.clock.Now(), inputTokens: 100, maxTokens: 1024}
-	c.report.Model = "claude-sonnet-4-6"
-	c.first = route{b: d.primary, model: c.report.Model}
-	c.route = &c.first
-	return c
+// testLimiter is a limiter of policy p, filled in, on the wall clock (the
+// bubble's, in a synctest), whose state is in memory.
+func testLimiter(t testing.TB, p Policy) *Limiter {
+	t.Helper()
+	if err := conf.Fill(&p); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(&p, coretest.RealClock{}, nil)
+	l.env = coretest.Env(coretest.RealClock{})
+	return l
 }
+
+// limiterCall is a call of model claude-sonnet-4-6, as the engine would
+// show it to the limiter.
+func limiterCall(ctx context.Context) *coretest.Call {
+	return &coretest.Call{Ctx: ctx, M: "claude-sonnet-4-6", Input: 100, Max: 1024, Clock: coretest.RealClock{}}
+}
+
+// rateOf is the limiter's state of c's route.
+func rateOf(c *coretest.Call) *callRate { return c.State.(*callRate) }
 
 // No wait in line is started for an attempt that a later gate would refuse
 // once the wait is over, and the refused attempt takes nothing.
 func TestRateLimitWaitAsksLaterGatesFirst(t *testing.T) {
-	d, err := New(Policy{RateLimit: &RateLimitPolicy{MaxWait: 2 * time.Minute,
-		Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1}}}},
-		WithClock(realClock{}))
-	if err != nil {
-		t.Fatal(err)
+	l := testLimiter(t, Policy{MaxWait: 2 * time.Minute,
+		Limits: map[string]fleet.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 1}}})
+	first := l.AdmitAttempt(limiterCall(context.Background()), core.Attempt{N: 1}, time.Now())
+	if first.Refused != nil {
+		t.Fatalf("first attempt refused: %+v", first.Refused)
 	}
-	d.primary.attemptGates = append(d.primary.attemptGates, refuseLater{})
-	first := limiterCall(d, context.Background())
-	a := first.newAttempt(1, false)
-	if refused, _ := admitAttempt(first, a); refused != nil {
-		t.Fatalf("first attempt refused: %+v", refused)
-	}
-	a.settle(attemptEvent{outcome: fleet.AttemptOutcome{Success: true}})
+	first.Pass.Settle(time.Now(), core.Event{Outcome: fleet.AttemptOutcome{Success: true}})
 
-	c := limiterCall(d, context.Background())
+	c := limiterCall(context.Background())
+	c.Later = []core.AttemptGate{refuseLater{}}
 	start := time.Now()
-	b := c.newAttempt(1, false)
-	refused, canceled := admitAttempt(c, b)
-	queued := b.queued
+	adm := l.AdmitAttempt(c, core.Attempt{N: 1}, time.Now())
+	refused, canceled, queued := adm.Refused, adm.Canceled, adm.Queued
 	if refused != errRefusedLater || canceled || queued > time.Second || time.Since(start) > time.Second {
 		t.Fatalf("refused %+v, canceled %v, queued %v after %v; want the later gate's refusal at once", refused, canceled, queued, time.Since(start))
 	}
-	if s := d.RateLimits()[0]; s.Bucket != "requests" || s.Remaining > 0.01 {
+	if s := l.State(time.Now())[0]; s.Bucket != "requests" || s.Remaining > 0.01 {
 		t.Fatalf("requests bucket %+v", s)
 	}
 	// The bucket holds nothing, and no debt: the next request is due in a
 	// minute at most (a debt would have made it two).
-	if due, _ := d.primary.limiter.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), fleet.RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
+	if due, _ := l.group("claude-sonnet-4-6").g.Admits(context.Background(), time.Now(), time.Now(), fleet.RateAmounts{1, 0, 0}, 0); due.Sub(time.Now()) > time.Minute {
 		t.Fatalf("next request due in %v: the refused attempt kept its request", due.Sub(time.Now()))
 	}
 }
@@ -92,44 +102,38 @@ func BenchmarkRateLimitAdmission(b *testing.B) {
 	h.Set("anthropic-ratelimit-input-tokens-remaining", "99999999000")
 	h.Set("anthropic-ratelimit-output-tokens-limit", "100000000000")
 	h.Set("anthropic-ratelimit-output-tokens-remaining", "99999999000")
-	ev := attemptEvent{outcome: fleet.AttemptOutcome{First: true, Success: true}, header: h,
-		usage: usage{input: 1, output: 1, known: true}}
+	ev := core.Event{Outcome: fleet.AttemptOutcome{First: true, Success: true}, Header: h,
+		Usage: core.Usage{InputTokens: 1, OutputTokens: 1, Known: true}}
 	// The largest limits a policy accepts.
-	configured := &RateLimitPolicy{Limits: map[string]RateLimits{"claude-sonnet-4": {
+	configured := &Policy{Limits: map[string]fleet.RateLimits{"claude-sonnet-4": {
 		RequestsPerMinute: 1e9, InputTokensPerMinute: 1e9, OutputTokensPerMinute: 1e9}}}
 	for _, bc := range []struct {
 		name   string
-		policy *RateLimitPolicy
+		policy *Policy
 		tenant bool // each call for a tenant, taking its share
 	}{
-		{"learned", &RateLimitPolicy{}, false},
+		{"learned", &Policy{}, false},
 		{"configured", configured, false},
 		{"configured/tenant_share", configured, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			d, err := New(Policy{RateLimit: bc.policy})
-			if err != nil {
-				b.Fatal(err)
-			}
+			l := testLimiter(b, *bc.policy)
 			ctx := context.Background()
-			var ten *tenant
+			var ten *core.Tenant
 			if bc.tenant {
-				if ten, err = d.newTenant(Tenant{Name: "alpha", Weight: 1}); err != nil {
-					b.Fatal(err)
-				}
-				ten.shares = true
+				ten = &core.Tenant{Name: "alpha", Weight: 1, Shares: true}
 			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				c := limiterCall(d, ctx)
-				c.tenant = ten
+				c := limiterCall(ctx)
+				c.T = ten
 				for pb.Next() {
-					c.route.rate = nil // each call finds its group and cost
-					adm := d.primary.limiter.admitAttempt(c, c.newAttempt(1, false), d.clock.Now())
-					if adm.pass == nil {
-						b.Fatalf("refused: %+v", adm.refused.err())
+					c.State = nil // each call finds its group and cost
+					adm := l.AdmitAttempt(c, core.Attempt{N: 1}, time.Now())
+					if adm.Pass == nil {
+						b.Fatalf("refused: %+v", adm.Refused.Err())
 					}
-					adm.pass.settle(d.clock.Now(), ev)
+					adm.Pass.Settle(time.Now(), ev)
 				}
 			})
 		})
@@ -178,11 +182,11 @@ func FuzzRateHeaders(f *testing.F) {
 }
 
 // The room left before a deadline follows the group's attempts: their
-// smoothed mean plus four mean deviations, and never less than minAttempt.
+// smoothed mean plus four mean deviations, and never less than core.MinAttempt.
 func TestAttemptTimesRoom(t *testing.T) {
 	var a attemptTimes
-	if got := a.room(); got != minAttempt {
-		t.Fatalf("no attempt yet: room %v, want %v", got, minAttempt)
+	if got := a.room(); got != core.MinAttempt {
+		t.Fatalf("no attempt yet: room %v, want %v", got, core.MinAttempt)
 	}
 	a.add(2 * time.Second)
 	if got := a.room(); got != 6*time.Second {
@@ -202,8 +206,8 @@ func TestAttemptTimesRoom(t *testing.T) {
 	for range 50 {
 		fast.add(10 * time.Millisecond)
 	}
-	if got := fast.room(); got != minAttempt {
-		t.Fatalf("fast attempts: room %v, want the floor %v", got, minAttempt)
+	if got := fast.room(); got != core.MinAttempt {
+		t.Fatalf("fast attempts: room %v, want the floor %v", got, core.MinAttempt)
 	}
 }
 
@@ -211,33 +215,30 @@ func TestAttemptTimesRoom(t *testing.T) {
 // that begins during its wait, until the pause ends.
 func TestRateLimitWaiterHeldByPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := New(Policy{RateLimit: &RateLimitPolicy{MaxWait: time.Minute,
-			Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 60}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := testLimiter(t, Policy{MaxWait: time.Minute,
+			Limits: map[string]fleet.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 60}}})
 		ctx := context.Background()
 		for range 60 {
-			adm := d.primary.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now())
-			adm.pass.settle(time.Now(), attemptEvent{outcome: fleet.AttemptOutcome{Success: true}})
+			adm := l.AdmitAttempt(limiterCall(ctx), core.Attempt{N: 1}, time.Now())
+			adm.Pass.Settle(time.Now(), core.Event{Outcome: fleet.AttemptOutcome{Success: true}})
 		}
 		start := time.Now()
-		done := make(chan admission, 1)
-		go func() { done <- d.primary.limiter.admitAttempt(limiterCall(d, ctx), &attempt{n: 1}, time.Now()) }()
+		done := make(chan core.Admission, 1)
+		go func() { done <- l.AdmitAttempt(limiterCall(ctx), core.Attempt{N: 1}, time.Now()) }()
 		time.Sleep(500 * time.Millisecond) // it is due at +1 s
-		d.primary.limiter.group("claude-sonnet-4-6").g.Pause(context.Background(), time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
+		l.group("claude-sonnet-4-6").g.Pause(context.Background(), time.Now(), [3]bool{true, false, false}, start.Add(20*time.Second))
 		adm := <-done
-		if adm.pass == nil || time.Since(start) != 20*time.Second || adm.queued != 20*time.Second {
-			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.pass != nil, time.Since(start), adm.queued)
+		if adm.Pass == nil || time.Since(start) != 20*time.Second || adm.Queued != 20*time.Second {
+			t.Fatalf("admitted %v after %v, queued %v; want admitted when the pause ends, at 20s", adm.Pass != nil, time.Since(start), adm.Queued)
 		}
 	})
 }
 
-// modelCall is a call of model through d, as newCall would make it,
-// without a request.
-func modelCall(d *Damper, ctx context.Context, model string) *call {
-	c := limiterCall(d, ctx)
-	c.report.Model, c.first.model = model, model
+// modelCall is a call of model, as the engine would show it to the
+// limiter.
+func modelCall(ctx context.Context, model string) *coretest.Call {
+	c := limiterCall(ctx)
+	c.M = model
 	return c
 }
 
@@ -248,22 +249,18 @@ func modelCall(d *Damper, ctx context.Context, model string) *call {
 // group of a call still open.
 func TestRateLimitGroupsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := New(Policy{RateLimit: &RateLimitPolicy{
-			Limits: map[string]RateLimits{"claude-opus-4": {RequestsPerMinute: 1000}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := d.primary.limiter
+		l := testLimiter(t, Policy{
+			Limits: map[string]fleet.RateLimits{"claude-opus-4": {RequestsPerMinute: 1000}}})
 		ctx := context.Background()
 		admit := func(model string) *limitPass {
 			t.Helper()
-			adm := l.admitAttempt(modelCall(d, ctx, model), &attempt{n: 1}, time.Now())
-			if adm.pass == nil {
-				t.Fatalf("%s refused: %+v", model, adm.refused)
+			adm := l.AdmitAttempt(modelCall(ctx, model), core.Attempt{N: 1}, time.Now())
+			if adm.Pass == nil {
+				t.Fatalf("%s refused: %+v", model, adm.Refused)
 			}
-			return adm.pass.(*limitPass)
+			return adm.Pass.(*limitPass)
 		}
-		answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
+		answered := core.Event{Outcome: fleet.AttemptOutcome{Success: true}}
 		groups := func() []string {
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -271,7 +268,7 @@ func TestRateLimitGroupsBounded(t *testing.T) {
 		}
 		held := admit("held-model") // its answer has not come
 		for i := range 5000 {
-			admit(fmt.Sprintf("model-%d", i)).settle(time.Now(), answered)
+			admit(fmt.Sprintf("model-%d", i)).Settle(time.Now(), answered)
 		}
 		if got := groups(); len(got) != maxLimitGroups+1 || !slices.Contains(got, otherGroup) || !slices.Contains(got, "held-model") {
 			t.Fatalf("%d groups after 5000 models, want %d and %q", len(got), maxLimitGroups+1, otherGroup)
@@ -280,33 +277,33 @@ func TestRateLimitGroupsBounded(t *testing.T) {
 			t.Fatalf("%d models remembered, want at most %d", n, maxResolved)
 		}
 		// A configured group has its own group beyond the bound.
-		admit("claude-opus-4-1").settle(time.Now(), answered)
+		admit("claude-opus-4-1").Settle(time.Now(), answered)
 		if got := groups(); len(got) != maxLimitGroups+2 || !slices.Contains(got, "claude-opus-4") {
 			t.Fatalf("configured group: %d groups, want %d with claude-opus-4", len(got), maxLimitGroups+2)
 		}
 
 		// A minute short of groupIdle, nothing is dropped.
 		time.Sleep(groupIdle - time.Minute)
-		admit("model-0").settle(time.Now(), answered)
+		admit("model-0").Settle(time.Now(), answered)
 		if n := len(groups()); n != maxLimitGroups+2 {
 			t.Fatalf("%d groups before groupIdle, want %d", n, maxLimitGroups+2)
 		}
 		time.Sleep(time.Minute)
-		admit("late-model").settle(time.Now(), answered)
+		admit("late-model").Settle(time.Now(), answered)
 		if got := groups(); !slices.Equal(got, []string{"held-model", "late-model", "model-0"}) {
 			t.Fatalf("groups after groupIdle: %v, want the one held, the one just used and the new one", got)
 		}
 		if n := l.byModelCount.Load(); n != 3 {
 			t.Fatalf("%d models remembered, want the three of the groups left", n)
 		}
-		if n := len(d.RateLimits()); n != 3*3 {
+		if n := len(l.State(time.Now())); n != 3*3 {
 			t.Fatalf("RateLimits: %d buckets, want 3 groups' worth", n)
 		}
 		// Once answered, the held group goes too; one used again comes
 		// back as a new group.
-		held.settle(time.Now(), answered)
+		held.Settle(time.Now(), answered)
 		time.Sleep(groupIdle)
-		admit("held-model").settle(time.Now(), answered)
+		admit("held-model").Settle(time.Now(), answered)
 		if got := groups(); !slices.Equal(got, []string{"held-model"}) {
 			t.Fatalf("groups: %v, want held-model alone, new", got)
 		}
@@ -317,30 +314,26 @@ func TestRateLimitGroupsBounded(t *testing.T) {
 // group anew at its next attempt, and takes from that one.
 func TestRateLimitCallOutlivesItsGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := New(Policy{RateLimit: &RateLimitPolicy{
-			Limits: map[string]RateLimits{"claude-sonnet-4": {RequestsPerMinute: 10}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := d.primary.limiter
-		c := limiterCall(d, context.Background())
-		answered := attemptEvent{outcome: fleet.AttemptOutcome{Success: true}}
-		l.admitAttempt(c, &attempt{n: 1}, time.Now()).pass.settle(time.Now(), answered)
-		old := c.route.rate.group
+		l := testLimiter(t, Policy{
+			Limits: map[string]fleet.RateLimits{"claude-sonnet-4": {RequestsPerMinute: 10}}})
+		c := limiterCall(context.Background())
+		answered := core.Event{Outcome: fleet.AttemptOutcome{Success: true}}
+		l.AdmitAttempt(c, core.Attempt{N: 1}, time.Now()).Pass.Settle(time.Now(), answered)
+		old := rateOf(c).group
 		time.Sleep(groupIdle) // its backoff, say
 		l.maybeSweep(time.Now())
 		if old.users.Load() >= 0 {
 			t.Fatal("the idle group was not dropped")
 		}
-		adm := l.admitAttempt(c, &attempt{n: 2}, time.Now())
-		g := c.route.rate.group
-		if adm.pass == nil || g == old || g.users.Load() != 1 {
-			t.Fatalf("second attempt: pass %v, same group %v, users %d", adm.pass != nil, g == old, g.users.Load())
+		adm := l.AdmitAttempt(c, core.Attempt{N: 2}, time.Now())
+		g := rateOf(c).group
+		if adm.Pass == nil || g == old || g.users.Load() != 1 {
+			t.Fatalf("second attempt: pass %v, same group %v, users %d", adm.Pass != nil, g == old, g.users.Load())
 		}
-		if s := d.RateLimits(); len(s) != 3 || s[0].Group != "claude-sonnet-4" || s[0].Remaining != 9 {
+		if s := l.State(time.Now()); len(s) != 3 || s[0].Group != "claude-sonnet-4" || s[0].Remaining != 9 {
 			t.Fatalf("buckets %+v, want the new group's, its first request taken", s)
 		}
-		adm.pass.settle(time.Now(), answered)
+		adm.Pass.Settle(time.Now(), answered)
 		if g.users.Load() != 0 {
 			t.Fatalf("users %d after settling", g.users.Load())
 		}

@@ -1,4 +1,4 @@
-package damper
+package ratelimit
 
 import (
 	"context"
@@ -8,17 +8,21 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go/fleet"
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // The rate limiter's groups: each group's buckets, kept in a bounded set
 // that drops idle groups, and how long its attempts take.
 
+// maxResolved bounds the model IDs whose group the limiter remembers.
+const maxResolved = 1024
+
 // limitGroup is one group's buckets, and how long its attempts take.
 type limitGroup struct {
 	name       string
 	g          fleet.LimitBuckets
-	kept       bool       // g is not in memory: its store outlives the call
-	tel        *telemetry // for its store's errors
+	kept       bool      // g is not in memory: its store outlives the call
+	env        *core.Env // for its store's errors
 	cacheAware bool
 	took       attemptTimes
 
@@ -97,17 +101,17 @@ func (a *attemptTimes) add(d time.Duration) {
 }
 
 // room is the time to leave an attempt before the caller's deadline: at
-// least minAttempt.
+// least core.MinAttempt.
 func (a *attemptTimes) room() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return max(minAttempt, a.mean+4*a.dev)
+	return max(core.MinAttempt, a.mean+4*a.dev)
 }
 
 // group returns the group of model, made on first use: while the limiter
 // holds maxLimitGroups groups (idle ones dropped first), a model of a new
 // group that is not configured goes to otherGroup.
-func (l *limiter) group(model string) *limitGroup {
+func (l *Limiter) group(model string) *limitGroup {
 	if g, ok := l.byModel.Load(model); ok && g.(*limitGroup).users.Load() >= 0 {
 		return g.(*limitGroup)
 	}
@@ -124,7 +128,7 @@ func (l *limiter) group(model string) *limitGroup {
 			}
 		}
 		if !ok {
-			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), tel: l.tel, shares: l.shares(name)}
+			g = &limitGroup{name: name, cacheAware: cacheAwareITPM(name), g: l.buckets(name), env: l.env, shares: l.shares(name)}
 			g.kept = !fleet.InMemory(g.g)
 			lim := l.p.Limits[name]
 			for k, v := range [3]int{lim.RequestsPerMinute, lim.InputTokensPerMinute, lim.OutputTokensPerMinute} {
@@ -136,7 +140,7 @@ func (l *limiter) group(model string) *limitGroup {
 		}
 	}
 	l.mu.Unlock()
-	if len(model) <= maxModelID {
+	if len(model) <= core.MaxModelID {
 		if _, ok := l.byModel.Load(model); ok {
 			l.byModel.Store(model, g) // in place of a dropped group
 		} else if l.byModelCount.Load() < maxResolved {
@@ -150,7 +154,7 @@ func (l *limiter) group(model string) *limitGroup {
 
 // unconfigured counts the groups that maxLimitGroups bounds; it requires
 // l.mu.
-func (l *limiter) unconfigured() int {
+func (l *Limiter) unconfigured() int {
 	n := len(l.groups)
 	for name := range l.p.Limits {
 		if _, ok := l.groups[name]; ok {
@@ -167,7 +171,7 @@ func (l *limiter) unconfigured() int {
 // whose buckets are at rest: one that comes back is new, its configured
 // limits full and its learned ones learned again from the next response.
 // It requires l.mu.
-func (l *limiter) sweep(now time.Time) {
+func (l *Limiter) sweep(now time.Time) {
 	l.nextSweep.Store(now.Add(sweepEvery).UnixNano())
 	idleSince := now.Add(-groupIdle).UnixNano()
 	dropped := false
@@ -189,7 +193,7 @@ func (l *limiter) sweep(now time.Time) {
 }
 
 // maybeSweep sweeps when it is time, unless another goroutine holds l.mu.
-func (l *limiter) maybeSweep(now time.Time) {
+func (l *Limiter) maybeSweep(now time.Time) {
 	if now.UnixNano() >= l.nextSweep.Load() && l.mu.TryLock() {
 		l.sweep(now)
 		l.mu.Unlock()
@@ -198,13 +202,13 @@ func (l *limiter) maybeSweep(now time.Time) {
 
 // buckets makes the buckets of group: the store's, or, when it keeps none
 // or fails, the buckets in memory.
-func (l *limiter) buckets(group string) fleet.LimitBuckets {
+func (l *Limiter) buckets(group string) fleet.LimitBuckets {
 	settings := fleet.LimitSettings{Group: group, Limits: l.p.Limits[group], BatchShare: l.p.BatchShare}
 	var b fleet.LimitBuckets
 	if s, ok := l.store.(fleet.LimitStore); ok {
 		var err error
 		if b, err = s.LimitBuckets(settings); err != nil {
-			l.tel.logStoreError(context.Background(), partLimiter, "buckets", err)
+			l.env.LogStoreError(context.Background(), partLimiter, "buckets", err)
 			b = nil
 		}
 	}
@@ -225,12 +229,12 @@ func (g *limitGroup) ctx(ctx context.Context) context.Context {
 
 // cancel gives back all that r and share took, and t's place in the
 // batch line: its attempt was never sent.
-func (g *limitGroup) cancel(c *call, r fleet.RateReservation, t *fleet.RateTicket, share *shareHold, now time.Time) {
+func (g *limitGroup) cancel(c core.Call, r fleet.RateReservation, t *fleet.RateTicket, share *shareHold, now time.Time) {
 	if r.Taken() {
-		c.storeError(partLimiter, "settle", g.g.Settle(g.ctx(c.ctx), now, r, fleet.RateAmounts{}, [3]bool{true, true, true}))
+		c.StoreError(partLimiter, "settle", g.g.Settle(g.ctx(c.Context()), now, r, fleet.RateAmounts{}, [3]bool{true, true, true}))
 	}
-	c.storeError(partShares, "settle", share.settle(g.ctx(c.ctx), now, fleet.RateAmounts{}, [3]bool{true, true, true}))
-	c.storeError(partLimiter, "leave", g.leave(g.ctx(c.ctx), t, now))
+	c.StoreError(partShares, "settle", share.settle(g.ctx(c.Context()), now, fleet.RateAmounts{}, [3]bool{true, true, true}))
+	c.StoreError(partLimiter, "leave", g.leave(g.ctx(c.Context()), t, now))
 }
 
 // leave takes t out of the batch line, if it holds a place there.
@@ -239,4 +243,32 @@ func (g *limitGroup) leave(ctx context.Context, t *fleet.RateTicket, now time.Ti
 		return nil
 	}
 	return g.g.Leave(ctx, now, t)
+}
+
+// knownBuckets are buckets that know their state without asking their
+// store (see fleet.LimitBuckets).
+type knownBuckets interface {
+	KnownState(now time.Time) [3]fleet.RateLimitState
+}
+
+// Known returns the buckets of model's group as far as they know at no
+// cost, or false when the group is not made yet or its buckets cannot
+// tell. It makes no group.
+func (l *Limiter) Known(model string, now time.Time) ([3]fleet.RateLimitState, bool) {
+	var g *limitGroup
+	if v, ok := l.byModel.Load(model); ok {
+		g = v.(*limitGroup)
+	} else {
+		l.mu.Lock()
+		g = l.groups[LimitGroup(model)]
+		l.mu.Unlock()
+	}
+	if g == nil || g.users.Load() < 0 {
+		return [3]fleet.RateLimitState{}, false
+	}
+	kb, ok := g.g.(knownBuckets)
+	if !ok {
+		return [3]fleet.RateLimitState{}, false
+	}
+	return kb.KnownState(now), true
 }

@@ -1,8 +1,10 @@
-package damper
+package concurrency
 
 import (
 	"context"
 	"slices"
+
+	"github.com/damper-ai/damper-go/internal/core"
 )
 
 // The concurrency limit's line: attempts waiting for a slot, a line per
@@ -13,8 +15,8 @@ import (
 type slotWaiter struct {
 	granted bool
 	cancel  context.CancelFunc
-	tenant  *tenant // the call's; nil: none
-	seq     uint64  // its place in the order of arrival
+	tenant  *core.Tenant // the call's; nil: none
+	seq     uint64       // its place in the order of arrival
 }
 
 // slotLine is the line of one priority: a line per tenant with attempts
@@ -26,7 +28,7 @@ type slotLine struct {
 }
 
 type tenantLine struct {
-	t       *tenant
+	t       *core.Tenant
 	waiters []*slotWaiter // oldest first
 }
 
@@ -62,12 +64,12 @@ func (q *slotLine) remove(w *slotWaiter) {
 // pop takes out the next waiter: the oldest of the tenant that holds the
 // fewest slots per unit of weight (held(t) / weight(t)), the one whose
 // oldest came first among equals. The line must not be empty.
-func (q *slotLine) pop(held func(*tenant) int) *slotWaiter {
+func (q *slotLine) pop(held func(*core.Tenant) int) *slotWaiter {
 	best := 0
 	for i := 1; i < len(q.tenants); i++ {
 		a, b := q.tenants[i], q.tenants[best]
 		// held(a)/w(a) < held(b)/w(b), without division.
-		x, y := held(a.t)*b.t.shareWeight(), held(b.t)*a.t.shareWeight()
+		x, y := held(a.t)*b.t.ShareWeight(), held(b.t)*a.t.ShareWeight()
 		if x < y || x == y && a.waiters[0].seq < b.waiters[0].seq {
 			best = i
 		}
