@@ -227,22 +227,6 @@ func backoffOf(p *Policy) core.BackoffPolicy {
 	return core.BackoffPolicy{Base: p.BackoffBase, Max: p.BackoffMax, MaxRetryAfter: p.MaxRetryAfter, IgnoreRetryAfter: p.IgnoreRetryAfter}
 }
 
-// fromStore makes a part with made, when store implements P (the part's
-// interface), or in memory when it does not or keeps none.
-func fromStore[P, S, T any](part string, store fleet.Store, made func(P, S) (T, error), inMemory func(fleet.MemoryStore, S) (T, error), s S) (T, error) {
-	if p, ok := store.(P); ok {
-		t, err := made(p, s)
-		if err != nil {
-			return t, fmt.Errorf("damper: the store's %s: %w", part, err)
-		}
-		if any(t) != nil {
-			return t, nil
-		}
-	}
-	// The policy was validated: the store in memory cannot fail.
-	return inMemory(fleet.MemoryStore{}, s)
-}
-
 // Budget returns the Damper's retry budget.
 func (d *Damper) Budget() fleet.Budget { return d.primary.budget }
 

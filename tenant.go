@@ -108,7 +108,7 @@ func (d *Damper) newTenant(t Tenant) (*tenant, error) {
 		}
 	}
 	if ten.ceiling > 0 {
-		spend, err := fromStore("Spend", d.primary.store, fleet.SpendStore.Spend, fleet.MemoryStore.Spend, fleet.SpendSettings{Tenant: t.Name})
+		spend, err := core.FromStore("Spend", d.primary.store, fleet.SpendStore.Spend, fleet.MemoryStore.Spend, fleet.SpendSettings{Tenant: t.Name})
 		if err != nil {
 			return nil, err
 		}

@@ -310,6 +310,27 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
+// WallClock is the real clock (inside a synctest bubble, the bubble's).
+type WallClock struct{}
+
+func (WallClock) Now() time.Time { return time.Now() }
+
+func (WallClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (WallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
 type priorityKey struct{}
 
 // WithPriority returns ctx marking the calls made with it as of priority p.

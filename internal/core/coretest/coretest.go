@@ -103,22 +103,4 @@ func (Services) GroupLabel(group string) string                 { return group }
 func (Services) Logger() *slog.Logger                           { return nil }
 
 // RealClock is the wall clock (inside a synctest bubble, the bubble's).
-type RealClock struct{}
-
-func (RealClock) Now() time.Time { return time.Now() }
-
-func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-func (RealClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+type RealClock = core.WallClock
