@@ -285,14 +285,18 @@ func ContextWithHedging(ctx context.Context, on bool) context.Context {
 	return engine.ContextWithHedging(ctx, on)
 }
 
-// MaxAttempts reached
-const OutcomeAttemptsExhausted = engine.OutcomeAttemptsExhausted
-
-const OutcomeRetryAfterTooLong = engine.OutcomeRetryAfterTooLong
-
-const OutcomeDeadline = engine.OutcomeDeadline
-
-const OutcomeCostCeiling = engine.OutcomeCostCeiling
+// The outcomes of the retry rules' refusals.
+const (
+	// OutcomeAttemptsExhausted: MaxAttempts reached.
+	OutcomeAttemptsExhausted = engine.OutcomeAttemptsExhausted
+	// OutcomeRetryAfterTooLong: the provider asked for a wait over
+	// Policy.MaxRetryAfter.
+	OutcomeRetryAfterTooLong = engine.OutcomeRetryAfterTooLong
+	// OutcomeDeadline: no retry fits before the caller's deadline.
+	OutcomeDeadline = engine.OutcomeDeadline
+	// OutcomeCostCeiling: a retry would pass Policy.MaxRetryCostUSD.
+	OutcomeCostCeiling = engine.OutcomeCostCeiling
+)
 
 // ErrRetryAfterTooLong: the provider asked for a longer delay than
 // Policy.MaxRetryAfter. [Error.RetryAfter] holds the delay.
@@ -384,14 +388,15 @@ func DefaultModelID(provider, model string) (string, bool) {
 	return engine.DefaultModelID(provider, model)
 }
 
-// the first-party API
-const ProviderAnthropic = engine.ProviderAnthropic
-
-// Amazon Bedrock
-const ProviderBedrock = engine.ProviderBedrock
-
-// Google Vertex AI
-const ProviderVertex = engine.ProviderVertex
+// The platforms a backend's client reaches, as [DefaultModelID] takes them.
+const (
+	// ProviderAnthropic is the first-party API.
+	ProviderAnthropic = engine.ProviderAnthropic
+	// ProviderBedrock is Amazon Bedrock.
+	ProviderBedrock = engine.ProviderBedrock
+	// ProviderVertex is Google Vertex AI.
+	ProviderVertex = engine.ProviderVertex
+)
 
 // PrimaryBackend is the name of the backend a call's own client reaches.
 const PrimaryBackend = engine.PrimaryBackend

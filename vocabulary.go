@@ -12,15 +12,18 @@ import (
 // Outcome is how a logical request ended.
 type Outcome = engine.Outcome
 
-const OutcomeSuccess = engine.OutcomeSuccess
-
-// a failure that is not retried
-const OutcomeError = engine.OutcomeError
-
-// the caller's context ended
-const OutcomeCanceled = engine.OutcomeCanceled
-
-const OutcomeAmbiguous = engine.OutcomeAmbiguous
+// The outcomes no gate decides.
+const (
+	// OutcomeSuccess: the call got its answer.
+	OutcomeSuccess = engine.OutcomeSuccess
+	// OutcomeError: a failure that is not retried.
+	OutcomeError = engine.OutcomeError
+	// OutcomeCanceled: the caller's context ended.
+	OutcomeCanceled = engine.OutcomeCanceled
+	// OutcomeAmbiguous: a failure after part of the answer may have
+	// reached the caller, so not retried.
+	OutcomeAmbiguous = engine.OutcomeAmbiguous
+)
 
 // Report is the account of one logical request: what Damper tried, what it
 // cost, and why it stopped. It is filled in when the call returns; a
