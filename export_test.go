@@ -1,6 +1,11 @@
 package damper
 
-import "github.com/damper-ai/damper-go/internal/core"
+import (
+	"net/http"
+
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/engine"
+)
 
 // Names the engine keeps to itself, for the tests outside the package.
 const (
@@ -11,10 +16,15 @@ const (
 	HeaderRetryCost        = headerRetryCost
 )
 
-const SkipNoModelID = skipNoModelID
+const SkipNoModelID = engine.SkipNoModelIDForTest
 
 var (
 	ParseRetryAfter = core.ParseRetryAfter
-	ModelFamily     = modelFamily
-	Classify        = classifyFailure
+	ModelFamily     = engine.ModelFamilyForTest
+	Classify        = engine.ClassifyForTest
 )
+
+// SignedByForTest lets the platform tests of package damper_test see where
+// Damper would tell the caller to move its option, for the request Damper
+// sees.
+func SignedByForTest(req *http.Request) string { return engine.SignedBy(req) }

@@ -1,13 +1,12 @@
 package damper
 
-import (
-	"errors"
-	"fmt"
-	"strconv"
-	"sync"
-	"time"
+// The policy a Damper runs by and its parts, as the package names them:
+// each an alias of the engine's, or its value re-declared, so that == and
+// errors.Is hold across both names.
 
-	"github.com/damper-ai/damper-go/internal/conf"
+import (
+	"context"
+	"github.com/damper-ai/damper-go/internal/engine"
 )
 
 // Policy says when Damper retries a Messages call. It is a plain value: the
@@ -21,124 +20,7 @@ import (
 // it, and [ParsePolicyYAML], [ParsePolicyJSON] and [LoadPolicyFile] read a
 // file (see ParsePolicyJSON for the format) and [Policy.MarshalJSON]
 // writes one. Fields a file cannot hold, which are code, are tagged out.
-type Policy struct {
-	// MaxAttempts is the number of provider attempts per logical request,
-	// the first one included. Default 3; 1 turns retries off; at most 100.
-	MaxAttempts int `key:"max_attempts" default:"3" min:"1" max:"100"`
-
-	// PerAttemptTimeout bounds one attempt: for a plain call, the whole
-	// response; for a stream, the time to its first content. Default 60 s;
-	// at most 24 h, as every duration of a Policy.
-	PerAttemptTimeout time.Duration `key:"per_attempt_timeout" default:"60s" min:">0" max:"24h"`
-
-	// MaxRetryCostUSD is a ceiling on the summed estimated cost of the retries
-	// of one logical request, from an estimate of its input tokens (one per
-	// four bytes of the body, and 1,600 for each base64 image or document).
-	// Zero means no ceiling; at most 1,000,000.
-	MaxRetryCostUSD float64 `key:"max_retry_cost_usd" min:"0" max:"1e6" unit:"dollars" zero:"no ceiling"`
-
-	// RetryBudgetRatio is the number of budget units that each successful
-	// first attempt adds to the current window. Default 0.1; [None] for 0,
-	// a budget that never grows beyond RetryBudgetMinTokens; at most 1000.
-	RetryBudgetRatio float64 `key:"retry_budget_ratio" default:"0.1" none:"means 0" min:"0" max:"1000"`
-
-	// RetryBudgetWindow is the length of the budget's fixed window; units
-	// left at its end do not carry over. Default 60 s; at most 24 h.
-	RetryBudgetWindow time.Duration `key:"retry_budget_window" default:"60s" min:">0" max:"24h"`
-
-	// RetryBudgetMinTokens is the number of units every window starts with.
-	// Default 10; [None] for 0, a window that starts empty and allows only
-	// the retries its successful first attempts earn. With RetryBudgetRatio
-	// also None the budget refuses every retry. At most 1,000,000.
-	RetryBudgetMinTokens int `key:"retry_budget_min_tokens" default:"10" none:"means 0" min:"0" max:"1000000"`
-
-	// BackoffBase and BackoffMax shape the full-jitter backoff used when the
-	// provider gives no delay: retry n waits a uniform random time in
-	// [0, min(BackoffMax, BackoffBase·2^(n-1))]. Defaults 1 s and 30 s;
-	// each at most 24 h.
-	// BackoffBase takes [None] for 0: a retry waits only for a provider
-	// delay, and that with no spread added (BackoffBase also caps the
-	// spread), so clients told the same delay come back together.
-	BackoffBase time.Duration `key:"backoff_base" default:"1s" none:"means 0" min:"0" max:"24h"`
-	BackoffMax  time.Duration `key:"backoff_max" default:"30s" min:">0" max:"24h"`
-
-	// IgnoreRetryAfter makes Damper disregard retry-after and retry-after-ms.
-	// By default a provider delay is honoured, up to MaxRetryAfter.
-	IgnoreRetryAfter bool `key:"ignore_retry_after"`
-
-	// MaxRetryAfter is the longest provider delay Damper waits. A longer one
-	// fails the call at once with [ErrRetryAfterTooLong], and the error
-	// carries the delay so that a queue can reschedule. Default 60 s;
-	// [None] for 0: Damper waits for no provider delay, and every call
-	// given one fails at once, for a queue to reschedule. At most 24 h.
-	MaxRetryAfter time.Duration `key:"max_retry_after" default:"60s" none:"means 0" min:"0" max:"24h"`
-
-	// OnBudgetExhausted says what a caller gets when the retry budget refuses
-	// a retry. Default [RaiseBudgetExhausted].
-	OnBudgetExhausted BudgetExhaustedAction `key:"on_budget_exhausted" enum:"raise:RaiseBudgetExhausted,passthrough:PassthroughBudgetExhausted"`
-
-	// PriceTable prices models for the cost ceiling and the report. Nil
-	// means [DefaultPriceTable]; a table given here replaces it entirely.
-	PriceTable *PriceTable `key:"-"` // code: a price table file may come later
-
-	// Classifier, when set, sees every failed attempt with Damper's own
-	// classification and returns the one to act on.
-	Classifier Classifier `key:"-"` // code
-
-	// MaxHoldBack is the most bytes of a stream Damper holds back before
-	// its first content (see Streams in the package documentation); a
-	// stream that sends more fails with [ErrHoldBackExceeded], not retried.
-	// Default 1 MiB, far above the few hundred bytes the API sends; at most
-	// 64 MiB.
-	MaxHoldBack int `key:"max_hold_back" default:"1048576" min:">0" max:"67108864" unit:"bytes"`
-
-	// MaxEventBytes bounds one SSE event of a stream: its lines and the
-	// empty line that ends it. Whoever reads a stream holds an event whole
-	// (the SDK's decoder; the proxy, which passes on whole events only),
-	// so one event must not cost unbounded memory. A stream that sends a
-	// larger event fails with [ErrEventTooLarge]: before its first
-	// content, not retried (it is the provider's answer, likely the same
-	// again); after it, as [ErrAmbiguous], and a proxy client gets an SSE
-	// error event. Default 16 MiB: far above the API's events (a delta of
-	// text or of a tool's input is a few KiB), and half the 32 MiB line
-	// the SDK's decoder accepts at most. At most that 32 MiB: a larger
-	// event could not reach a Go caller, and a proxy holding one costs
-	// several times its size.
-	MaxEventBytes int `key:"max_event_bytes" default:"16777216" min:">0" max:"33554432" unit:"bytes"`
-
-	// StreamIdleTimeout, when set, fails a stream after its first content
-	// whose body sends nothing for this long while the caller waits for the
-	// next event: a stall becomes an [ErrAmbiguous] error instead of a
-	// hang. Zero means no limit (the caller's context still bounds the
-	// stream). Pings count as data: choose a limit well above the longest
-	// pause you expect between events, such as a minute. At most 24 h.
-	StreamIdleTimeout time.Duration `key:"stream_idle_timeout" min:">0" max:"24h" zero:"no idle limit"`
-
-	// Breaker, when set, stops sending to a provider that fails most
-	// attempts on its health (see [BreakerPolicy]). Nil: no breaker.
-	Breaker *BreakerPolicy `key:"breaker"`
-
-	// Throttle, when set, stops retries once failures outweigh successes
-	// (see [ThrottlePolicy]); a retry then needs both the throttle and the
-	// retry budget. Nil: no throttle.
-	Throttle *ThrottlePolicy `key:"throttle"`
-	// RateLimit, when set, keeps the Damper's attempts under the API's rate
-	// limits, learned from its headers or configured (see
-	// [RateLimitPolicy]). Nil: no rate limiter.
-	RateLimit *RateLimitPolicy `key:"rate_limit"`
-	// Concurrency, when set, limits the attempts in flight on each
-	// backend, fixed or following the provider's latency (see
-	// [ConcurrencyPolicy]). Nil: no limit.
-	Concurrency *ConcurrencyPolicy `key:"concurrency"`
-	// Hedge, when set, sends one more attempt beside one that is slow to
-	// start answering; the first to answer wins (see [HedgePolicy]). Nil:
-	// no hedging.
-	Hedge *HedgePolicy `key:"hedge"`
-	// Fallback says when a call moves to another backend (see
-	// [WithBackends]) or a sibling model (see [FallbackPolicy]). Nil: on
-	// the provider's health and rate limits only, to the backends alone.
-	Fallback *FallbackPolicy `key:"fallback"`
-}
+type Policy = engine.Policy
 
 // None, in a [Policy] field whose zero value means its default, means
 // explicitly zero, where zero would mean the default. The fields that take
@@ -148,7 +30,7 @@ type Policy struct {
 // so is None in a field that does not take it. It is an untyped constant,
 // so that it fits an int, a float64 and a [time.Duration] field alike (as
 // a Duration it is -1ns).
-const None = -1
+const None = engine.None
 
 // RecommendedPolicy is the policy to start a production service with: the
 // defaults, a retry throttle with its defaults, and a circuit breaker with
@@ -160,102 +42,408 @@ const None = -1
 // seconds from each Damper, and spare the callers of one that has come
 // back most of the calls a long open period would still refuse. The zero
 // Policy, by contrast, keeps the retry budget alone.
-func RecommendedPolicy() Policy {
-	return Policy{
-		Breaker:  &BreakerPolicy{OpenFor: 2 * time.Second, MaxOpenFor: 10 * time.Second},
-		Throttle: &ThrottlePolicy{},
-	}
-}
+func RecommendedPolicy() Policy { return engine.RecommendedPolicy() }
 
 // BudgetExhaustedAction is what a call returns when the retry budget
 // refuses a retry.
-type BudgetExhaustedAction int
+type BudgetExhaustedAction = engine.BudgetExhaustedAction
 
+// RaiseBudgetExhausted returns an [*Error] that matches
+// [ErrRetryBudgetExhausted] and wraps the last provider error.
+const RaiseBudgetExhausted = engine.RaiseBudgetExhausted
+
+// PassthroughBudgetExhausted returns the last provider error exactly as
+// the SDK would have returned it without Damper.
+const PassthroughBudgetExhausted = engine.PassthroughBudgetExhausted
+
+// ConfigError is a configuration that cannot be loaded: a document that
+// is not JSON or YAML, or a key or value of a Policy file that is wrong.
+type ConfigError = engine.ConfigError
+
+// ParsePolicyJSON returns the Policy of a JSON document, with the zero
+// value in every field whose key is absent, as [New] expects. null is the
+// zero Policy. It checks the values as New does; its error is a
+// [*ConfigError].
+//
+// A Policy file, JSON or YAML, holds the fields of a [Policy] under the
+// snake_case keys their declarations name (each field's `key` tag), and
+// its parts under theirs:
+//
+//	max_attempts: 3
+//	per_attempt_timeout: 45s
+//	retry_budget_ratio: 0      # explicitly zero: the budget never grows
+//	retry_budget_min_tokens: 20
+//	on_budget_exhausted: passthrough
+//	breaker:
+//	  failure_ratio: 0.5
+//	  open_for: 2s
+//	  max_open_for: 10s
+//	throttle: {}               # a throttle with its defaults
+//	rate_limit:
+//	  max_wait: 10s
+//	  priority: batch
+//	  limits:
+//	    claude-sonnet-4: {requests_per_minute: 4000}
+//
+// A key that is absent means the default, as a zero field of Policy does;
+// an absent breaker, throttle, rate_limit, hedge or fallback means none,
+// and {} one with its defaults. A value written 0 means zero: in the
+// fields that take [None] (retry_budget_ratio, retry_budget_min_tokens,
+// backoff_base, max_retry_after, rate_limit.max_wait) it becomes None, in
+// the fields where 0 already means something (max_retry_cost_usd and
+// stream_idle_timeout: off; the limits: learned; hedge.delay: a quantile)
+// it is 0, and in the others, where zero cannot be used, it is an error.
+// Durations are strings that [time.ParseDuration] reads ("30s", "1m30s";
+// the number 0 is zero too); on_budget_exhausted is "raise" or
+// "passthrough", priority "interactive" or "batch". null is not a value:
+// leave the key out.
+//
+// A file cannot hold the Classifier, the PriceTable or the breaker's
+// OnStateChange, which are code: set them on the Policy that the file
+// gives.
+//
+// Reading is strict: an unknown or repeated key, a value of the wrong type,
+// a bad duration or name, and a value the Policy cannot use are each a
+// [*ConfigError] naming the key's path, such as "breaker.open_for", and
+// the value.
+func ParsePolicyJSON(data []byte) (Policy, error) { return engine.ParsePolicyJSON(data) }
+
+// ParsePolicyYAML returns the Policy of a YAML document, as
+// [ParsePolicyJSON] does; it reads JSON too, except JSON indented with
+// tabs, which YAML does not allow. An empty document is the zero Policy.
+// YAML 1.1 reads an unquoted yes, no, on or off as a boolean.
+func ParsePolicyYAML(data []byte) (Policy, error) { return engine.ParsePolicyYAML(data) }
+
+// LoadPolicyFile returns the Policy of the file name: JSON when its name
+// ends in .json, YAML otherwise. An error in the file is a [*ConfigError]
+// whose File is name.
+func LoadPolicyFile(name string) (Policy, error) { return engine.LoadPolicyFile(name) }
+
+// OutcomeCircuitOpen: the circuit breaker refused the attempt.
+const OutcomeCircuitOpen = engine.OutcomeCircuitOpen
+
+// ErrCircuitOpen: the circuit breaker is open, or half-open with its
+// probe in flight, so nothing was sent. [Error.NextProbe] holds when to
+// try again, and [Error.RetryAfter] the time until then: open, until the
+// open period ends; with a probe in flight, until the probe is due to
+// answer (its PerAttemptTimeout, or its caller's deadline if sooner), or
+// [fleet.CircuitOverdueWait] once that has passed. It is never longer
+// than the current open period, however long PerAttemptTimeout.
+var ErrCircuitOpen = engine.ErrCircuitOpen
+
+// BreakerPolicy configures the circuit breaker: when most attempts fail on
+// the provider's health (5xx, 529, transport failures, attempt timeouts),
+// Damper stops sending to the provider for a while, and then sends one
+// probe at a time until one succeeds. Rate limits, spend limits, other 4xx
+// and the caller's own cancellations never count.
+//
+// The zero value is a working breaker with the defaults written beside
+// each field; a nil *BreakerPolicy in a Policy means no breaker.
+type BreakerPolicy = engine.BreakerPolicy
+
+// CircuitState is the state of a circuit breaker: closed, open or
+// half-open. The zero value means that no breaker is configured.
+type CircuitState = engine.CircuitState
+
+// CircuitClosed: attempts go through and are counted.
+const CircuitClosed = engine.CircuitClosed
+
+// CircuitOpen: every attempt is refused with [ErrCircuitOpen].
+const CircuitOpen = engine.CircuitOpen
+
+// CircuitHalfOpen: one attempt at a time, the probe, goes through.
+const CircuitHalfOpen = engine.CircuitHalfOpen
+
+// CircuitChange is one change of a breaker's state, as
+// [BreakerPolicy.OnStateChange] hears it; its Backend is the backend
+// whose breaker it is: "primary" for the client's own (see
+// [WithBackends]).
+type CircuitChange = engine.CircuitChange
+
+// OutcomeBudgetExhausted: the retry budget had no unit left.
+const OutcomeBudgetExhausted = engine.OutcomeBudgetExhausted
+
+// ErrRetryBudgetExhausted: the shared retry budget had no unit left.
+var ErrRetryBudgetExhausted = engine.ErrRetryBudgetExhausted
+
+// OutcomeConcurrencyLimited: no slot of the concurrency limit came in time.
+const OutcomeConcurrencyLimited = engine.OutcomeConcurrencyLimited
+
+// ErrConcurrencyLimited: the concurrency limit had no slot for the attempt
+// within ConcurrencyPolicy.MaxWait and the caller's deadline, so nothing
+// was sent.
+var ErrConcurrencyLimited = engine.ErrConcurrencyLimited
+
+// ConcurrencyPolicy configures the concurrency limit: at most a limit of
+// attempts in flight on each backend, fixed (Max) or adaptive (Adaptive),
+// which follows the provider's latency. An attempt that finds no slot
+// waits in line, within its priority (see [ContextWithPriority]) and its
+// [Tenant]'s weight, for at most MaxWait and not past the caller's
+// deadline, then fails with [ErrConcurrencyLimited]. The concurrency
+// guide tells the adaptive limit's rule.
+//
+// The zero value is a fixed limit that needs Max; a nil
+// *ConcurrencyPolicy in a Policy means no limit.
+type ConcurrencyPolicy = engine.ConcurrencyPolicy
+
+// OutcomeRateLimited: the rate limiter could not admit the attempt in time.
+const OutcomeRateLimited = engine.OutcomeRateLimited
+
+// ErrRateLimited: the rate limiter could not admit the attempt within
+// RateLimitPolicy.MaxWait and the caller's deadline, so nothing was
+// sent. [Error.AdmitAt] holds when it could have been admitted, and
+// [Error.RetryAfter] the time until then.
+var ErrRateLimited = engine.ErrRateLimited
+
+// RateLimitPolicy configures the rate limiter: it keeps every goroutine of
+// a Damper under the API's rate limits together, so that attempts wait in
+// line on the Damper instead of each finding the limit in a 429. The API
+// limits requests, input tokens and output tokens per minute for each
+// limit group, a model family (see [LimitGroup]); the limiter keeps the
+// same three buckets per group, configured in Limits or learned from the
+// anthropic-ratelimit-* headers. An attempt that finds no room waits in
+// line, within its priority (see [ContextWithPriority]), for at most
+// MaxWait, else fails at once with [ErrRateLimited].
+//
+// The zero value learns every limit and has the defaults written beside
+// each field; a nil *RateLimitPolicy in a Policy means no limiter.
+type RateLimitPolicy = engine.RateLimitPolicy
+
+// RateLimits are the per-minute limits of one limit group (requests,
+// input tokens, output tokens); zero means learned from the API's headers.
+// Each is at most 1,000,000,000.
+type RateLimits = engine.RateLimits
+
+// LimitGroup returns the rate-limit group of a model ID, which a key of
+// [RateLimitPolicy.Limits] configures: the API limits a model family as a whole, so
+// every dated, platform and minor version of one family and major version
+// shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
+// "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
+// ID of another shape is its own group, without its date, in lower case;
+// but one whose group would be empty, longer than 128 bytes or hold bytes
+// other than the letters, digits and . _ : @ / - of model IDs is in the
+// group "(other)", so that a group's name is always short and printable.
+func LimitGroup(model string) string { return engine.LimitGroup(model) }
+
+// RateLimitState is one bucket of the rate limiter, as [Damper.RateLimits]
+// reads it: its group (see [LimitGroup]), its kind, its limit and what
+// remains, whether the limit was learned, and the end of a pause.
+type RateLimitState = engine.RateLimitState
+
+// OutcomeRetryThrottled: the retry throttle refused the retry.
+const OutcomeRetryThrottled = engine.OutcomeRetryThrottled
+
+// ErrRetryThrottled: the retry throttle had half of its tokens or
+// fewer left (see [ThrottlePolicy]).
+var ErrRetryThrottled = engine.ErrRetryThrottled
+
+// ThrottlePolicy configures the retry throttle, the rule of gRPC's retry
+// throttling: a count of tokens that starts full at MaxTokens; each failed
+// attempt that could be retried costs one token, each answered attempt
+// earns TokenRatio, and no retry is made while half of MaxTokens or fewer
+// are left. Unlike the retry budget, failures drain it, so a provider that
+// answers nothing gets almost no retries. A retry needs both the throttle
+// and the retry budget.
+//
+// The zero value is a working throttle with the defaults written beside
+// each field; a nil *ThrottlePolicy in a Policy means no throttle.
+type ThrottlePolicy = engine.ThrottlePolicy
+
+// HedgePolicy configures hedging: when an attempt is slow to start
+// answering, Damper sends one more attempt beside it, and the first to
+// answer wins. The other is cancelled, its connection closed, and nothing of
+// it reaches the caller: a stream races to its first content, and only the
+// winner's held-back events are released.
+//
+// The hedge leaves after a delay from the start of the attempt it hedges:
+// Delay when set, else the Quantile of the time recent attempts of the same
+// limit group (see [LimitGroup]) took to answer a plain call, or to send a
+// stream's first content, over the last Window of them. Until MinSamples
+// have been seen there is no hedge. Windows are kept for at most 64 (a
+// group's plain calls and its streams are two); one with no sample for 30
+// minutes is dropped, and a new one that finds no room takes the place of
+// the one least recently sampled.
+//
+// A hedge is an extra attempt and pays like a retry: it counts toward
+// Policy.MaxAttempts and the retry cost ceiling (at its full estimated cost,
+// since a cancelled attempt may still be billed for its input), passes the
+// retry throttle and takes a retry budget unit, and it must find room in the
+// rate limiter at once and a closed breaker: it never waits in line, and an
+// attempt that a gate refuses is simply not sent. When the attempt it hedges
+// fails while the hedge is in flight, the call waits for the hedge instead
+// of retrying on top of it.
+//
+// The zero value hedges at the 95th percentile of recent attempts; a nil
+// *HedgePolicy in a Policy means no hedging.
+type HedgePolicy = engine.HedgePolicy
+
+// ContextWithHedging returns ctx marking the Messages calls made with it as
+// hedged (on) or not, when the Damper's Policy has a [HedgePolicy]; it
+// overrides HedgePolicy.OnlyWhenAsked. Without a HedgePolicy no call is
+// hedged.
+func ContextWithHedging(ctx context.Context, on bool) context.Context {
+	return engine.ContextWithHedging(ctx, on)
+}
+
+// The outcomes of the retry rules' refusals.
 const (
-	// RaiseBudgetExhausted returns an [*Error] that matches
-	// [ErrRetryBudgetExhausted] and wraps the last provider error.
-	RaiseBudgetExhausted BudgetExhaustedAction = iota
-	// PassthroughBudgetExhausted returns the last provider error exactly as
-	// the SDK would have returned it without Damper.
-	PassthroughBudgetExhausted
+	// OutcomeAttemptsExhausted: MaxAttempts reached.
+	OutcomeAttemptsExhausted = engine.OutcomeAttemptsExhausted
+	// OutcomeRetryAfterTooLong: the provider asked for a wait over
+	// Policy.MaxRetryAfter.
+	OutcomeRetryAfterTooLong = engine.OutcomeRetryAfterTooLong
+	// OutcomeDeadline: no retry fits before the caller's deadline.
+	OutcomeDeadline = engine.OutcomeDeadline
+	// OutcomeCostCeiling: a retry would pass Policy.MaxRetryCostUSD.
+	OutcomeCostCeiling = engine.OutcomeCostCeiling
 )
 
-func (a BudgetExhaustedAction) String() string {
-	switch a {
-	case RaiseBudgetExhausted:
-		return "raise"
-	case PassthroughBudgetExhausted:
-		return "passthrough"
-	}
-	return strconv.Itoa(int(a)) // an unknown action is its number
+// ErrRetryAfterTooLong: the provider asked for a longer delay than
+// Policy.MaxRetryAfter. [Error.RetryAfter] holds the delay.
+var ErrRetryAfterTooLong = engine.ErrRetryAfterTooLong
+
+// ErrDeadline: the backoff and another attempt cannot finish before the
+// caller's deadline, so no retry was started.
+var ErrDeadline = engine.ErrDeadline
+
+// ErrRetryCostCeiling: the retry would cross Policy.MaxRetryCostUSD,
+// or the model has no price while a ceiling is set.
+var ErrRetryCostCeiling = engine.ErrRetryCostCeiling
+
+// Priority is a call's place in the lines of the rate limiter and the
+// concurrency limit.
+type Priority = engine.Priority
+
+// Interactive calls may use all of every bucket: someone is waiting.
+const Interactive = engine.Interactive
+
+// Batch calls leave a share of every bucket to interactive calls (see
+// [RateLimitPolicy.BatchShare]), and wait behind interactive calls
+// that wait.
+const Batch = engine.Batch
+
+// ContextWithPriority returns ctx marking the Messages calls made with it
+// as of priority p, for the rate limiter and the concurrency limit; it
+// overrides their policies' Priority.
+func ContextWithPriority(ctx context.Context, p Priority) context.Context {
+	return engine.ContextWithPriority(ctx, p)
 }
 
-func init() {
-	conf.Register((*Policy).check)
-	conf.Register((*HedgePolicy).check)
-	conf.Register((*FallbackPolicy).check)
+// FallbackPolicy says when a call moves to its next route: the next
+// backend (see [WithBackends]), then the next sibling model on every
+// backend again. A call moves:
+//
+//   - before an attempt, when the current backend's breaker is open, or
+//     its rate limiter cannot admit the attempt in time;
+//   - after a failed attempt whose failure speaks of the provider's health
+//     (5xx, 529, a transport failure, a timeout, a stream that failed
+//     before content) or of a rate limit, once the current backend cannot
+//     retry it: its attempts (MaxAttempts per backend), its retry budget,
+//     throttle, breaker or limiter, or a provider delay past MaxRetryAfter
+//     refuse the retry;
+//   - after a spend-limit 429, with OnSpendLimit.
+//
+// A call never moves on the caller's own errors (a 4xx but 429), after
+// content has reached the caller, or when the move's attempt would cross
+// the retry cost ceiling (which covers every attempt of the call, on every
+// backend, at each one's model's price) or could not finish before the
+// caller's deadline. A move waits no backoff: the next backend is another
+// pool of capacity. Its attempt is that backend's first for the call, so
+// it takes nothing from that backend's retry budget.
+type FallbackPolicy = engine.FallbackPolicy
+
+// DefaultModelID returns the ID that the platform provider (ProviderAnthropic,
+// ProviderBedrock, ProviderVertex) gives model, which may be named as any
+// platform names it, or false when it has none for it.
+//
+// The first-party API takes a model as the caller names it: a model of
+// the table below named as Bedrock or Vertex names it becomes its
+// first-party ID, and any other model passes as it is, unless it is in a
+// platform's own form (Bedrock's anthropic. prefix or an ARN, Vertex's
+// @date), which the first-party API does not serve.
+//
+// Bedrock and Vertex IDs come from the table alone, never guessed from the
+// first-party ID: a guess the platform does not serve would end the call
+// there with a 4xx, which no backend after it gets. A model the table
+// lacks has no default ID on them, and needs Backend.Models. The table:
+//
+//	first-party                 Bedrock                                             Vertex
+//	claude-opus-4-5-20251101    global.anthropic.claude-opus-4-5-20251101-v1:0      claude-opus-4-5@20251101
+//	claude-opus-4-1-20250805    us.anthropic.claude-opus-4-1-20250805-v1:0          claude-opus-4-1@20250805
+//	claude-opus-4-20250514      us.anthropic.claude-opus-4-20250514-v1:0            claude-opus-4@20250514
+//	claude-sonnet-4-5-20250929  global.anthropic.claude-sonnet-4-5-20250929-v1:0    claude-sonnet-4-5@20250929
+//	claude-sonnet-4-20250514    global.anthropic.claude-sonnet-4-20250514-v1:0      claude-sonnet-4@20250514
+//	claude-3-7-sonnet-20250219  us.anthropic.claude-3-7-sonnet-20250219-v1:0        claude-3-7-sonnet@20250219
+//	claude-haiku-4-5-20251001   global.anthropic.claude-haiku-4-5-20251001-v1:0     claude-haiku-4-5@20251001
+//	claude-3-5-haiku-20241022   us.anthropic.claude-3-5-haiku-20241022-v1:0         claude-3-5-haiku@20241022
+//
+// Each model is looked up by its alias (claude-sonnet-4-5) too. On
+// Bedrock the IDs are those of the cross-region inference profiles the
+// models are served on demand through: global where there is one, else
+// the United States'. Give Backend.Models for another geography (eu.,
+// apac.), a provisioned model's ARN, or a model the table lacks: the
+// models newer than the table (claude-sonnet-4-6, claude-opus-4-6 and
+// after) among them.
+func DefaultModelID(provider, model string) (string, bool) {
+	return engine.DefaultModelID(provider, model)
 }
 
-// maxFallbackSiblings bounds the siblings of one model in
-// Fallback.Models: each is a route on every backend.
-const maxFallbackSiblings = 16
+// The platforms a backend's client reaches, as [DefaultModelID] takes them.
+const (
+	// ProviderAnthropic is the first-party API.
+	ProviderAnthropic = engine.ProviderAnthropic
+	// ProviderBedrock is Amazon Bedrock.
+	ProviderBedrock = engine.ProviderBedrock
+	// ProviderVertex is Google Vertex AI.
+	ProviderVertex = engine.ProviderVertex
+)
 
-// policyDefaults returns the zero Policy, with every part, filled in: each
-// field's default as its tag declares it.
-var policyDefaults = sync.OnceValue(func() Policy {
-	p, err := Policy{Breaker: &BreakerPolicy{}, Throttle: &ThrottlePolicy{}, RateLimit: &RateLimitPolicy{},
-		Hedge: &HedgePolicy{}, Fallback: &FallbackPolicy{}}.withDefaults()
-	if err != nil {
-		panic(err) // a default outside its bounds: TestPolicyTags fails too
-	}
-	return p
-})
+// PrimaryBackend is the name of the backend a call's own client reaches.
+const PrimaryBackend = engine.PrimaryBackend
 
-// withDefaults returns p with every zero field set to its default (the
-// default tag of its declaration) and every None set to 0, or an error
-// naming the first field whose value cannot be used. It runs once, in New:
-// no call reads a tag.
-func (p Policy) withDefaults() (Policy, error) {
-	if err := conf.Fill(&p); err != nil {
-		return Policy{}, policyError(err, "")
-	}
-	return p, nil
-}
+// Backend is a place a Messages call can fall back to: a platform, reached
+// with the SDK's own options, such as
+//
+//	damper.Backend{
+//		Name:     "bedrock",
+//		Provider: damper.ProviderBedrock,
+//		Options:  []option.RequestOption{bedrock.WithConfig(cfg)},
+//	}
+//
+// Damper builds one client from Options (with the SDK's own retries off:
+// Damper owns them) and sends the backend's attempts through it, so that
+// the platform's middleware signs each attempt afresh and translates its
+// answer (Bedrock's event stream becomes SSE). The caller's headers travel
+// with the call, but not its credentials (x-api-key, authorization): each
+// backend's come from its Options. Options must not hold Damper's own
+// [Damper.Option].
+type Backend = engine.Backend
 
-// check is what the tags of Policy cannot say: how its fields bound each
-// other, and the default price table.
-func (p *Policy) check(Policy) error {
-	if p.BackoffBase > p.BackoffMax {
-		return fieldError("BackoffBase", p.BackoffBase, fmt.Sprintf("must not exceed BackoffMax (%v)", p.BackoffMax))
-	}
-	if p.PriceTable == nil {
-		p.PriceTable = DefaultPriceTable()
-	}
-	return nil
-}
+// WithBackends adds backends that a Messages call falls back to, in order,
+// after the client's own (see [FallbackPolicy] for when a call moves on).
+// Each gets its own budget, throttle, breaker and rate limiter, from the
+// Damper's Policy and the backend's Store.
+func WithBackends(backends ...Backend) Setting { return engine.WithBackends(backends...) }
 
-// filledPart returns a part of a Policy, the field of its name, filled in
-// as New fills it in, for a store given the part alone.
-func filledPart[T any](p T, name string) (*T, error) {
-	if err := conf.Fill(&p); err != nil {
-		return nil, policyError(err, name+".")
-	}
-	return &p, nil
-}
+// Tenant is a client of a [Proxy] in key mode: a name, and the keys its
+// clients present, as SHA-256 hashes. A file never holds a key itself:
+// the damper command's proxy adds the hashes of the keys held in the
+// environment variables its key_env lists.
+type Tenant = engine.Tenant
 
-// fieldError is the error of a check: field, of the struct checked, holds
-// value, which cannot be used. A value already written for a message
-// (a count, a quoted key) is a [conf.Text].
-func fieldError(field string, value any, why string) error {
-	return &conf.FieldError{Field: field, Value: value, Why: why}
-}
+// TenantRetryBudget is a tenant's retry budget: within the Policy's
+// RetryBudgetWindow, the tenant's retries are at most MinTokens + Ratio ×
+// its first attempts that succeeded.
+type TenantRetryBudget = engine.TenantRetryBudget
 
-// policyError is err, a [*conf.FieldError] of a Policy's field below
-// prefix, as New returns it: "damper: Policy.Breaker.OpenFor = -1s: ...".
-func policyError(err error, prefix string) error {
-	var fe *conf.FieldError
-	if errors.As(err, &fe) {
-		return fmt.Errorf("damper: Policy.%s%w", prefix, fe)
-	}
-	return fmt.Errorf("damper: Policy: %w", err)
-}
+// TenantPriority is a tenant's priority: its calls' own, or the Policy's.
+type TenantPriority = engine.TenantPriority
+
+// TenantPriorityPolicy leaves the priority the Policy gives.
+const TenantPriorityPolicy = engine.TenantPriorityPolicy
+
+// TenantInteractive makes the tenant's calls [Interactive].
+const TenantInteractive = engine.TenantInteractive
+
+// TenantBatch makes the tenant's calls [Batch].
+const TenantBatch = engine.TenantBatch

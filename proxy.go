@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"io"
 	"log/slog"
 	"net/http"
@@ -160,9 +161,9 @@ type Proxy struct {
 	write    time.Duration
 	log      *slog.Logger
 	pass     *httputil.ReverseProxy
-	keys     *clientKeys // nil in pass-through mode
-	tenants  []*tenant   // in key mode, in keys' order
-	upKey    string      // the operator's key for the upstream, in key mode
+	keys     *clientKeys           // nil in pass-through mode
+	tenants  []*engine.ProxyTenant // in key mode, in keys' order
+	upKey    string                // the operator's key for the upstream, in key mode
 }
 
 // NewProxy returns a Proxy that sends Messages calls through d, or an
@@ -308,7 +309,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.logRequest(r, p.tooLarge(w), start, nil, "", tenant) // before a byte of it is read or sent
 		return
 	}
-	if tenant.hasCeiling() && p.ceilingReached(w, r, tenant) {
+	if tenant.HasCeiling() && p.ceilingReached(w, r, tenant) {
 		p.logRequest(r, http.StatusTooManyRequests, start, nil, "", tenant)
 		return
 	}
@@ -352,14 +353,14 @@ func isMessagesRoute(path string) bool {
 // messages serves a Messages call for tenant (nil in pass-through mode) and
 // returns the status it answered with (0 when the client had gone) and
 // the backend it named, if any.
-func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report, tenant *tenant) (status int, backend string) {
+func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *http.Request, rep *Report, tenant *engine.ProxyTenant) (status int, backend string) {
 	whole, toHeaders, err := requestTimeouts(r.Header)
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
 	// The buffer grows as the body arrives: a declared length is believed
 	// only up to initialBodyBuf before its bytes come.
-	body, err := readUpTo(nil, r.Body, min(r.ContentLength, initialBodyBuf), -1)
+	body, err := engine.ReadUpTo(nil, r.Body, min(r.ContentLength, initialBodyBuf), -1)
 	if err != nil {
 		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
 			return p.tooLarge(w), ""
@@ -369,7 +370,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if err := checkMessagesBody(body); err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
-	ctx := tenant.callContext(r.Context())
+	ctx := tenant.CallContext(r.Context())
 	if whole > 0 {
 		dc := p.withDeadline(ctx, whole)
 		defer dc.cancel()
@@ -391,19 +392,19 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if p.keys != nil {
 		out.Header = operatorHeader(out.Header, p.upKey)
 	}
-	c, err := p.d.newCall(out, front{client: &proxyClient, next: p.rt.RoundTrip, sink: rep, tenant: tenant})
+	c, err := p.d.e.NewCall(out, engine.Front{Client: &proxyClient, Next: p.rt.RoundTrip, Sink: rep, Tenant: tenant})
 	if err != nil {
 		return writeAPIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil), ""
 	}
-	res, err := c.run()
-	backend = boundedText(answeredBy(err, rep)) // a name from the Damper's settings
+	res, err := c.Run()
+	backend = engine.BoundedText(answeredBy(err, rep)) // a name from the Damper's settings
 	if err != nil {
 		if r.Context().Err() != nil {
 			return 0, backend // the client has gone: no one to answer
 		}
 		return p.writeCallError(w, err, rep, backend), backend
 	}
-	defer closeBody(res)
+	defer engine.CloseBody(res)
 	if res.StatusCode < 200 { // an informational status as the answer: a fallback's client let it through
 		reportHeader(w.Header(), rep, backend)
 		return writeAPIError(w, http.StatusBadGateway, "api_error", fmt.Sprintf("damper proxy: the upstream answered %d, which the proxy never relays", res.StatusCode), nil), backend
@@ -414,7 +415,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	if res.StatusCode >= 400 && p.keys != nil {
 		// An error status handed on as it came: the operator's backend's
 		// error, in the proxy's words.
-		body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+		body, _ := io.ReadAll(io.LimitReader(res.Body, engine.MaxErrorBody))
 		return p.writeCallError(w, &upstreamStatus{status: res.StatusCode, header: res.Header, body: body}, rep, backend), backend
 	}
 	h := w.Header()
@@ -424,7 +425,7 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	}
 	h.Del("Content-Length") // the transport may have decoded the body
 	reportHeader(h, rep, backend)
-	_, stream := res.Body.(*streamBody)
+	_, stream := res.Body.(*engine.StreamBody)
 	dw := &deadlineWriter{w: w, rc: rc, d: p.write}
 	switch {
 	case res.StatusCode >= 400:
@@ -432,8 +433,8 @@ func (p *Proxy) messages(w http.ResponseWriter, rc *http.ResponseController, r *
 	case stream:
 		h.Set("Trailer", headerOutcome)
 		w.WriteHeader(res.StatusCode)
-		sb := res.Body.(*streamBody)
-		passStream(dw, sb, p.d.policy.MaxEventBytes, p.eventShaper(backend), sb.delivered.Load)
+		sb := res.Body.(*engine.StreamBody)
+		passStream(dw, sb, p.d.e.MaxEventBytes(), p.eventShaper(backend), sb.Delivered.Load)
 		h.Set(headerOutcome, string(rep.Outcome))
 		return res.StatusCode, backend
 	case rep.Outcome == "":

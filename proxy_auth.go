@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"io"
 	"net/http"
 	"slices"
@@ -375,8 +376,8 @@ func errorBodyID(typ, msg, id string) []byte {
 // no key names: a fallback backend, or an upstream key, with no tenant.
 func (p *Proxy) authConfig(cfg ProxyConfig) error {
 	if len(cfg.Tenants) == 0 {
-		if len(p.d.fallbacks) > 0 {
-			return fmt.Errorf("damper: NewProxy: the Damper's backend %q spends the operator's credentials: name the clients that may use it in ProxyConfig.Tenants", p.d.fallbacks[0].name)
+		if name := p.d.e.FirstFallback(); name != "" {
+			return fmt.Errorf("damper: NewProxy: the Damper's backend %q spends the operator's credentials: name the clients that may use it in ProxyConfig.Tenants", name)
 		}
 		if cfg.UpstreamAPIKey != "" {
 			return errors.New("damper: NewProxy: ProxyConfig.UpstreamAPIKey is the operator's key: name the clients that may spend it in ProxyConfig.Tenants")
@@ -391,14 +392,14 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 		return errors.New("damper: NewProxy: ProxyConfig.UpstreamAPIKey: required with Tenants: clients present the proxy's keys, and the upstream gets the operator's")
 	}
 	p.keys, p.upKey = keys, cfg.UpstreamAPIKey
-	p.tenants = make([]*tenant, len(keys.tenants))
+	p.tenants = make([]*engine.ProxyTenant, len(keys.tenants))
 	for i, t := range keys.tenants {
-		if p.tenants[i], err = p.d.newTenant(t); err != nil {
+		if p.tenants[i], err = p.d.e.NewTenant(t); err != nil {
 			return fmt.Errorf("damper: NewProxy: ProxyConfig.Tenants[%d] (%s): %w", i, t.Name, err)
 		}
 		// One tenant has the whole limit: its share would cost a
 		// question of the store per call and change nothing.
-		p.tenants[i].gate.Shares = len(keys.tenants) > 1
+		p.tenants[i].Gate.Shares = len(keys.tenants) > 1
 	}
 	return nil
 }
@@ -406,7 +407,7 @@ func (p *Proxy) authConfig(cfg ProxyConfig) error {
 // authenticate returns the tenant of r's key in key mode (nil in
 // pass-through mode), or answers r with 401 authentication_error and
 // returns false.
-func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*tenant, bool) {
+func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*engine.ProxyTenant, bool) {
 	if p.keys == nil {
 		return nil, true
 	}
@@ -423,16 +424,16 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (*tenant, b
 // of the Damper's clock: nothing is sent, on any path. The wait headers
 // say when the day ends. A store that fails answers from what this
 // process knows; its error is logged.
-func (p *Proxy) ceilingReached(w http.ResponseWriter, r *http.Request, t *tenant) bool {
-	now := p.d.clock.Now()
-	spent, reached, err := t.ceilingReached(r.Context(), now)
-	p.d.tel.logStoreError(r.Context(), partSpend, "spent", err)
+func (p *Proxy) ceilingReached(w http.ResponseWriter, r *http.Request, t *engine.ProxyTenant) bool {
+	now := p.d.e.Clock().Now()
+	spent, reached, err := t.CeilingReached(r.Context(), now)
+	p.d.e.LogStoreError(r.Context(), engine.PartSpend, "spent", err)
 	if !reached {
 		return false
 	}
-	reset := nextUTCDay(now)
+	reset := engine.NextUTCDay(now)
 	msg := fmt.Sprintf("damper proxy: tenant %q reached its daily cost ceiling of $%s ($%s spent today, UTC): it resets at %s",
-		t.name, dollars(t.ceiling), dollars(spent), reset.Format(time.RFC3339))
+		t.Name, dollars(t.Ceiling), dollars(spent), reset.Format(time.RFC3339))
 	writeAPIError(w, http.StatusTooManyRequests, "rate_limit_error", msg, retryAfter(reset.Sub(now)))
 	return true
 }
@@ -469,8 +470,8 @@ func (p *Proxy) Authenticated(h http.Handler) http.Handler {
 // shapePassedError makes res, the upstream's error to a request passed
 // through in key mode, the proxy's own (operatorError).
 func (p *Proxy) shapePassedError(res *http.Response) {
-	body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-	closeBody(res)
+	body, _ := io.ReadAll(io.LimitReader(res.Body, engine.MaxErrorBody))
+	engine.CloseBody(res)
 	h, b := operatorError(PrimaryBackend, res.StatusCode, res.Header, body)
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")

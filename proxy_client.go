@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"net/http"
 )
 
-// The proxy's side of the call: its clientAdapter (proxyClient), whose
+// The proxy's side of the call: its ClientAdapter (proxyClient), whose
 // errors keep the provider's answer to write back, and its transport to the
 // upstream, which never relays a protocol switch (noSwitch).
 
@@ -23,7 +24,7 @@ type noSwitch struct{ rt http.RoundTripper }
 func (t noSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 	res, err := t.rt.RoundTrip(r)
 	if err == nil && res.StatusCode == http.StatusSwitchingProtocols {
-		closeBody(res)
+		engine.CloseBody(res)
 		return nil, errSwitched
 	}
 	return res, err
@@ -43,11 +44,11 @@ func newProxyTransport() *http.Transport {
 
 // proxyClient reports the provider's errors as values the proxy writes
 // back as they came.
-var proxyClient = clientAdapter{
-	statusError: func(_ *http.Request, res *http.Response, body []byte) error {
+var proxyClient = engine.ClientAdapter{
+	StatusError: func(_ *http.Request, res *http.Response, body []byte) error {
 		return &upstreamStatus{status: res.StatusCode, header: res.Header.Clone(), body: bytes.Clone(body)}
 	},
-	eventError: func(_ *http.Response, data []byte) error {
+	EventError: func(_ *http.Response, data []byte) error {
 		return &upstreamEvent{data: bytes.Clone(data)}
 	},
 }

@@ -38,8 +38,8 @@ type deadlineContext struct {
 // withDeadline returns ctx with a deadline d from now on the Damper's clock.
 func (p *Proxy) withDeadline(ctx context.Context, d time.Duration) *deadlineContext {
 	inner, cancel := context.WithCancelCause(ctx)
-	dc := &deadlineContext{Context: inner, at: p.d.clock.Now().Add(d), cancelCause: cancel}
-	dc.stop = p.d.clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	dc := &deadlineContext{Context: inner, at: p.d.e.Clock().Now().Add(d), cancelCause: cancel}
+	dc.stop = p.d.e.Clock().AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
 	return dc
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"net/http"
 	"strconv"
 	"strings"
@@ -89,16 +90,16 @@ var checkedKeys = [...]string{checkModelKey: "model", checkMaxTokensKey: "max_to
 // byte search.
 func checkMessagesBody(body []byte) error {
 	var raw [len(checkedKeys)][]byte
-	s := bodyScan{b: body}
-	i := skipSpace(body, 0)
+	s := engine.BodyScan{Body: body}
+	i := engine.SkipSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
 		return notObject
 	}
-	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
+	for i = engine.SkipSpace(body, i+1); i < len(body) && body[i] != '}'; {
 		if body[i] != '"' {
 			return notObject
 		}
-		end := skipString(body, i)
+		end := engine.SkipString(body, i)
 		if end < 0 {
 			return notObject
 		}
@@ -111,12 +112,12 @@ func checkMessagesBody(body []byte) error {
 			}
 			key = []byte(k)
 		}
-		i = skipSpace(body, end)
+		i = engine.SkipSpace(body, end)
 		if i == len(body) || body[i] != ':' {
 			return notObject
 		}
-		start := skipSpace(body, i+1)
-		if i = s.value(start); i < 0 {
+		start := engine.SkipSpace(body, i+1)
+		if i = s.Value(start); i < 0 {
 			return notObject
 		}
 		for k, name := range checkedKeys {
@@ -128,14 +129,14 @@ func checkMessagesBody(body []byte) error {
 			}
 			raw[k] = body[start:i]
 		}
-		switch i = skipSpace(body, i); {
+		switch i = engine.SkipSpace(body, i); {
 		case i < len(body) && body[i] == ',':
-			i = skipSpace(body, i+1)
+			i = engine.SkipSpace(body, i+1)
 		case i < len(body) && body[i] != '}':
 			return notObject
 		}
 	}
-	if i == len(body) || skipSpace(body, i+1) != len(body) {
+	if i == len(body) || engine.SkipSpace(body, i+1) != len(body) {
 		return notObject
 	}
 	if err := checkModel(raw[checkModelKey]); err != nil {
@@ -173,11 +174,11 @@ func checkModel(v []byte) error {
 	switch {
 	case len(model) == 0:
 		return badModel(sent, "is empty")
-	case len(model) > maxModelID:
-		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), maxModelID))
+	case len(model) > engine.MaxModelID:
+		return badModel(sent, fmt.Sprintf("is %d bytes long: a model ID has at most %d", len(model), engine.MaxModelID))
 	}
 	for i, b := range model {
-		if !isModelByte(b) {
+		if !engine.IsModelByte(b) {
 			r, _ := utf8.DecodeRune(model[i:])
 			return badModel(sent, fmt.Sprintf("holds %q, which no model ID holds: want ASCII letters, digits and -._:@/", r))
 		}

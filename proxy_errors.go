@@ -3,6 +3,8 @@ package damper
 import (
 	"context"
 	"errors"
+	"github.com/damper-ai/damper-go/internal/core"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"math"
 	"net/http"
 	"strconv"
@@ -21,9 +23,9 @@ func (p *Proxy) writeCallError(w http.ResponseWriter, err error, rep *Report, ba
 	var up *upstreamStatus
 	var ev *upstreamEvent
 	var de *Error
-	var refused *gate // the gate whose refusal err is, if any
+	var refused *core.Gate // the gate whose refusal err is, if any
 	if errors.As(err, &de) {
-		refused = refusedBy(de.Reason)
+		refused = engine.RefusedBy(de.Reason)
 	}
 	switch {
 	case p.keys != nil && errors.As(err, &up):

@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"github.com/damper-ai/damper-go/internal/engine"
 	"log/slog"
 	"net/http"
 	"time"
@@ -37,22 +38,22 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequest logs one request: no header, body or credential, and what
 // the client chose cut to a bound.
-func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend string, tenant *tenant) {
+func (p *Proxy) logRequest(r *http.Request, status int, start time.Time, rep *Report, backend string, tenant *engine.ProxyTenant) {
 	if p.log == nil {
 		return
 	}
 	var buf [11]slog.Attr // every field below: one slice, not grown as they come
 	attrs := append(buf[:0],
-		slog.String("method", boundedText(r.Method)),
-		slog.String("path", boundedText(r.URL.Path)),
+		slog.String("method", engine.BoundedText(r.Method)),
+		slog.String("path", engine.BoundedText(r.URL.Path)),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(start)))
 	if tenant != nil { // a configured name, authenticated
-		attrs = append(attrs, slog.String("tenant", tenant.name))
+		attrs = append(attrs, slog.String("tenant", tenant.Name))
 	}
 	if rep != nil && rep.Provider != "" { // a call was made
 		attrs = append(attrs,
-			slog.String("model", boundedText(rep.Model)),
+			slog.String("model", engine.BoundedText(rep.Model)),
 			slog.String("backend", backend),
 			slog.Bool("stream", rep.Stream),
 			slog.Int("attempts", rep.Attempts),

@@ -1,6 +1,7 @@
 package damper
 
 import (
+	"github.com/damper-ai/damper-go/internal/engine"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,12 +25,15 @@ func TestProxyReportTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alpha, err := d.newTenant(Tenant{Name: "alpha", Weight: 1})
+	alpha, err := d.e.NewTenant(Tenant{Name: "alpha", Weight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ten := range []*tenant{alpha, nil} {
-		tenant := ten.nameOf()
+	for _, ten := range []*engine.ProxyTenant{alpha, nil} {
+		tenant := ""
+		if ten != nil {
+			tenant = ten.Name
+		}
 		req := httptest.NewRequest(http.MethodPost, "/v1/messages",
 			strings.NewReader(`{"model":"claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Content-Type", "application/json")

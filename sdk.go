@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/damper-ai/damper-go/internal/engine"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -85,26 +86,26 @@ func (f requestOption[O, C]) Apply(c C) error { return f().Apply(c) }
 // once. ran is the logical
 // request's own: set by its first run, it marks any later one as the SDK's.
 func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *atomic.Bool) (*http.Response, error) {
-	if fix := signedBy(req); fix != "" {
+	if fix := engine.SignedBy(req); fix != "" {
 		return noRetry(req), fmt.Errorf("%w; give damper's Option() %s (an Option() given to one call runs after all of them)", ErrOptionOrder, fix)
 	}
-	if !isMessagesPath(req) {
+	if !engine.IsMessagesPath(req) {
 		return next(req)
 	}
 	if ran.Swap(true) {
 		return noRetry(req), errSDKRequestTimeout
 	}
-	if req.Context().Value(handedOverKey{}) != nil {
-		return noRetry(req), errBackendInBackend
+	if req.Context().Value(engine.HandedOverKey{}) != nil {
+		return noRetry(req), engine.ErrBackendInBackend
 	}
-	c, err := d.newCall(req, front{
-		client: &sdkClient, next: next, changesRequest: changesRequest(next),
-		sink: reports.take(req),
+	c, err := d.e.NewCall(req, engine.Front{
+		Client: &sdkClient, Next: next, ChangesRequest: changesRequest(next),
+		Sink: reports.take(req),
 	})
 	if err != nil {
 		return noRetry(req), err
 	}
-	res, err := c.run()
+	res, err := c.Run()
 	if err != nil {
 		return noRetry(req), err
 	}
@@ -121,7 +122,7 @@ func (d *Damper) middleware(req *http.Request, next option.MiddlewareNext, ran *
 // platform's, which rewrites and signs the request it is given). The
 // client's HTTP client or doer sends a request as it is, as a
 // RoundTripper must; so does the proxy's transport.
-func changesRequest(next sendFunc) bool {
+func changesRequest(next engine.SendFunc) bool {
 	return reflect.ValueOf(next).Pointer() == middlewareLink()
 }
 
@@ -159,7 +160,7 @@ var ErrOptionOrder = errors.New("damper: the Messages request reached Damper alr
 var errSDKRequestTimeout = fmt.Errorf("damper: the SDK's request timeout ended this Messages call, which Damper does not run again: %w", context.DeadlineExceeded)
 
 // sdkClient reports errors as the SDK does: *anthropic.Error.
-var sdkClient = clientAdapter{statusError: sdkStatusError, eventError: sdkEventError}
+var sdkClient = engine.ClientAdapter{StatusError: sdkStatusError, EventError: sdkEventError}
 
 func sdkStatusError(req *http.Request, res *http.Response, body []byte) error {
 	apiErr := &anthropic.Error{

@@ -8,15 +8,24 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
 // parseRoot parses the root package's files but its tests.
-func parseRoot(t *testing.T) map[string]*ast.File {
+func parseRoot(t *testing.T) map[string]*ast.File { return parseDir(t, ".") }
+
+// engineDir is the call engine's package, which the root's adapters hand
+// their calls to.
+var engineDir = filepath.Join("internal", "engine")
+
+// parseDir parses the files but the tests of the package in dir, by their
+// names in dir.
+func parseDir(t *testing.T, dir string) map[string]*ast.File {
 	t.Helper()
-	names, err := filepath.Glob("*.go")
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +39,7 @@ func parseRoot(t *testing.T) map[string]*ast.File {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[name] = f
+		files[filepath.Base(name)] = f
 	}
 	return files
 }
@@ -53,24 +62,26 @@ func receiver(e ast.Expr) string {
 	}
 }
 
-// No type of the root package has more than 20 methods: a type that does
-// everything (as the call once did) is split into parts with one
-// responsibility each.
+// No type of the root package nor of the engine has more than 20
+// methods: a type that does everything (as the call once did) is split
+// into parts with one responsibility each.
 func TestMethodsPerType(t *testing.T) {
-	count := make(map[string]int)
-	for _, f := range parseRoot(t) {
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
-				count[receiver(fd.Recv.List[0].Type)]++
+	for _, dir := range []string{".", engineDir} {
+		count := make(map[string]int)
+		for _, f := range parseDir(t, dir) {
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+					count[receiver(fd.Recv.List[0].Type)]++
+				}
 			}
 		}
-	}
-	if count["call"] == 0 {
-		t.Fatal("found no method of call: the test no longer reads the package")
-	}
-	for name, n := range count {
-		if n > 20 {
-			t.Errorf("type %s has %d methods, more than 20", name, n)
+		if want := map[string]string{".": "Proxy", engineDir: "call"}[dir]; count[want] == 0 {
+			t.Fatalf("found no method of %s in %s: the test no longer reads the package", want, dir)
+		}
+		for name, n := range count {
+			if n > 20 {
+				t.Errorf("type %s of %s has %d methods, more than 20", name, dir, n)
+			}
 		}
 	}
 }
@@ -98,7 +109,11 @@ func TestReportWrittenInOnePlace(t *testing.T) {
 			}
 		}
 	}
-	for name, f := range parseRoot(t) {
+	files := parseDir(t, engineDir)
+	if files["report.go"] == nil {
+		t.Fatalf("found no report.go in %s: the test no longer reads the engine", engineDir)
+	}
+	for name, f := range files {
 		if name == "report.go" {
 			continue
 		}
@@ -141,13 +156,29 @@ func chain(e ast.Expr) string {
 	return "?"
 }
 
-// The engine never calls back into an adapter: no file of the root package
-// but the SDK adapter (sdk.go) and the proxy (proxy*.go: proxy.go, the
-// files of its concerns, and its client authentication, proxy_auth.go)
-// names what they declare. What is particular to a client comes in the
-// call's front. Every other file is checked, so that a new engine file
-// needs no list to be.
+// The engine never calls back into an adapter. The engine is a package of
+// its own (internal/engine), which imports neither the root package nor
+// anything that imports it, so it cannot name what the adapters declare;
+// and no file of the root package but the SDK adapter (sdk.go) and the
+// proxy (proxy*.go: proxy.go, the files of its concerns, and its client
+// authentication, proxy_auth.go) names what they declare: the rest is the
+// package's public face, which names the engine's. What is particular to
+// a client comes in the call's engine.Front. Every other file is checked,
+// so that a new file needs no list to be.
 func TestEngineNamesNoAdapter(t *testing.T) {
+	const module = "github.com/damper-ai/damper-go"
+	engineFiles := parseDir(t, engineDir)
+	if engineFiles["call.go"] == nil {
+		t.Fatalf("found no call.go in %s: the test no longer reads the engine", engineDir)
+	}
+	for name, f := range engineFiles {
+		for _, imp := range f.Imports {
+			if path := strings.Trim(imp.Path.Value, `"`); path == module {
+				t.Errorf("%s imports the root package, the adapters", filepath.Join(engineDir, name))
+			}
+		}
+	}
+
 	files := parseRoot(t)
 	adapterFiles := []string{"sdk.go"}
 	for name := range files {
@@ -184,17 +215,17 @@ func TestEngineNamesNoAdapter(t *testing.T) {
 			}
 		}
 	}
-	var engine []string
+	var face []string
 	for name := range files {
 		if !slices.Contains(adapterFiles, name) {
-			engine = append(engine, name)
+			face = append(face, name)
 		}
 	}
-	slices.Sort(engine)
-	if !slices.Contains(engine, "call.go") {
-		t.Fatalf("the files checked, %q, miss call.go", engine)
+	slices.Sort(face)
+	if !slices.Contains(face, "damper.go") {
+		t.Fatalf("the files checked, %q, miss damper.go", face)
 	}
-	for _, name := range engine {
+	for _, name := range face {
 		f := files[name]
 		for _, id := range topLevelUses(f) {
 			if from, ok := adapters[id]; ok {
@@ -265,7 +296,7 @@ func TestLibraryModuleLeavesTheCommandsDependencies(t *testing.T) {
 
 // TestHookTableNamesEveryPart: the hooks table of docs/ARCHITECTURE.md
 // ("Gates and hooks") names, in its who column, every type of the root
-// package, the contract (internal/core) and the gates (internal/gates/*)
+// package, the engine (internal/engine), the contract (internal/core) and the gates (internal/gates/*)
 // that implements the row's hook, an interface of the contract, so that a
 // gate's part that takes a hook cannot go unmentioned (a new pass that is
 // a SpanPass, say).
@@ -319,10 +350,14 @@ func TestHookTableNamesEveryPart(t *testing.T) {
 }
 
 // parseGates parses the files but the tests of the root package, the
-// contract (internal/core) and every gate (internal/gates/*), by path.
+// engine, the contract (internal/core) and every gate (internal/gates/*),
+// by path.
 func parseGates(t *testing.T) map[string]*ast.File {
 	t.Helper()
 	files := parseRoot(t)
+	for name, f := range parseDir(t, engineDir) {
+		files[filepath.Join(engineDir, name)] = f
+	}
 	dirs, err := filepath.Glob(filepath.Join("internal", "gates", "*"))
 	if err != nil {
 		t.Fatal(err)
@@ -424,8 +459,9 @@ func signature(ft *ast.FuncType) string {
 }
 
 // TestGatesImportNoGateNorEngine: a gate's package (internal/gates/*)
-// imports the contract and leaves, never another gate nor the root
-// package, the engine; and the contract imports no gate nor the root.
+// imports the contract and leaves, never another gate, the engine
+// (internal/engine) nor the root package; and the contract imports no
+// gate, nor the engine, nor the root.
 func TestGatesImportNoGateNorEngine(t *testing.T) {
 	const module = "github.com/damper-ai/damper-go"
 	dirs, err := filepath.Glob(filepath.Join("internal", "gates", "*"))
@@ -452,11 +488,42 @@ func TestGatesImportNoGateNorEngine(t *testing.T) {
 				path := strings.Trim(imp.Path.Value, `"`)
 				switch {
 				case path == module:
-					t.Errorf("%s imports the root package, the engine", name)
+					t.Errorf("%s imports the root package", name)
+				case path == module+"/internal/engine":
+					t.Errorf("%s imports the engine", name)
 				case strings.HasPrefix(path, module+"/internal/gates/") && path != self:
 					t.Errorf("%s imports another gate, %s", name, path)
 				}
 			}
 		}
+	}
+}
+
+// TestEngineSDKAdapterCopy: the engine's tests drive it through a copy of
+// the SDK adapter (internal/engine/sdkadapter_test.go), which is sdk.go
+// with the engine's names unqualified; a change to sdk.go is made to the
+// copy too, so that those tests run the adapter users run.
+func TestEngineSDKAdapterCopy(t *testing.T) {
+	root, err := os.ReadFile("sdk.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := os.ReadFile(filepath.Join(engineDir, "sdkadapter_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(string(root), "package damper\n", "package engine\n", 1)
+	want = strings.Replace(want, "\t\"github.com/damper-ai/damper-go/internal/engine\"\n", "", 1)
+	want = strings.ReplaceAll(want, "d.e.NewCall(", "d.NewCall(")
+	want = regexp.MustCompile(`\bengine\.`).ReplaceAllString(want, "")
+	got := regexp.MustCompile(`(?s)\n\n// The SDK adapter as the engine's own tests run it.*?\n\n`).ReplaceAllString(string(cp), "\n\n")
+	if got != want {
+		gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("%s differs from sdk.go at line %d:\n%s\nwant\n%s", filepath.Join(engineDir, "sdkadapter_test.go"), i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("%s has %d lines, sdk.go makes %d", filepath.Join(engineDir, "sdkadapter_test.go"), len(gl), len(wl))
 	}
 }

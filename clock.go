@@ -1,6 +1,0 @@
-package damper
-
-import "github.com/damper-ai/damper-go/internal/core"
-
-// realClock is the wall clock.
-type realClock = core.WallClock
