@@ -14,6 +14,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // holdGate stands in front of a handler and can keep the next request from
@@ -166,9 +167,9 @@ func change(from, to damper.CircuitState, at, next time.Time) damper.CircuitChan
 }
 
 const (
-	closed   = damper.CircuitClosed
-	open     = damper.CircuitOpen
-	halfOpen = damper.CircuitHalfOpen
+	closed   = fleet.CircuitClosed
+	open     = fleet.CircuitOpen
+	halfOpen = fleet.CircuitHalfOpen
 )
 
 // wantRefused asserts that err is the breaker's refusal of a call that sent
@@ -536,7 +537,7 @@ func TestBreakerRefusesRetryBeforeWaiting(t *testing.T) {
 		if !de.NextProbe.Equal(now.Add(10*time.Second)) || de.RetryAfter != 10*time.Second {
 			t.Errorf("NextProbe in %v, RetryAfter %v; want 10s", de.NextProbe.Sub(now), de.RetryAfter)
 		}
-		if rep.Attempts != 1 || rep.Outcome != damper.OutcomeCircuitOpen || rep.Circuit != damper.CircuitOpen || rep.AttemptLog[0].Backoff != 0 {
+		if rep.Attempts != 1 || rep.Outcome != damper.OutcomeCircuitOpen || rep.Circuit != fleet.CircuitOpen || rep.AttemptLog[0].Backoff != 0 {
 			t.Errorf("report %+v; want 1 attempt, circuit_open, no backoff", rep)
 		}
 		if got := r.clk.Sleeps(); !slices.Equal(got, sleeps) {

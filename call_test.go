@@ -187,7 +187,7 @@ func TestSpendLimitKeepsErrorCode(t *testing.T) {
 }
 
 func TestPassthroughOnBudgetExhausted(t *testing.T) {
-	for _, mode := range []damper.BudgetExhaustedAction{damper.RaiseBudgetExhausted, damper.PassthroughBudgetExhausted} {
+	for _, mode := range []damper.BudgetExhaustedAction{0 /* the default: raise */, damper.PassthroughBudgetExhausted} {
 		t.Run(mode.String(), func(t *testing.T) {
 			// A budget that starts empty: the first retry is refused.
 			r := newRig(t, damper.Policy{OnBudgetExhausted: mode}, damper.WithBudget(mustBudget(t, 0.1, time.Minute, 0)))
@@ -201,7 +201,7 @@ func TestPassthroughOnBudgetExhausted(t *testing.T) {
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != 529 {
 				t.Fatalf("err = %v, want the 529 reachable", err)
 			}
-			if got := errors.Is(err, damper.ErrRetryBudgetExhausted); got != (mode == damper.RaiseBudgetExhausted) {
+			if got := errors.Is(err, damper.ErrRetryBudgetExhausted); got != (mode == 0) {
 				t.Errorf("errors.Is(ErrRetryBudgetExhausted) = %v in %s mode", got, mode)
 			}
 		})

@@ -117,7 +117,7 @@ func (d *Damper) Budget() fleet.Budget { return d.e.Budget() }
 
 // RateLimits returns every bucket of the Damper's rate limiter, by group
 // then bucket; nil without Policy.RateLimit.
-func (d *Damper) RateLimits() []RateLimitState { return d.e.RateLimits() }
+func (d *Damper) RateLimits() []fleet.RateLimitState { return d.e.RateLimits() }
 
 // Close unregisters the callbacks of the Damper's gauges
 // (damper.retry_budget.balance, damper.ratelimit.limit and

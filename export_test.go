@@ -22,6 +22,10 @@ var (
 	ParseRetryAfter = core.ParseRetryAfter
 	ModelFamily     = engine.ModelFamilyForTest
 	Classify        = engine.ClassifyForTest
+	// LimitGroupForTest and DefaultModelIDForTest are the rules the
+	// guides state in words: a model's limit group and its platform IDs.
+	LimitGroupForTest     = engine.LimitGroup
+	DefaultModelIDForTest = engine.DefaultModelID
 )
 
 // SignedByForTest lets the platform tests of package damper_test see where

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -353,9 +355,32 @@ func TestDefaultModelID(t *testing.T) {
 		{damper.ProviderAnthropic, "", ""},
 	}
 	for _, tt := range tests {
-		got, ok := damper.DefaultModelID(tt.provider, tt.model)
+		got, ok := damper.DefaultModelIDForTest(tt.provider, tt.model)
 		if got != tt.want || ok != (tt.want != "") {
 			t.Errorf("DefaultModelID(%q, %q) = %q, %v; want %q", tt.provider, tt.model, got, ok, tt.want)
+		}
+	}
+}
+
+// TestFallbackGuideModelTable: the fallback guide's table of platform IDs
+// is the one Damper looks models up in, row by row, by each of its IDs.
+func TestFallbackGuideModelTable(t *testing.T) {
+	guide, err := os.ReadFile("docs/guide/fallback.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^ *\\| `(claude-[^`]+)` \\| `([^`]+)` \\| `([^`]+)` \\|$")
+	rows := row.FindAllStringSubmatch(string(guide), -1)
+	if len(rows) != 8 {
+		t.Fatalf("%d rows of model IDs in the guide, want 8", len(rows))
+	}
+	for _, r := range rows {
+		for _, named := range r[1:] {
+			for i, provider := range []string{damper.ProviderAnthropic, damper.ProviderBedrock, damper.ProviderVertex} {
+				if got, ok := damper.DefaultModelIDForTest(provider, named); !ok || got != r[1+i] {
+					t.Errorf("%s's ID of %s: %q, %v; the guide says %q", provider, named, got, ok, r[1+i])
+				}
+			}
 		}
 	}
 }

@@ -45,12 +45,10 @@ const None = engine.None
 func RecommendedPolicy() Policy { return engine.RecommendedPolicy() }
 
 // BudgetExhaustedAction is what a call returns when the retry budget
-// refuses a retry.
+// refuses a retry. The zero value, the default ("raise" in a file),
+// returns an [*Error] that matches [ErrRetryBudgetExhausted] and wraps the
+// last provider error.
 type BudgetExhaustedAction = engine.BudgetExhaustedAction
-
-// RaiseBudgetExhausted returns an [*Error] that matches
-// [ErrRetryBudgetExhausted] and wraps the last provider error.
-const RaiseBudgetExhausted = engine.RaiseBudgetExhausted
 
 // PassthroughBudgetExhausted returns the last provider error exactly as
 // the SDK would have returned it without Damper.
@@ -142,17 +140,11 @@ var ErrCircuitOpen = engine.ErrCircuitOpen
 type BreakerPolicy = engine.BreakerPolicy
 
 // CircuitState is the state of a circuit breaker: closed, open or
-// half-open. The zero value means that no breaker is configured.
+// half-open, the constants fleet.CircuitClosed, fleet.CircuitOpen (every
+// attempt is refused with [ErrCircuitOpen]) and fleet.CircuitHalfOpen of
+// package [github.com/damper-ai/damper-go/fleet]. The zero value means
+// that no breaker is configured.
 type CircuitState = engine.CircuitState
-
-// CircuitClosed: attempts go through and are counted.
-const CircuitClosed = engine.CircuitClosed
-
-// CircuitOpen: every attempt is refused with [ErrCircuitOpen].
-const CircuitOpen = engine.CircuitOpen
-
-// CircuitHalfOpen: one attempt at a time, the probe, goes through.
-const CircuitHalfOpen = engine.CircuitHalfOpen
 
 // CircuitChange is one change of a breaker's state, as
 // [BreakerPolicy.OnStateChange] hears it; its Backend is the backend
@@ -199,11 +191,21 @@ var ErrRateLimited = engine.ErrRateLimited
 // a Damper under the API's rate limits together, so that attempts wait in
 // line on the Damper instead of each finding the limit in a 429. The API
 // limits requests, input tokens and output tokens per minute for each
-// limit group, a model family (see [LimitGroup]); the limiter keeps the
-// same three buckets per group, configured in Limits or learned from the
+// limit group, a model family; the limiter keeps the same three buckets
+// per group, configured in Limits or learned from the
 // anthropic-ratelimit-* headers. An attempt that finds no room waits in
 // line, within its priority (see [ContextWithPriority]), for at most
 // MaxWait, else fails at once with [ErrRateLimited].
+//
+// A model's limit group, which a key of Limits configures: every dated,
+// platform and minor version of one family and major version shares a
+// group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
+// "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku".
+// An ID of another shape is its own group, without its date, in lower
+// case; but one whose group would be empty, longer than 128 bytes or hold
+// bytes other than the letters, digits and . _ : @ / - of model IDs is in
+// the group "(other)", so that a group's name is always short and
+// printable.
 //
 // The zero value learns every limit and has the defaults written beside
 // each field; a nil *RateLimitPolicy in a Policy means no limiter.
@@ -213,22 +215,6 @@ type RateLimitPolicy = engine.RateLimitPolicy
 // input tokens, output tokens); zero means learned from the API's headers.
 // Each is at most 1,000,000,000.
 type RateLimits = engine.RateLimits
-
-// LimitGroup returns the rate-limit group of a model ID, which a key of
-// [RateLimitPolicy.Limits] configures: the API limits a model family as a whole, so
-// every dated, platform and minor version of one family and major version
-// shares a group. "claude-sonnet-4-5-20250929" and "claude-sonnet-4-6" are
-// "claude-sonnet-4"; "claude-3-5-haiku-20241022" is "claude-3-5-haiku". An
-// ID of another shape is its own group, without its date, in lower case;
-// but one whose group would be empty, longer than 128 bytes or hold bytes
-// other than the letters, digits and . _ : @ / - of model IDs is in the
-// group "(other)", so that a group's name is always short and printable.
-func LimitGroup(model string) string { return engine.LimitGroup(model) }
-
-// RateLimitState is one bucket of the rate limiter, as [Damper.RateLimits]
-// reads it: its group (see [LimitGroup]), its kind, its limit and what
-// remains, whether the limit was learned, and the end of a pause.
-type RateLimitState = engine.RateLimitState
 
 // OutcomeRetryThrottled: the retry throttle refused the retry.
 const OutcomeRetryThrottled = engine.OutcomeRetryThrottled
@@ -257,7 +243,7 @@ type ThrottlePolicy = engine.ThrottlePolicy
 //
 // The hedge leaves after a delay from the start of the attempt it hedges:
 // Delay when set, else the Quantile of the time recent attempts of the same
-// limit group (see [LimitGroup]) took to answer a plain call, or to send a
+// limit group (see [RateLimitPolicy]) took to answer a plain call, or to send a
 // stream's first content, over the last Window of them. Until MinSamples
 // have been seen there is no hedge. Windows are kept for at most 64 (a
 // group's plain calls and its streams are two); one with no sample for 30
@@ -352,43 +338,7 @@ func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 // it takes nothing from that backend's retry budget.
 type FallbackPolicy = engine.FallbackPolicy
 
-// DefaultModelID returns the ID that the platform provider (ProviderAnthropic,
-// ProviderBedrock, ProviderVertex) gives model, which may be named as any
-// platform names it, or false when it has none for it.
-//
-// The first-party API takes a model as the caller names it: a model of
-// the table below named as Bedrock or Vertex names it becomes its
-// first-party ID, and any other model passes as it is, unless it is in a
-// platform's own form (Bedrock's anthropic. prefix or an ARN, Vertex's
-// @date), which the first-party API does not serve.
-//
-// Bedrock and Vertex IDs come from the table alone, never guessed from the
-// first-party ID: a guess the platform does not serve would end the call
-// there with a 4xx, which no backend after it gets. A model the table
-// lacks has no default ID on them, and needs Backend.Models. The table:
-//
-//	first-party                 Bedrock                                             Vertex
-//	claude-opus-4-5-20251101    global.anthropic.claude-opus-4-5-20251101-v1:0      claude-opus-4-5@20251101
-//	claude-opus-4-1-20250805    us.anthropic.claude-opus-4-1-20250805-v1:0          claude-opus-4-1@20250805
-//	claude-opus-4-20250514      us.anthropic.claude-opus-4-20250514-v1:0            claude-opus-4@20250514
-//	claude-sonnet-4-5-20250929  global.anthropic.claude-sonnet-4-5-20250929-v1:0    claude-sonnet-4-5@20250929
-//	claude-sonnet-4-20250514    global.anthropic.claude-sonnet-4-20250514-v1:0      claude-sonnet-4@20250514
-//	claude-3-7-sonnet-20250219  us.anthropic.claude-3-7-sonnet-20250219-v1:0        claude-3-7-sonnet@20250219
-//	claude-haiku-4-5-20251001   global.anthropic.claude-haiku-4-5-20251001-v1:0     claude-haiku-4-5@20251001
-//	claude-3-5-haiku-20241022   us.anthropic.claude-3-5-haiku-20241022-v1:0         claude-3-5-haiku@20241022
-//
-// Each model is looked up by its alias (claude-sonnet-4-5) too. On
-// Bedrock the IDs are those of the cross-region inference profiles the
-// models are served on demand through: global where there is one, else
-// the United States'. Give Backend.Models for another geography (eu.,
-// apac.), a provisioned model's ARN, or a model the table lacks: the
-// models newer than the table (claude-sonnet-4-6, claude-opus-4-6 and
-// after) among them.
-func DefaultModelID(provider, model string) (string, bool) {
-	return engine.DefaultModelID(provider, model)
-}
-
-// The platforms a backend's client reaches, as [DefaultModelID] takes them.
+// The platforms a backend's client reaches, as [Backend].Provider names them.
 const (
 	// ProviderAnthropic is the first-party API.
 	ProviderAnthropic = engine.ProviderAnthropic
@@ -428,7 +378,9 @@ func WithBackends(backends ...Backend) Setting { return engine.WithBackends(back
 // Tenant is a client of a [Proxy] in key mode: a name, and the keys its
 // clients present, as SHA-256 hashes. A file never holds a key itself:
 // the damper command's proxy adds the hashes of the keys held in the
-// environment variables its key_env lists.
+// environment variables its key_env lists. A tenant has at most 16 keys,
+// enough to rotate one (the new key added, clients moved, the old one
+// removed), and a client key has at most 256 bytes.
 type Tenant = engine.Tenant
 
 // TenantRetryBudget is a tenant's retry budget: within the Policy's
@@ -437,10 +389,9 @@ type Tenant = engine.Tenant
 type TenantRetryBudget = engine.TenantRetryBudget
 
 // TenantPriority is a tenant's priority: its calls' own, or the Policy's.
+// The zero value, the default ("policy" in a file), leaves the priority
+// the Policy gives.
 type TenantPriority = engine.TenantPriority
-
-// TenantPriorityPolicy leaves the priority the Policy gives.
-const TenantPriorityPolicy = engine.TenantPriorityPolicy
 
 // TenantInteractive makes the tenant's calls [Interactive].
 const TenantInteractive = engine.TenantInteractive

@@ -51,7 +51,7 @@ func TestPolicyValidation(t *testing.T) {
 		{damper.Policy{BackoffMax: -1}, "BackoffMax = -1ns"},
 		{damper.Policy{BackoffBase: time.Minute}, "BackoffBase = 1m0s: must not exceed BackoffMax (30s)"},
 		{damper.Policy{MaxRetryAfter: -2}, "MaxRetryAfter = -2ns"},
-		{damper.Policy{OnBudgetExhausted: 7}, "OnBudgetExhausted = 7"},
+		{damper.Policy{OnBudgetExhausted: 7}, "OnBudgetExhausted = 7: must be unset or PassthroughBudgetExhausted"},
 	}
 	for _, tt := range tests {
 		_, err := damper.New(tt.p)
@@ -396,5 +396,22 @@ func TestPolicyFileZeroRules(t *testing.T) {
 		case tt.err == "" && (err != nil || !reflect.DeepEqual(p, tt.want)):
 			t.Errorf("%s: %+v, %v; want %+v", tt.doc, p, err, tt.want)
 		}
+	}
+}
+
+// TestTenantPriorityDefault: a tenant's priority "policy" in a file is the
+// zero value, which has no Go name of its own, and an error for a value
+// past the enum names the values a Go user can write.
+func TestTenantPriorityDefault(t *testing.T) {
+	hash := damper.ClientKeyHash("x")
+	for file, want := range map[string]damper.TenantPriority{"policy": 0, "interactive": damper.TenantInteractive, "batch": damper.TenantBatch} {
+		var tn damper.Tenant
+		if err := conf.DecodeYAML([]byte("name: a\nkey_sha256: ['"+hash+"']\npriority: "+file+"\n"), &tn); err != nil || tn.Priority != want {
+			t.Errorf("priority: %s: %v, %v; want %v", file, tn.Priority, err, want)
+		}
+	}
+	tn := damper.Tenant{Name: "a", KeySHA256: []string{hash}, Priority: 7}
+	if err := conf.Fill(&tn); err == nil || err.Error() != "Priority = 7: must be unset, TenantInteractive or TenantBatch" {
+		t.Errorf("Priority 7: %v", err)
 	}
 }

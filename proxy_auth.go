@@ -27,14 +27,14 @@ import (
 const (
 	// maxTenants bounds ProxyConfig.Tenants.
 	maxTenants = 1000
-	// MaxTenantKeys bounds the keys of one tenant: enough to rotate
+	// maxTenantKeys bounds the keys of one tenant: enough to rotate
 	// (the new key added, clients moved, the old one removed).
-	MaxTenantKeys = 16
+	maxTenantKeys = 16
 	// maxTenantName bounds a tenant's name, which becomes a log field.
 	maxTenantName = 64
-	// MaxClientKeyBytes bounds a key a client presents: a longer one is
+	// maxClientKeyBytes bounds a key a client presents: a longer one is
 	// refused before it is hashed.
-	MaxClientKeyBytes = 256
+	maxClientKeyBytes = 256
 )
 
 func init() { conf.Register(checkTenant) }
@@ -80,7 +80,8 @@ func parseKeyHash(h string) ([sha256.Size]byte, error) {
 }
 
 // ClientKeyHash is the hash of a client key as [Tenant].KeySHA256 holds
-// it: its SHA-256, in lowercase hexadecimal.
+// it: its SHA-256, in lowercase hexadecimal. A client key has at most 256
+// bytes: a Proxy refuses a longer one before it hashes it.
 func ClientKeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
@@ -114,8 +115,8 @@ func newClientKeys(tenants []Tenant) (*clientKeys, error) {
 		switch {
 		case len(t.KeySHA256) == 0:
 			return nil, fmt.Errorf("%s.KeySHA256: empty: a tenant needs a key", field)
-		case len(t.KeySHA256) > MaxTenantKeys:
-			return nil, fmt.Errorf("%s.KeySHA256: %d keys: at most %d", field, len(t.KeySHA256), MaxTenantKeys)
+		case len(t.KeySHA256) > maxTenantKeys:
+			return nil, fmt.Errorf("%s.KeySHA256: %d keys: at most %d", field, len(t.KeySHA256), maxTenantKeys)
 		}
 		for _, h := range t.KeySHA256 {
 			sum, _ := parseKeyHash(h) // checked by checkTenant
@@ -190,8 +191,8 @@ func presentedKey(h http.Header) (string, error) {
 	case key == "":
 		key = bearer
 	}
-	if len(key) > MaxClientKeyBytes {
-		return "", fmt.Errorf("damper proxy: invalid x-api-key: a client key has at most %d bytes", MaxClientKeyBytes)
+	if len(key) > maxClientKeyBytes {
+		return "", fmt.Errorf("damper proxy: invalid x-api-key: a client key has at most %d bytes", maxClientKeyBytes)
 	}
 	return key, nil
 }

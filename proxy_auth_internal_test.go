@@ -27,16 +27,16 @@ func TestClientKeysCompareEveryHash(t *testing.T) {
 	}
 }
 
-// TestPresentedKeyBounds: a key past MaxClientKeyBytes is refused before
+// TestPresentedKeyBounds: a key past maxClientKeyBytes is refused before
 // it is hashed; at the bound it is taken.
 func TestPresentedKeyBounds(t *testing.T) {
-	at := strings.Repeat("k", MaxClientKeyBytes)
+	at := strings.Repeat("k", maxClientKeyBytes)
 	if key, err := presentedKey(http.Header{"X-Api-Key": {at}}); err != nil || key != at {
-		t.Errorf("a key of %d bytes: %v", MaxClientKeyBytes, err)
+		t.Errorf("a key of %d bytes: %v", maxClientKeyBytes, err)
 	}
 	for _, h := range []http.Header{{"X-Api-Key": {at + "k"}}, {"Authorization": {"Bearer " + at + "k"}}} {
 		if _, err := presentedKey(h); err == nil || !strings.Contains(err.Error(), "at most 256 bytes") || strings.Contains(err.Error(), at) {
-			t.Errorf("a key of %d bytes: %v", MaxClientKeyBytes+1, err)
+			t.Errorf("a key of %d bytes: %v", maxClientKeyBytes+1, err)
 		}
 	}
 }
@@ -70,7 +70,7 @@ func FuzzPresentedKey(f *testing.F) {
 			return
 		}
 		_, token, _ := strings.Cut(auth, " ")
-		if key == "" || len(key) > MaxClientKeyBytes || key != apiKey && key != strings.TrimLeft(token, " ") {
+		if key == "" || len(key) > maxClientKeyBytes || key != apiKey && key != strings.TrimLeft(token, " ") {
 			t.Fatalf("x-api-key %q, authorization %q: key %q", apiKey, auth, key)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/damper-ai/damper-go"
 	"github.com/damper-ai/damper-go/dampertest"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // limitAPI answers Messages requests as its answer function says, and
@@ -148,7 +149,7 @@ func (r *rlRig) stream(t *testing.T, maxTokens int64, check func()) damper.Repor
 
 // bucketState returns the limiter's state of one bucket of the group of
 // claude-sonnet-4-6.
-func (r *rlRig) bucketState(t *testing.T, bucket string) damper.RateLimitState {
+func (r *rlRig) bucketState(t *testing.T, bucket string) fleet.RateLimitState {
 	t.Helper()
 	for _, s := range r.d.RateLimits() {
 		if s.Group == "claude-sonnet-4" && s.Bucket == bucket {
@@ -156,7 +157,7 @@ func (r *rlRig) bucketState(t *testing.T, bucket string) damper.RateLimitState {
 		}
 	}
 	t.Fatalf("no bucket %s in %+v", bucket, r.d.RateLimits())
-	return damper.RateLimitState{}
+	return fleet.RateLimitState{}
 }
 
 // With no configuration, the first response sizes the buckets; later ones
@@ -492,11 +493,11 @@ func TestLimitGroup(t *testing.T) {
 		strings.Repeat("m", 1<<20):                   "(other)",
 		"claude-sonnet-4-" + strings.Repeat("9", 300): "(other)",
 	} {
-		if got := damper.LimitGroup(model); got != want {
+		if got := damper.LimitGroupForTest(model); got != want {
 			t.Errorf("LimitGroup(%q) = %q, want %q", model, got, want)
 		}
 		// A group's name is its own group: a key of Limits may be either.
-		if got := damper.LimitGroup(want); got != want {
+		if got := damper.LimitGroupForTest(want); got != want {
 			t.Errorf("LimitGroup(%q) = %q, want it unchanged", want, got)
 		}
 	}

@@ -193,8 +193,8 @@ func TestWithStoreMakesEveryPart(t *testing.T) {
 	}
 	// The store's breaker tells its changes to OnChange, which reaches the
 	// policy's callback.
-	s.breaker.OnChange(damper.CircuitChange{From: damper.CircuitClosed, To: damper.CircuitOpen})
-	if len(changes) != 1 || changes[0].To != damper.CircuitOpen {
+	s.breaker.OnChange(damper.CircuitChange{From: fleet.CircuitClosed, To: fleet.CircuitOpen})
+	if len(changes) != 1 || changes[0].To != fleet.CircuitOpen {
 		t.Errorf("OnStateChange heard %+v", changes)
 	}
 }

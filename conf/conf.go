@@ -21,7 +21,8 @@
 //   - none: the field takes None (-1 in Go, 0 in a file) for an explicit
 //     0; the text says what it does ("means 0").
 //   - enum: the names of an integer type's values, from 0, each with its
-//     Go constant: "raise:RaiseBudgetExhausted,passthrough:...".
+//     Go constant, which errors name: "fast:unset,slow:Slow" (the zero
+//     value, a default with no name of its own, as "unset").
 //   - doc, flag: what the setting does, and the name of its flag, for
 //     [Settings] and [NewFlags].
 //

@@ -20,7 +20,7 @@ const bucketsTTL = 5 * time.Minute
 const farFuture = 100 * 365 * 24 * time.Hour
 
 // BucketsKey returns the Redis key that holds the rate-limit buckets of
-// the limit group group (see [damper.LimitGroup]) of the Damper named
+// the limit group group (see [damper.RateLimitPolicy]) of the Damper named
 // name: damper:{name}:ratelimit:group, with any byte of group outside
 // printable ASCII, and '%', written as %XX. The braces make name the key's
 // hash tag.

@@ -44,6 +44,7 @@ const (
 	rlFleetTick  = 500 * time.Millisecond
 	rlFleetSpan  = 6 * time.Minute
 	rlFleetModel = "claude-sonnet-4-6"
+	rlFleetGroup = "claude-sonnet-4" // rlFleetModel's limit group
 )
 
 var rlFleetStart = time.Now().UTC().Truncate(time.Second)
@@ -139,7 +140,7 @@ func TestFleetSharesRateLimits(t *testing.T) {
 		t.Errorf("with Redis the fleet got %.1f calls a minute through, want within 5 %% of %d", goodput, rlFleetRPM)
 	}
 	// Learned once, shared by all.
-	b := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "rl-fleet"), fleet.LimitSettings{Group: damper.LimitGroup(rlFleetModel), BatchShare: 0.8})
+	b := newBuckets(t, newStore(t, newClient1(t, srv.Addr), "rl-fleet"), fleet.LimitSettings{Group: rlFleetGroup, BatchShare: 0.8})
 	st, err := b.State(context.Background(), rlFleetStart.Add(rlFleetSpan))
 	if err != nil || st[0].Limit != rlFleetRPM || !st[0].Learned {
 		t.Fatalf("the shared requests bucket: %+v, %v; want a learned limit of %d", st[0], err, rlFleetRPM)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // fastStarts are the outage starts of the fast suite: the first second of
@@ -107,9 +108,9 @@ func TestProbeTallies(t *testing.T) {
 		Scenario: sc,
 		Attempts: []Attempt{{At: 91 * time.Second, Replica: 0}, {At: 100 * time.Second, Replica: 1}, {At: 130 * time.Second, Replica: 0}, {At: 200 * time.Second, Replica: 0}, {At: 250 * time.Second, Replica: 0}},
 		Circuit: []CircuitEvent{
-			{At: 95 * time.Second, Replica: 0, To: damper.CircuitOpen, Backend: damper.PrimaryBackend, Seq: 1},
-			{At: 125 * time.Second, Replica: 0, To: damper.CircuitHalfOpen, Backend: damper.PrimaryBackend, Seq: 2},
-			{At: 130 * time.Second, Replica: 0, To: damper.CircuitOpen, Backend: damper.PrimaryBackend, Seq: 3},
+			{At: 95 * time.Second, Replica: 0, To: fleet.CircuitOpen, Backend: damper.PrimaryBackend, Seq: 1},
+			{At: 125 * time.Second, Replica: 0, To: fleet.CircuitHalfOpen, Backend: damper.PrimaryBackend, Seq: 2},
+			{At: 130 * time.Second, Replica: 0, To: fleet.CircuitOpen, Backend: damper.PrimaryBackend, Seq: 3},
 		},
 	}
 	// Replica 0: the attempts at 130 s and 200 s came after it opened and

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // Check is one of the targets the benchmark must show, and whether the
@@ -307,7 +307,7 @@ func (s *Suite) breakerActivity(scenario, contender string) (openings, refused i
 			continue
 		}
 		for _, e := range r.Circuit {
-			if e.To == damper.CircuitOpen {
+			if e.To == fleet.CircuitOpen {
 				openings++
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // The fallback scenario: the full outage of the provider, now the
@@ -205,7 +206,7 @@ func (r *Result) FallbackFigures() FallbackFigures {
 
 	opened := map[int]time.Duration{}
 	for _, e := range r.Circuit {
-		if _, seen := opened[e.Replica]; !seen && e.To == damper.CircuitOpen && e.Backend == damper.PrimaryBackend && e.At >= from && e.At < to {
+		if _, seen := opened[e.Replica]; !seen && e.To == fleet.CircuitOpen && e.Backend == damper.PrimaryBackend && e.At >= from && e.At < to {
 			opened[e.Replica] = e.At
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/fleet"
 )
 
 // OutageRun is the outage at one start time: every contender's result.
@@ -87,7 +88,7 @@ func (r *Result) ProbeTallies() []ProbeTally {
 	first := map[int]int{} // replica: the attempts before its first opening
 	tallies := map[int]*ProbeTally{}
 	for _, e := range r.Circuit {
-		if e.To != damper.CircuitOpen || e.Backend != damper.PrimaryBackend || e.At < from || e.At >= to {
+		if e.To != fleet.CircuitOpen || e.Backend != damper.PrimaryBackend || e.At < from || e.At >= to {
 			continue
 		}
 		t, ok := tallies[e.Replica]

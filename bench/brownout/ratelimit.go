@@ -113,7 +113,9 @@ func DamperLimiter(wait time.Duration) Contender {
 // configured with 1/share of the organisation's limits (share 1: the true
 // limits), waiting in line at most wait (0: the default, 30 s).
 func DamperLimiterConfigured(share int, wait time.Duration) Contender {
-	group := damper.LimitGroup(messageParams.Model)
+	// The limit group of messageParams' model, claude-sonnet-4-5: a model
+	// family and major version (see damper.RateLimitPolicy).
+	const group = "claude-sonnet-4"
 	limits := damper.RateLimits{RequestsPerMinute: RateLimitRPM / share, InputTokensPerMinute: RateLimitITPM / share}
 	what := "the organisation's limits"
 	if share > 1 {

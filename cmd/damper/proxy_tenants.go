@@ -26,6 +26,13 @@ type tenantFile struct {
 	KeyEnv []string `key:"key_env" max:"16" unit:"variables"`
 }
 
+// The library's bounds of a tenant, as damper.Tenant states them: the
+// command checks key_env's keys, which the library sees only hashed.
+const (
+	maxTenantKeys     = 16
+	maxClientKeyBytes = 256
+)
+
 func init() { conf.Register(checkTenantFile) }
 
 // checkTenantFile checks key_env's names and variables, and that the
@@ -40,15 +47,15 @@ func checkTenantFile(t *tenantFile, _ tenantFile) error {
 			return &conf.FieldError{Field: field, Value: conf.Text("(not shown)"), Why: fmt.Sprintf("entry %d: want the name of the environment variable that holds the key, not the key: at most %d letters, digits or '_', not starting with a digit", i, maxEnvName)}
 		case os.Getenv(name) == "":
 			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("entry %d: the environment variable is unset or empty: it must hold one of the tenant's keys", i)}
-		case len(os.Getenv(name)) > damper.MaxClientKeyBytes:
-			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("entry %d: the variable holds %d bytes: a client key has at most %d", i, len(os.Getenv(name)), damper.MaxClientKeyBytes)}
+		case len(os.Getenv(name)) > maxClientKeyBytes:
+			return &conf.FieldError{Field: field, Value: name, Why: fmt.Sprintf("entry %d: the variable holds %d bytes: a client key has at most %d", i, len(os.Getenv(name)), maxClientKeyBytes)}
 		}
 	}
 	switch n := len(t.KeySHA256) + len(t.KeyEnv); {
 	case n == 0:
 		return &conf.FieldError{Field: "KeyEnv", Value: conf.Text("nothing, and no key_sha256"), Why: "a tenant needs a key: key_sha256 (damper key makes one) or key_env"}
-	case n > damper.MaxTenantKeys:
-		return &conf.FieldError{Field: "KeyEnv", Value: conf.Text(fmt.Sprintf("%d keys with key_sha256's", n)), Why: fmt.Sprintf("at most %d keys a tenant", damper.MaxTenantKeys)}
+	case n > maxTenantKeys:
+		return &conf.FieldError{Field: "KeyEnv", Value: conf.Text(fmt.Sprintf("%d keys with key_sha256's", n)), Why: fmt.Sprintf("at most %d keys a tenant", maxTenantKeys)}
 	}
 	return nil
 }

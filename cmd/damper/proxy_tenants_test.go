@@ -2,15 +2,18 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/damper-ai/damper-go"
+	"github.com/damper-ai/damper-go/conf"
 	"github.com/damper-ai/damper-go/dampertest"
 	_ "github.com/damper-ai/damper-go/dampertest/vertexclient"
 )
@@ -339,5 +342,22 @@ policy:
 	}
 	if n := api.Count(""); n != 1+1+4+1+5 {
 		t.Errorf("the API got %d requests, want 12", n)
+	}
+}
+
+// TestTenantKeysBoundIsTheLibrarys: the command's bound on a tenant's keys
+// is the library's, which refuses one hash past it and takes it.
+func TestTenantKeysBoundIsTheLibrarys(t *testing.T) {
+	hashes := make([]string, maxTenantKeys+1)
+	for i := range hashes {
+		hashes[i] = damper.ClientKeyHash(strconv.Itoa(i))
+	}
+	at := damper.Tenant{Name: "a", KeySHA256: hashes[:maxTenantKeys]}
+	if err := conf.Fill(&at); err != nil {
+		t.Errorf("%d keys: %v", maxTenantKeys, err)
+	}
+	past := damper.Tenant{Name: "a", KeySHA256: hashes}
+	if err := conf.Fill(&past); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", maxTenantKeys)) {
+		t.Errorf("%d keys: %v, want at most %d", maxTenantKeys+1, err, maxTenantKeys)
 	}
 }

@@ -20,7 +20,8 @@
 //     None does ("means 0").
 //   - zero: what 0 means in a field without a default ("no ceiling").
 //   - enum: the names of an integer type's values, from 0, each with its
-//     Go constant: "raise:RaiseBudgetExhausted,passthrough:...". On a
+//     Go constant, which errors name: "fast:unset,slow:Slow" (the zero
+//     value, a default with no name of its own, as "unset"). On a
 //     string field, the values it may hold: "failover,spread" ("" too,
 //     when it has a default).
 //

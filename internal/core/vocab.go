@@ -90,8 +90,9 @@ type Report struct {
 	// Circuit is the breaker's state when it last admitted or refused an
 	// attempt of the call; zero when the Policy has no breaker.
 	Circuit CircuitState
-	// LimitGroup is the rate limiter's group of the call's model (see
-	// [LimitGroup]); empty when the Policy has no rate limiter.
+	// LimitGroup is the rate limiter's group of the call's model, its
+	// family and major version ("claude-sonnet-4"); empty when the Policy
+	// has no rate limiter.
 	LimitGroup string
 	// RateLimitWait is the time the call's attempts waited in the rate
 	// limiter's line, in all.
@@ -283,7 +284,7 @@ type Skip struct {
 	// names it.
 	Model string
 	// Reason is why: "no_model_id", the backend has no ID for the model:
-	// neither its Models nor [DefaultModelID] for its Provider gives one
+	// neither its Models nor Damper's table for its Provider gives one
 	// (Backend.Models is the cure); or a feature the request uses that the
 	// backend's platform is documented to lack, named by Feature:
 	// "unsupported_beta" (an anthropic-beta value), "top_level_cache_control"

@@ -53,13 +53,14 @@ type Backend struct {
 	// be unique, and not "primary".
 	Name string
 	// Provider is the platform: ProviderAnthropic, ProviderBedrock or
-	// ProviderVertex. It picks the model IDs of [DefaultModelID].
+	// ProviderVertex. It picks the model IDs of Damper's table (the
+	// fallback guide, docs/guide/fallback.md, lists it).
 	Provider string
 	// Options configure the client that reaches the backend, as
 	// anthropic.NewClient takes them.
 	Options []option.RequestOption
 	// Models maps a model, as the caller names it, to this backend's ID
-	// for it, ahead of [DefaultModelID]. A call whose model has no ID
+	// for it, ahead of Damper's table. A call whose model has no ID
 	// here or there does not fall back to this backend, and says so: a
 	// [Skip] in its Report.Skipped, the damper.fallback.skipped counter,
 	// and a Warn line once per backend and model. A first-party backend

@@ -74,8 +74,10 @@ type Policy struct {
 	MaxRetryAfter time.Duration `key:"max_retry_after" default:"60s" none:"means 0" min:"0" max:"24h"`
 
 	// OnBudgetExhausted says what a caller gets when the retry budget refuses
-	// a retry. Default [RaiseBudgetExhausted].
-	OnBudgetExhausted BudgetExhaustedAction `key:"on_budget_exhausted" enum:"raise:RaiseBudgetExhausted,passthrough:PassthroughBudgetExhausted"`
+	// a retry. The zero value, the default ("raise"), returns an [*Error]
+	// that matches ErrRetryBudgetExhausted and wraps the last provider
+	// error; PassthroughBudgetExhausted returns that error as it is.
+	OnBudgetExhausted BudgetExhaustedAction `key:"on_budget_exhausted" enum:"raise:unset,passthrough:PassthroughBudgetExhausted"`
 
 	// PriceTable prices models for the cost ceiling and the report. Nil
 	// means [DefaultPriceTable]; a table given here replaces it entirely.

@@ -11,7 +11,9 @@ import (
 // Tenant is a client of a [Proxy] in key mode: a name, and the keys its
 // clients present, as SHA-256 hashes. A file never holds a key itself:
 // the damper command's proxy adds the hashes of the keys held in the
-// environment variables its key_env lists.
+// environment variables its key_env lists. A tenant has at most 16 keys,
+// enough to rotate one (the new key added, clients moved, the old one
+// removed), and a client key has at most 256 bytes.
 type Tenant struct {
 	// Name names the tenant in the request's log line, its call's
 	// [Report].Tenant and its damper.tenant span and metric attribute: 1
@@ -23,9 +25,9 @@ type Tenant struct {
 	// tenant only.
 	KeySHA256 []string `key:"key_sha256" max:"16" unit:"keys"`
 	// Priority is its calls' place in the rate limiter's and the
-	// concurrency limit's lines; TenantPriorityPolicy (the default)
-	// leaves the Policy's.
-	Priority TenantPriority `key:"priority" enum:"policy:TenantPriorityPolicy,interactive:TenantInteractive,batch:TenantBatch"`
+	// concurrency limit's lines; the zero value, TenantPriorityPolicy
+	// ("policy", the default), leaves the Policy's.
+	Priority TenantPriority `key:"priority" enum:"policy:unset,interactive:TenantInteractive,batch:TenantBatch"`
 	// Weight is its share, under contention, of each limit group's rate
 	// limit and of the concurrency slots: each tenant with calls waiting
 	// gets at least its weight over the summed weights of the tenants
