@@ -25,8 +25,8 @@ type Tenant struct {
 	// tenant only.
 	KeySHA256 []string `key:"key_sha256" max:"16" unit:"keys"`
 	// Priority is its calls' place in the rate limiter's and the
-	// concurrency limit's lines; the zero value, TenantPriorityPolicy
-	// ("policy", the default), leaves the Policy's.
+	// concurrency limit's lines; the zero value ("policy", the default)
+	// leaves the Policy's.
 	Priority TenantPriority `key:"priority" enum:"policy:unset,interactive:TenantInteractive,batch:TenantBatch"`
 	// Weight is its share, under contention, of each limit group's rate
 	// limit and of the concurrency slots: each tenant with calls waiting

@@ -200,8 +200,8 @@ func gauges(meter metric.Meter, env *core.Env, lim *Limiter, keep func(metric.Re
 // each field; a nil *Policy in a Policy means no limiter.
 type Policy struct {
 	// Limits configures the limits of limit groups, each key a model ID
-	// or a group's name and applying to its group, LimitGroup(key):
-	// "claude-sonnet-4-5" configures "claude-sonnet-4". Two keys of one
+	// or a group's name and applying to its group, the model's family
+	// and major version: "claude-sonnet-4-5" configures "claude-sonnet-4". Two keys of one
 	// group are an error; at most 256 keys, each at most 256 bytes of UTF-8; the
 	// Policy a Damper reports has the groups' names as keys. A zero field
 	// is learned. A configured limit may be lower than the API's, to leave
