@@ -20,6 +20,8 @@ import (
 // it, and [ParsePolicyYAML], [ParsePolicyJSON] and [LoadPolicyFile] read a
 // file (see ParsePolicyJSON for the format) and [Policy.MarshalJSON]
 // writes one. Fields a file cannot hold, which are code, are tagged out.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.Policy].
 type Policy = engine.Policy
 
 // None, in a [Policy] field whose zero value means its default, means
@@ -137,6 +139,8 @@ var ErrCircuitOpen = engine.ErrCircuitOpen
 //
 // The zero value is a working breaker with the defaults written beside
 // each field; a nil *BreakerPolicy in a Policy means no breaker.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/gates/breaker.Policy].
 type BreakerPolicy = engine.BreakerPolicy
 
 // CircuitState is the state of a circuit breaker: closed, open or
@@ -176,6 +180,8 @@ var ErrConcurrencyLimited = engine.ErrConcurrencyLimited
 //
 // The zero value is a fixed limit that needs Max; a nil
 // *ConcurrencyPolicy in a Policy means no limit.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/gates/concurrency.Policy].
 type ConcurrencyPolicy = engine.ConcurrencyPolicy
 
 // OutcomeRateLimited: the rate limiter could not admit the attempt in time.
@@ -209,6 +215,8 @@ var ErrRateLimited = engine.ErrRateLimited
 //
 // The zero value learns every limit and has the defaults written beside
 // each field; a nil *RateLimitPolicy in a Policy means no limiter.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/gates/ratelimit.Policy].
 type RateLimitPolicy = engine.RateLimitPolicy
 
 // RateLimits are the per-minute limits of one limit group (requests,
@@ -233,6 +241,8 @@ var ErrRetryThrottled = engine.ErrRetryThrottled
 //
 // The zero value is a working throttle with the defaults written beside
 // each field; a nil *ThrottlePolicy in a Policy means no throttle.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/gates/throttle.Policy].
 type ThrottlePolicy = engine.ThrottlePolicy
 
 // HedgePolicy configures hedging: when an attempt is slow to start
@@ -261,6 +271,8 @@ type ThrottlePolicy = engine.ThrottlePolicy
 //
 // The zero value hedges at the 95th percentile of recent attempts; a nil
 // *HedgePolicy in a Policy means no hedging.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.HedgePolicy].
 type HedgePolicy = engine.HedgePolicy
 
 // ContextWithHedging returns ctx marking the Messages calls made with it as
@@ -336,6 +348,8 @@ func ContextWithPriority(ctx context.Context, p Priority) context.Context {
 // caller's deadline. A move waits no backoff: the next backend is another
 // pool of capacity. Its attempt is that backend's first for the call, so
 // it takes nothing from that backend's retry budget.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.FallbackPolicy].
 type FallbackPolicy = engine.FallbackPolicy
 
 // The platforms a backend's client reaches, as [Backend].Provider names them.
@@ -367,6 +381,8 @@ const PrimaryBackend = engine.PrimaryBackend
 // with the call, but not its credentials (x-api-key, authorization): each
 // backend's come from its Options. Options must not hold Damper's own
 // [Damper.Option].
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.Backend].
 type Backend = engine.Backend
 
 // WithBackends adds backends that a Messages call falls back to, in order,
@@ -381,11 +397,15 @@ func WithBackends(backends ...Backend) Setting { return engine.WithBackends(back
 // environment variables its key_env lists. A tenant has at most 16 keys,
 // enough to rotate one (the new key added, clients moved, the old one
 // removed), and a client key has at most 256 bytes.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.Tenant].
 type Tenant = engine.Tenant
 
 // TenantRetryBudget is a tenant's retry budget: within the Policy's
 // RetryBudgetWindow, the tenant's retries are at most MinTokens + Ratio ×
 // its first attempts that succeeded.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.TenantRetryBudget].
 type TenantRetryBudget = engine.TenantRetryBudget
 
 // TenantPriority is a tenant's priority: its calls' own, or the Policy's.

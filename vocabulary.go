@@ -29,14 +29,20 @@ const (
 // cost, and why it stopped. It is filled in when the call returns; a
 // stream's is filled in when the stream is handed over, with no Outcome
 // yet, and again when it ends (see the package documentation, Streams).
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Report].
 type Report = engine.Report
 
 // Usage is an answer's token usage: the input tokens, those written to
 // and read from the prompt cache (apart from InputTokens, as the API
 // counts them), and the output tokens.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Usage].
 type Usage = engine.Usage
 
 // AttemptReport describes one provider attempt.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.AttemptReport].
 type AttemptReport = engine.AttemptReport
 
 // Error is a call that Damper ended. Reason is one of the sentinels of this
@@ -44,9 +50,13 @@ type AttemptReport = engine.AttemptReport
 // *anthropic.Error for an error status, a transport error otherwise), so
 // errors.As(err, &apiErr) and errors.Is(err, context.DeadlineExceeded) reach
 // it through the Error.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Error].
 type Error = engine.Error
 
 // Failure describes one failed attempt, for classification.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Failure].
 type Failure = engine.Failure
 
 // Class is what Damper does with a failed attempt.
@@ -63,9 +73,13 @@ const NotRetryable = engine.NotRetryable
 const Ambiguous = engine.Ambiguous
 
 // A Fallback is one move of a call from a backend to the next.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Fallback].
 type Fallback = engine.Fallback
 
 // A Skip is a backend a call cannot fall back to with one of its models.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/core.Skip].
 type Skip = engine.Skip
 
 // Clock is the source of time for every wait and timeout Damper starts.
@@ -105,6 +119,8 @@ const ProviderHealth = engine.ProviderHealth
 const CallerTraffic = engine.CallerTraffic
 
 // Classification is the verdict on one failed attempt.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.Classification].
 type Classification = engine.Classification
 
 // Classifier decides what to do with a failed attempt. It is given
@@ -130,6 +146,8 @@ func ContextWithReport(ctx context.Context, dst *Report) context.Context {
 }
 
 // Price is what one model costs, in US dollars per million tokens.
+//
+// Its fields are documented on [github.com/damper-ai/damper-go/internal/engine.Price].
 type Price = engine.Price
 
 // PriceTable maps model families to prices. It is used only to estimate
