@@ -80,6 +80,24 @@ func (e *env) sharesArithmetic(t *testing.T) {
 	for i, s := range stores {
 		shs[i] = newShares(t, s)
 	}
+	runShareSteps(t, shs, func(k int) { flush(t, stores[k]) })
+}
+
+// ShareSteps runs the shares' arithmetic of the suite (a table of asks
+// and settlings, from [Base], with their exact answers) on s alone, so
+// that a store's own tests can look at the state the steps leave: the
+// tenants alpha and beta active, both of weight 1 at the end, the last
+// activity 80.5 s after Base.
+func ShareSteps(t *testing.T, s fleet.LimitShares) {
+	t.Helper()
+	runShareSteps(t, []fleet.LimitShares{s}, func(int) {})
+}
+
+// runShareSteps runs shareSteps in turn on shs, each settling its own
+// reservations, and calls after with the index of the one that answered
+// each step.
+func runShareSteps(t *testing.T, shs []fleet.LimitShares, after func(k int)) {
+	t.Helper()
 	ctx := context.Background()
 	rs := make([]fleet.ShareReservation, len(shareSteps))
 	by := make([]int, len(shareSteps))
@@ -88,13 +106,13 @@ func (e *env) sharesArithmetic(t *testing.T) {
 		if st.settle > 0 {
 			k := by[st.settle-1]
 			must(t, "Settle", shs[k].Settle(ctx, now, rs[st.settle-1], st.used))
-			flush(t, stores[k])
+			after(k)
 			continue
 		}
-		k := i % n
+		k := i % len(shs)
 		r, due, err := shs[k].Take(ctx, now, fleet.ShareAsk{Tenant: st.tenant, Weight: st.weight, Fraction: st.f}, now.Add(st.wait))
 		must(t, "Take", err)
-		flush(t, stores[k])
+		after(k)
 		rs[i], by[i] = r, k
 		want := now
 		if !st.taken {
